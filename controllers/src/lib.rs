@@ -1,0 +1,1 @@
+//! The controller-manager: level-triggered reconcilers over the REST API. Not built yet.

@@ -1,0 +1,1 @@
+//! The `skiff` command line. Its subcommands arrive with the parts they start (see DESIGN.md).

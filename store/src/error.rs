@@ -1,0 +1,61 @@
+//! The store's error type. Messages match etcd's so that clients (and the
+//! gRPC layer) can recognise them; every variant says what was wrong.
+
+use std::path::PathBuf;
+
+use crate::wal::WalError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("etcdserver: key is not provided")]
+    EmptyKey,
+    #[error("etcdserver: key not found")]
+    KeyNotFound,
+    #[error("etcdserver: value is provided")]
+    ValueProvided,
+    #[error("etcdserver: lease is provided")]
+    LeaseProvided,
+    #[error("etcdserver: too many operations in txn request (the limit is {limit})")]
+    TooManyOps { limit: usize },
+    #[error("etcdserver: duplicate key given in txn request")]
+    DuplicateKey,
+    #[error("etcdserver: request is too large ({size} bytes; the limit is {limit})")]
+    RequestTooLarge { size: usize, limit: usize },
+    #[error("mvcc: required revision has been compacted (compacted revision {compact_revision})")]
+    Compacted { compact_revision: i64 },
+    #[error("mvcc: required revision is a future revision (current revision {current_revision})")]
+    FutureRevision { current_revision: i64 },
+    #[error("etcdserver: requested lease not found")]
+    LeaseNotFound,
+    #[error("etcdserver: lease already exists")]
+    LeaseExists,
+    #[error("etcdserver: too large lease TTL (the maximum is {max} seconds)")]
+    LeaseTtlTooLarge { max: i64 },
+    #[error(
+        "data directory {path} is in use by another process{holder}; stop that process or choose another --data-dir"
+    )]
+    DataDirLocked { path: PathBuf, holder: String },
+    #[error("storage error while {action}: {detail}")]
+    Storage { action: &'static str, detail: String },
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    #[error("etcdserver: server stopped")]
+    Stopped,
+}
+
+impl StoreError {
+    pub(crate) fn storage(action: &'static str, err: impl std::fmt::Display) -> Self {
+        StoreError::Storage {
+            action,
+            detail: err.to_string(),
+        }
+    }
+}
+
+impl From<sled::Error> for StoreError {
+    fn from(err: sled::Error) -> Self {
+        StoreError::storage("accessing the state database", err)
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -1,0 +1,6 @@
+//! Leases: TTL-bound grants that keys attach to. The lessor keeps them in
+//! memory and decides expiry; every change to them is a logged command.
+
+mod lessor;
+
+pub use lessor::{Lessor, LessorConfig, MAX_LEASE_TTL};

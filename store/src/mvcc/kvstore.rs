@@ -1,0 +1,383 @@
+//! The MVCC key-value state on sled: the key index, the committed and
+//! compacted revisions, the applied log index, and the read path. Writes
+//! go through [`super::apply::Applier`], which only the log's writer runs.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use parking_lot::RwLock;
+use tokio::sync::watch;
+
+use super::index::TreeIndex;
+use super::key_range::KeyRange;
+use super::record::RecordView;
+use super::revision::{Revision, RECORD_PREFIX};
+use crate::api::{KeyValue, RangeRequest, RangeResponse, ResponseHeader, SortOrder, SortTarget};
+use crate::error::{Result, StoreError};
+
+pub(crate) const META_APPLIED_INDEX: &[u8] = b"m/applied_index";
+pub(crate) const META_REVISION: &[u8] = b"m/revision";
+pub(crate) const META_COMPACT_SCHEDULED: &[u8] = b"m/compact_scheduled";
+pub(crate) const META_COMPACT_FINISHED: &[u8] = b"m/compact_finished";
+pub(crate) const LEASE_PREFIX: u8 = b'l';
+
+/// Records written by the batch being applied, not yet in sled.
+pub(crate) type Pending = HashMap<Revision, KeyValue>;
+
+pub struct KvStore {
+    pub(crate) tree: sled::Tree,
+    pub(crate) index: RwLock<TreeIndex>,
+    /// The newest revision readers may see.
+    current_rev: AtomicI64,
+    /// Reads and watches below this revision answer "compacted".
+    compact_rev: AtomicI64,
+    applied_index: AtomicU64,
+    /// The newest revision whose physical compaction has finished.
+    pub(crate) compact_finished: watch::Sender<i64>,
+}
+
+/// What open found on disk besides the key index.
+#[derive(Debug, Default)]
+pub(crate) struct Recovered {
+    /// (id, granted ttl, checkpointed remaining ttl or 0)
+    pub leases: Vec<(i64, i64, i64)>,
+    /// Live keys that carry a lease.
+    pub lease_keys: Vec<(i64, Vec<u8>)>,
+    /// A compaction scheduled before a stop and not finished.
+    pub unfinished_compaction: Option<(i64, HashSet<Revision>)>,
+}
+
+pub(crate) fn meta_i64(tree: &sled::Tree, key: &[u8]) -> Result<i64> {
+    Ok(match tree.get(key)? {
+        Some(v) => i64::from_le_bytes(v.as_ref().try_into().map_err(|_| {
+            StoreError::storage("reading metadata", format!("bad value under {key:?}"))
+        })?),
+        None => 0,
+    })
+}
+
+pub(crate) fn lease_key(id: i64) -> [u8; 9] {
+    let mut key = [0u8; 9];
+    key[0] = LEASE_PREFIX;
+    key[1..].copy_from_slice(&id.to_be_bytes());
+    key
+}
+
+pub(crate) fn lease_value(ttl: i64, remaining: i64) -> [u8; 16] {
+    let mut value = [0u8; 16];
+    value[..8].copy_from_slice(&ttl.to_le_bytes());
+    value[8..].copy_from_slice(&remaining.to_le_bytes());
+    value
+}
+
+impl KvStore {
+    /// Loads the state from `tree`, rebuilding the key index from the records.
+    pub(crate) fn open(tree: sled::Tree) -> Result<(KvStore, Recovered)> {
+        let applied = meta_i64(&tree, META_APPLIED_INDEX)? as u64;
+        let rev = meta_i64(&tree, META_REVISION)?;
+        let scheduled = meta_i64(&tree, META_COMPACT_SCHEDULED)?;
+        let finished = meta_i64(&tree, META_COMPACT_FINISHED)?;
+
+        let mut index = TreeIndex::default();
+        let mut key_lease: HashMap<Vec<u8>, i64> = HashMap::new();
+        for item in tree.scan_prefix([RECORD_PREFIX]) {
+            let (k, v) = item?;
+            let (Some(at), Some(record)) = (Revision::from_key(&k), RecordView::parse(&v)) else {
+                return Err(StoreError::storage(
+                    "rebuilding the key index",
+                    format!("unreadable record under {k:?}"),
+                ));
+            };
+            if record.tombstone {
+                // A tombstone whose put was already compacted away is only
+                // watch history; the key is not alive in the index.
+                index.tombstone(record.key, at);
+                key_lease.remove(record.key);
+            } else {
+                index.put(record.key, at);
+                if record.lease != 0 {
+                    key_lease.insert(record.key.to_vec(), record.lease);
+                } else if !key_lease.is_empty() {
+                    key_lease.remove(record.key);
+                }
+            }
+        }
+
+        let mut recovered = Recovered::default();
+        if scheduled > 0 {
+            let keep = index.compact(scheduled);
+            if finished < scheduled {
+                recovered.unfinished_compaction = Some((scheduled, keep));
+            }
+        }
+        for item in tree.scan_prefix([LEASE_PREFIX]) {
+            let (k, v) = item?;
+            if k.len() != 9 || v.len() != 16 {
+                return Err(StoreError::storage(
+                    "loading leases",
+                    format!("bad lease record under {k:?}"),
+                ));
+            }
+            let id = i64::from_be_bytes(k[1..9].try_into().unwrap_or_default());
+            let ttl = i64::from_le_bytes(v[..8].try_into().unwrap_or_default());
+            let remaining = i64::from_le_bytes(v[8..].try_into().unwrap_or_default());
+            recovered.leases.push((id, ttl, remaining));
+        }
+        recovered.lease_keys = key_lease.into_iter().map(|(k, l)| (l, k)).collect();
+
+        let store = KvStore {
+            tree,
+            index: RwLock::new(index),
+            current_rev: AtomicI64::new(rev),
+            compact_rev: AtomicI64::new(scheduled),
+            applied_index: AtomicU64::new(applied),
+            compact_finished: watch::channel(finished).0,
+        };
+        Ok((store, recovered))
+    }
+
+    pub fn current_revision(&self) -> i64 {
+        self.current_rev.load(Ordering::Acquire)
+    }
+
+    /// The revision of the last compaction (0 if none).
+    pub fn compact_revision(&self) -> i64 {
+        self.compact_rev.load(Ordering::Acquire)
+    }
+
+    /// The last log index whose command is applied.
+    pub fn applied_index(&self) -> u64 {
+        self.applied_index.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_applied_index(&self, index: u64) {
+        let before = self.applied_index.swap(index, Ordering::AcqRel);
+        assert!(index >= before, "applied index moved back: {before} -> {index}");
+    }
+
+    /// Makes `rev` visible to readers.
+    pub(crate) fn publish_revision(&self, rev: i64) {
+        let before = self.current_rev.swap(rev, Ordering::AcqRel);
+        assert!(rev >= before, "revision moved back: {before} -> {rev}");
+    }
+
+    pub(crate) fn set_compact_revision(&self, rev: i64) {
+        self.compact_rev.store(rev, Ordering::Release);
+    }
+
+    /// The key count of the index (live and recently deleted keys).
+    pub fn index_len(&self) -> usize {
+        self.index.read().len()
+    }
+
+    /// Resolves the revision a read asks for, or says why it cannot be served.
+    pub fn check_read_revision(&self, requested: i64) -> Result<i64> {
+        let current = self.current_revision();
+        let at = if requested <= 0 { current } else { requested };
+        if at > current {
+            return Err(StoreError::FutureRevision {
+                current_revision: current,
+            });
+        }
+        self.check_not_compacted(at)?;
+        Ok(at)
+    }
+
+    fn check_not_compacted(&self, at: i64) -> Result<()> {
+        let compacted = self.compact_revision();
+        if at < compacted {
+            return Err(StoreError::Compacted {
+                compact_revision: compacted,
+            });
+        }
+        Ok(())
+    }
+
+    /// A range read at the request's revision (etcd's Range).
+    pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse> {
+        if req.key.is_empty() {
+            return Err(StoreError::EmptyKey);
+        }
+        let at = self.check_read_revision(req.revision)?;
+        let mut resp = self.range_at(req, at, None)?;
+        resp.header.revision = self.current_revision();
+        Ok(resp)
+    }
+
+    /// A range read at revision `at`, seeing `pending` records of the batch
+    /// being applied (the writer's own reads).
+    pub(crate) fn range_at(
+        &self,
+        req: &RangeRequest,
+        at: i64,
+        pending: Option<&Pending>,
+    ) -> Result<RangeResponse> {
+        let range = KeyRange::new(&req.key, &req.range_end);
+        let filtered = req.min_mod_revision != 0
+            || req.max_mod_revision != 0
+            || req.min_create_revision != 0
+            || req.max_create_revision != 0;
+        // One more than the limit tells whether there are more; sorting and
+        // filtering need every key first.
+        let fetch = if req.limit > 0 && req.sort_order == SortOrder::None && !filtered {
+            req.limit as usize + 1
+        } else {
+            usize::MAX
+        };
+        let mut count = 0i64;
+        let mut found = Vec::new();
+        self.index.read().visit_range(&range, at, |_, key_at| {
+            count += 1;
+            if !req.count_only && found.len() < fetch {
+                found.push(key_at.modified);
+            }
+            true
+        });
+        let mut resp = RangeResponse {
+            count,
+            ..Default::default()
+        };
+        if req.count_only {
+            self.check_not_compacted(at)?;
+            return Ok(resp);
+        }
+        let mut kvs = Vec::with_capacity(found.len());
+        for rev in found {
+            match self.load(rev, pending, !req.keys_only)? {
+                Some(kv) => kvs.push(kv),
+                // Removed under us by a compaction that started after our check.
+                None => {
+                    return Err(StoreError::Compacted {
+                        compact_revision: self.compact_revision(),
+                    })
+                }
+            }
+        }
+        self.check_not_compacted(at)?;
+        if filtered {
+            kvs.retain(|kv| passes_revision_filters(req, kv));
+        }
+        sort_key_values(&mut kvs, req.sort_order, req.sort_target);
+        if req.limit > 0 && kvs.len() > req.limit as usize {
+            kvs.truncate(req.limit as usize);
+            resp.more = true;
+        }
+        resp.kvs = kvs;
+        Ok(resp)
+    }
+
+    /// The key-value written at `rev`, from the pending batch or disk.
+    pub(crate) fn load(
+        &self,
+        rev: Revision,
+        pending: Option<&Pending>,
+        with_value: bool,
+    ) -> Result<Option<KeyValue>> {
+        if let Some(kv) = pending.and_then(|p| p.get(&rev)) {
+            let mut kv = kv.clone();
+            if !with_value {
+                kv.value.clear();
+            }
+            return Ok(Some(kv));
+        }
+        let Some(bytes) = self.tree.get(rev.to_key())? else {
+            return Ok(None);
+        };
+        let record = RecordView::parse(&bytes).ok_or_else(|| {
+            StoreError::storage("reading a record", format!("unreadable record at {rev:?}"))
+        })?;
+        Ok(Some(record.to_key_value(rev.main, with_value)))
+    }
+
+    /// The key as it was at revision `at` (prev_kv for watch events).
+    pub fn get_at(&self, key: &[u8], at: i64) -> Result<Option<KeyValue>> {
+        self.check_not_compacted(at)?;
+        let Some(found) = self.index.read().get(key, at) else {
+            return Ok(None);
+        };
+        self.load(found.modified, None, true)
+    }
+
+    /// Disk records from main revision `from` through `to`, in revision order
+    /// (watch history), at most `max_records` of them but always whole
+    /// revisions. Returns the records and the last revision fully read.
+    pub(crate) fn history(
+        &self,
+        from: i64,
+        to: i64,
+        max_records: usize,
+    ) -> Result<(Vec<(Revision, KeyValue, bool)>, i64)> {
+        let start = Revision::new(from, 0).to_key();
+        let end = Revision::new(to + 1, 0).to_key();
+        let mut out: Vec<(Revision, KeyValue, bool)> = Vec::new();
+        for item in self.tree.range(start..end) {
+            let (k, v) = item?;
+            let (Some(rev), Some(record)) = (Revision::from_key(&k), RecordView::parse(&v)) else {
+                return Err(StoreError::storage(
+                    "reading watch history",
+                    format!("unreadable record under {k:?}"),
+                ));
+            };
+            if let Some((prev, _, _)) = out.last() {
+                if prev.main != rev.main && out.len() >= max_records {
+                    let last_full = prev.main;
+                    return Ok((out, last_full));
+                }
+            }
+            let kv = if record.tombstone {
+                KeyValue {
+                    key: record.key.to_vec(),
+                    mod_revision: rev.main,
+                    ..Default::default()
+                }
+            } else {
+                record.to_key_value(rev.main, true)
+            };
+            out.push((rev, kv, record.tombstone));
+        }
+        Ok((out, to))
+    }
+
+    pub(crate) fn header(&self) -> ResponseHeader {
+        ResponseHeader {
+            revision: self.current_revision(),
+        }
+    }
+}
+
+fn passes_revision_filters(req: &RangeRequest, kv: &KeyValue) -> bool {
+    !((req.max_mod_revision != 0 && kv.mod_revision > req.max_mod_revision)
+        || (req.min_mod_revision != 0 && kv.mod_revision < req.min_mod_revision)
+        || (req.max_create_revision != 0 && kv.create_revision > req.max_create_revision)
+        || (req.min_create_revision != 0 && kv.create_revision < req.min_create_revision))
+}
+
+/// etcd's ordering: results come in key order; a non-key target with no
+/// order sorts ascending; ascending by key needs no sort.
+fn sort_key_values(kvs: &mut [KeyValue], order: SortOrder, target: SortTarget) {
+    let order = match (order, target) {
+        (SortOrder::None, SortTarget::Key) | (SortOrder::Ascend, SortTarget::Key) => return,
+        (SortOrder::None, _) => SortOrder::Ascend,
+        (order, _) => order,
+    };
+    let cmp = |a: &KeyValue, b: &KeyValue| match target {
+        SortTarget::Key => a.key.cmp(&b.key),
+        SortTarget::Version => a.version.cmp(&b.version),
+        SortTarget::Create => a.create_revision.cmp(&b.create_revision),
+        SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
+        SortTarget::Value => a.value.cmp(&b.value),
+    };
+    if order == SortOrder::Descend {
+        kvs.sort_by(|a, b| cmp(b, a));
+    } else {
+        kvs.sort_by(cmp);
+    }
+}
+
+/// Revisions of one key seen from outside the index (used by tests).
+#[cfg(test)]
+pub(crate) fn all_record_revisions(tree: &sled::Tree) -> HashSet<Revision> {
+    tree.scan_prefix([RECORD_PREFIX])
+        .filter_map(|item| item.ok().and_then(|(k, _)| Revision::from_key(&k)))
+        .collect()
+}

@@ -1,0 +1,16 @@
+//! Multi-version concurrency control: revisions, the key index, the state
+//! tree on sled, the write path (apply) and the read path (range, history).
+
+pub mod apply;
+pub mod compaction;
+mod index;
+mod key_index;
+mod key_range;
+pub mod kvstore;
+mod record;
+mod revision;
+
+pub use apply::{Applier, CommandResult, Committed, CompactionJob, RevisionEvents};
+pub use key_range::{prefix_end, KeyRange};
+pub use kvstore::KvStore;
+pub use revision::Revision;

@@ -1,0 +1,99 @@
+//! Durability chores: the data directory lock, and making sled's state
+//! durable (flush, then fsync its files ourselves, since sled's flush uses
+//! sync_file_range) before the log before it is released.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use super::writer::WriterRequest;
+use crate::error::{Result, StoreError};
+use crate::mvcc::KvStore;
+
+/// Takes the data directory for this process: a second process gets a
+/// clear error instead of two writers on one log.
+pub(crate) fn lock_data_dir(dir: &Path) -> Result<File> {
+    fs::create_dir_all(dir).map_err(|e| StoreError::storage("creating the data directory", e))?;
+    let path = dir.join("LOCK");
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| StoreError::storage("opening the data directory lock", e))?;
+    if file.try_lock().is_err() {
+        let holder = fs::read_to_string(&path)
+            .ok()
+            .map(|pid| pid.trim().to_string())
+            .filter(|pid| !pid.is_empty())
+            .map(|pid| format!(" (pid {pid})"))
+            .unwrap_or_default();
+        return Err(StoreError::DataDirLocked {
+            path: dir.to_path_buf(),
+            holder,
+        });
+    }
+    file.set_len(0)
+        .and_then(|_| writeln!(file, "{}", std::process::id()))
+        .map_err(|e| StoreError::storage("writing the data directory lock", e))?;
+    Ok(file)
+}
+
+/// Flushes sled and fsyncs every file under its directory.
+pub(crate) fn flush_state(db: &sled::Db, db_path: &Path) -> Result<()> {
+    db.flush()?;
+    fsync_tree(db_path).map_err(|e| StoreError::storage("syncing the state database", e))
+}
+
+fn fsync_tree(dir: &Path) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            fsync_tree(&path)?;
+        } else {
+            File::open(&path)?.sync_all()?;
+        }
+    }
+    File::open(dir)?.sync_all()
+}
+
+/// Periodically makes sled durable up to the applied index, then lets the
+/// writer drop log segments at or below it.
+pub(crate) async fn flush_loop(
+    db: sled::Db,
+    db_path: PathBuf,
+    kv: Arc<KvStore>,
+    requests: mpsc::Sender<WriterRequest>,
+    every: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut flushed = kv.applied_index();
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let applied = kv.applied_index();
+        if applied == flushed {
+            continue;
+        }
+        let (db, path) = (db.clone(), db_path.clone());
+        match tokio::task::spawn_blocking(move || flush_state(&db, &path)).await {
+            Ok(Ok(())) => {
+                flushed = applied;
+                if requests.send(WriterRequest::Release(applied)).await.is_err() {
+                    return;
+                }
+            }
+            Ok(Err(err)) => tracing::warn!(error = %err, "flushing the state database failed; the log keeps everything"),
+            Err(err) => tracing::warn!(error = %err, "flush task failed"),
+        }
+    }
+}

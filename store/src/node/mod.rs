@@ -1,0 +1,472 @@
+//! A single-member store: the data directory, the writer that owns the log,
+//! and the background loops (sled flush + log release, lease expiry,
+//! checkpoints). Raft replaces the writer's "commit = local sync" next.
+
+mod durability;
+mod writer;
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::api::*;
+use crate::command::{self, Command, MAX_REQUEST_BYTES, MAX_TXN_OPS};
+use crate::error::{Result, StoreError};
+use crate::lease::{Lessor, LessorConfig};
+use crate::mvcc::compaction::Compactor;
+use crate::mvcc::{Applier, CommandResult, KvStore};
+use crate::wal::{Wal, WalOptions, WalRecord};
+use crate::watch::{WatchConfig, WatchHub, Watcher};
+use writer::{Proposal, Writer, WriterRequest};
+pub use writer::WriterStats;
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub data_dir: PathBuf,
+    pub lessor: LessorConfig,
+    pub watch: WatchConfig,
+    pub max_request_bytes: usize,
+    pub max_txn_ops: usize,
+    pub wal_segment_size: u64,
+    /// How often sled is flushed (and fsynced) so old log segments can go.
+    pub flush_interval: Duration,
+    /// sled's page cache, in bytes.
+    pub cache_capacity: u64,
+    /// Proposals taken into one sync at most.
+    pub max_batch: usize,
+    /// Proposals queued for the writer before callers wait.
+    pub proposal_queue: usize,
+}
+
+impl StoreConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        StoreConfig {
+            data_dir: data_dir.into(),
+            lessor: LessorConfig::default(),
+            watch: WatchConfig::default(),
+            max_request_bytes: MAX_REQUEST_BYTES,
+            max_txn_ops: MAX_TXN_OPS,
+            wal_segment_size: 64 * 1024 * 1024,
+            flush_interval: Duration::from_secs(1),
+            cache_capacity: 64 * 1024 * 1024,
+            max_batch: 4096,
+            proposal_queue: 16 * 1024,
+        }
+    }
+}
+
+/// A handle to an open store; clones share it.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: StoreConfig,
+    kv: Arc<KvStore>,
+    lessor: Arc<Lessor>,
+    hub: Arc<WatchHub>,
+    db: sled::Db,
+    requests: mpsc::Sender<WriterRequest>,
+    stats: Arc<WriterStats>,
+    shutdown: watch::Sender<bool>,
+    writer: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    syncer: parking_lot::Mutex<Option<crate::watch::hub::SyncerHandle>>,
+    _lock: File,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown.send_replace(true);
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store in `config.data_dir`, replaying the log
+    /// from the applied index. Must be called inside a tokio runtime.
+    pub async fn open(config: StoreConfig) -> Result<Store> {
+        let lock = durability::lock_data_dir(&config.data_dir)?;
+        let db_path = config.data_dir.join("db");
+        let db = sled::Config::new()
+            .path(&db_path)
+            .cache_capacity(config.cache_capacity)
+            .flush_every_ms(None)
+            .open()?;
+        let (kv, recovered) = KvStore::open(db.open_tree("mvcc")?)?;
+        let kv = Arc::new(kv);
+        let lessor = Arc::new(Lessor::new(config.lessor.clone()));
+        for &(id, ttl, remaining) in &recovered.leases {
+            lessor.grant(id, ttl, remaining);
+        }
+        for (id, key) in &recovered.lease_keys {
+            lessor.attach(*id, key);
+        }
+        let compactor = Compactor::start(Arc::clone(&kv))
+            .map_err(|e| StoreError::storage("starting the compactor", e))?;
+        if let Some((revision, keep)) = recovered.unfinished_compaction {
+            compactor.submit(crate::mvcc::CompactionJob { revision, keep });
+        }
+
+        let (wal, next_index) = replay_log(&config, &kv, &lessor, &compactor)?;
+        // Time stood still while the store was down: every lease gets its
+        // remaining TTL again from now.
+        lessor.promote(Duration::ZERO);
+
+        let hub = WatchHub::new(Arc::clone(&kv), config.watch.clone());
+        let syncer = hub
+            .start_syncer()
+            .map_err(|e| StoreError::storage("starting the watch syncer", e))?;
+        let (requests, requests_rx) = mpsc::channel(config.proposal_queue);
+        let stats = Arc::new(WriterStats::default());
+        let writer = Writer {
+            wal,
+            kv: Arc::clone(&kv),
+            lessor: Arc::clone(&lessor),
+            hub: Arc::clone(&hub),
+            compactor,
+            next_index,
+            max_batch: config.max_batch,
+            stats: Arc::clone(&stats),
+        };
+        let writer = std::thread::Builder::new()
+            .name("skiff-store-writer".into())
+            .spawn(move || writer.run(requests_rx))
+            .map_err(|e| StoreError::storage("starting the writer", e))?;
+
+        let (shutdown, _) = watch::channel(false);
+        let store = Store {
+            inner: Arc::new(Inner {
+                config,
+                kv,
+                lessor,
+                hub,
+                db,
+                requests,
+                stats,
+                shutdown,
+                writer: parking_lot::Mutex::new(Some(writer)),
+                syncer: parking_lot::Mutex::new(Some(syncer)),
+                _lock: lock,
+            }),
+        };
+        store.spawn_background();
+        Ok(store)
+    }
+
+    fn spawn_background(&self) {
+        let inner = &self.inner;
+        tokio::spawn(durability::flush_loop(
+            inner.db.clone(),
+            inner.config.data_dir.join("db"),
+            Arc::clone(&inner.kv),
+            inner.requests.clone(),
+            inner.config.flush_interval,
+            inner.shutdown.subscribe(),
+        ));
+        tokio::spawn(lease_loop(
+            Arc::clone(&inner.lessor),
+            inner.requests.clone(),
+            inner.shutdown.subscribe(),
+        ));
+    }
+
+    pub fn kv(&self) -> &Arc<KvStore> {
+        &self.inner.kv
+    }
+
+    pub fn stats(&self) -> &WriterStats {
+        &self.inner.stats
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    pub async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
+        self.inner.kv.range(&req)
+    }
+
+    pub async fn put(&self, req: PutRequest) -> Result<PutResponse> {
+        command::check_put(&req)?;
+        match self.propose(Command::Put(req)).await? {
+            CommandResult::Put(resp) => Ok(resp),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn delete_range(&self, req: DeleteRangeRequest) -> Result<DeleteRangeResponse> {
+        command::check_delete_range(&req)?;
+        match self.propose(Command::DeleteRange(req)).await? {
+            CommandResult::DeleteRange(resp) => Ok(resp),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
+        command::check_txn(&req, self.inner.config.max_txn_ops)?;
+        match self.propose(Command::Txn(req)).await? {
+            CommandResult::Txn(resp) => Ok(resp),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Compacts history below `revision`. With `physical`, answers only
+    /// once the records are gone from disk.
+    pub async fn compact(&self, revision: i64, physical: bool) -> Result<CompactionResponse> {
+        let resp = match self.propose(Command::Compact { revision }).await? {
+            CommandResult::Compact(resp) => resp,
+            other => return Err(unexpected(other)),
+        };
+        if physical {
+            let mut finished = self.inner.kv.compact_finished.subscribe();
+            finished
+                .wait_for(|&done| done >= revision)
+                .await
+                .map_err(|_| StoreError::Stopped)?;
+        }
+        Ok(resp)
+    }
+
+    /// Grants a lease; `id` 0 lets the store choose one.
+    pub async fn lease_grant(&self, ttl: i64, id: i64) -> Result<LeaseGrantResponse> {
+        self.inner.lessor.effective_ttl(ttl)?;
+        let id = if id == 0 { self.unused_lease_id() } else { id };
+        match self.propose(Command::LeaseGrant { id, ttl }).await? {
+            CommandResult::LeaseGrant(resp) => Ok(resp),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn lease_revoke(&self, id: i64) -> Result<LeaseRevokeResponse> {
+        match self.propose(Command::LeaseRevoke { id }).await? {
+            CommandResult::LeaseRevoke(resp) => Ok(resp),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Renews a lease to its full TTL from now.
+    pub async fn lease_keep_alive(&self, id: i64) -> Result<LeaseKeepAliveResponse> {
+        let (ttl, stale_checkpoint) = self.inner.lessor.renew(id)?;
+        if stale_checkpoint {
+            // A restart must not resume from the old, shorter remaining TTL.
+            let checkpoints = vec![(id, 0)];
+            self.propose(Command::LeaseCheckpoint { checkpoints }).await?;
+        }
+        Ok(LeaseKeepAliveResponse {
+            header: self.inner.kv.header(),
+            id,
+            ttl,
+        })
+    }
+
+    /// Remaining and granted TTL; `ttl` -1 when the lease does not exist
+    /// (expired or revoked), as etcd answers.
+    pub fn lease_time_to_live(&self, id: i64, with_keys: bool) -> LeaseTimeToLiveResponse {
+        let header = self.inner.kv.header();
+        match self.inner.lessor.time_to_live(id) {
+            Some((granted_ttl, ttl, keys)) => LeaseTimeToLiveResponse {
+                header,
+                id,
+                ttl,
+                granted_ttl,
+                keys: if with_keys { keys } else { Vec::new() },
+            },
+            None => LeaseTimeToLiveResponse {
+                header,
+                id,
+                ttl: -1,
+                ..Default::default()
+            },
+        }
+    }
+
+    pub fn lease_leases(&self) -> LeaseLeasesResponse {
+        LeaseLeasesResponse {
+            header: self.inner.kv.header(),
+            leases: self.inner.lessor.ids(),
+        }
+    }
+
+    pub fn watch(&self, req: WatchRequest) -> Result<Watcher> {
+        self.inner.hub.watch(req)
+    }
+
+    /// (synced, unsynced) watchers.
+    pub fn watcher_counts(&self) -> (usize, usize) {
+        self.inner.hub.watcher_counts()
+    }
+
+    fn unused_lease_id(&self) -> i64 {
+        loop {
+            let id = rand::random::<i64>() & i64::MAX;
+            if id != 0 && !self.inner.lessor.contains(id) {
+                return id;
+            }
+        }
+    }
+
+    async fn propose(&self, command: Command) -> Result<CommandResult> {
+        let data = command.encode();
+        command::check_size(&data, self.inner.config.max_request_bytes)?;
+        propose_to(&self.inner.requests, command, data).await
+    }
+
+    /// Stops the writer after what is queued, flushes sled and syncs it,
+    /// and releases the data directory.
+    pub async fn close(self) -> Result<()> {
+        let inner = self.inner;
+        inner.shutdown.send_replace(true);
+        inner.syncer.lock().take();
+        let writer = inner.writer.lock().take();
+        let db = inner.db.clone();
+        let db_path = inner.config.data_dir.join("db");
+        // Everything queued before the stop is still written and answered.
+        let _ = inner.requests.send(WriterRequest::Stop).await;
+        drop(inner);
+        tokio::task::spawn_blocking(move || {
+            if let Some(writer) = writer {
+                let _ = writer.join();
+            }
+            durability::flush_state(&db, &db_path)
+        })
+        .await
+        .map_err(|e| StoreError::storage("closing", e))?
+    }
+}
+
+async fn propose_to(
+    requests: &mpsc::Sender<WriterRequest>,
+    command: Command,
+    data: Vec<u8>,
+) -> Result<CommandResult> {
+    let (reply, answer) = oneshot::channel();
+    requests
+        .send(WriterRequest::Propose(Proposal {
+            command,
+            data,
+            reply,
+        }))
+        .await
+        .map_err(|_| StoreError::Stopped)?;
+    answer.await.map_err(|_| StoreError::Stopped)?
+}
+
+fn unexpected(result: CommandResult) -> StoreError {
+    StoreError::storage("answering", format!("unexpected result {result:?}"))
+}
+
+/// Replays log entries above the applied index; returns the log and the
+/// next index to write.
+fn replay_log(
+    config: &StoreConfig,
+    kv: &KvStore,
+    lessor: &Lessor,
+    compactor: &Compactor,
+) -> Result<(Wal, u64)> {
+    let applied = kv.applied_index();
+    let mut expected = applied + 1;
+    let mut replayed = 0u64;
+    let mut applier = Some(Applier::new(kv, lessor));
+    let mut failure: Option<StoreError> = None;
+    let started = Instant::now();
+    let options = WalOptions {
+        segment_size: config.wal_segment_size,
+    };
+    let wal = Wal::open(&config.data_dir.join("wal"), options, |record| {
+        let WalRecord::Entry { index, data, .. } = record else {
+            return Ok(());
+        };
+        if index <= applied || failure.is_some() {
+            return Ok(());
+        }
+        if index != expected {
+            failure = Some(StoreError::storage(
+                "replaying the log",
+                format!("entry {index} follows {}: entries are missing", expected - 1),
+            ));
+            return Ok(());
+        }
+        expected += 1;
+        let result = Command::decode(&data).and_then(|command| {
+            let a = applier.get_or_insert_with(|| Applier::new(kv, lessor));
+            // A command that failed when first applied fails the same way now.
+            let _ = a.apply(index, &command);
+            replayed += 1;
+            if replayed % 1024 == 0 {
+                commit_replayed(applier.take(), kv, compactor)?;
+            }
+            Ok(())
+        });
+        if let Err(err) = result {
+            failure = Some(err);
+        }
+        Ok(())
+    })?;
+    if let Some(err) = failure {
+        return Err(err);
+    }
+    commit_replayed(applier.take(), kv, compactor)?;
+    if replayed > 0 {
+        tracing::info!(
+            entries = replayed,
+            revision = kv.current_revision(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "replayed the log"
+        );
+    }
+    let next_index = wal.last_index().max(kv.applied_index()) + 1;
+    Ok((wal, next_index))
+}
+
+fn commit_replayed(applier: Option<Applier>, kv: &KvStore, compactor: &Compactor) -> Result<()> {
+    let Some(applier) = applier else { return Ok(()) };
+    let committed = applier.commit()?;
+    kv.publish_revision(committed.revision);
+    for job in committed.compactions {
+        compactor.submit(job);
+    }
+    Ok(())
+}
+
+/// Proposes revokes for expired leases and checkpoints for long ones.
+async fn lease_loop(
+    lessor: Arc<Lessor>,
+    requests: mpsc::Sender<WriterRequest>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let checkpoint_every = lessor.config().checkpoint_interval;
+    let mut next_checkpoint = Instant::now() + checkpoint_every;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        // etcd revokes at most 1000 leases per second; half that per tick.
+        for id in lessor.take_expired(Instant::now(), 500) {
+            let command = Command::LeaseRevoke { id };
+            let data = command.encode();
+            let requests = requests.clone();
+            tokio::spawn(async move {
+                match propose_to(&requests, command, data).await {
+                    Ok(_) | Err(StoreError::LeaseNotFound) | Err(StoreError::Stopped) => {}
+                    Err(err) => tracing::warn!(lease = id, error = %err, "revoking an expired lease failed"),
+                }
+            });
+        }
+        if Instant::now() >= next_checkpoint {
+            next_checkpoint = Instant::now() + checkpoint_every;
+            let checkpoints = lessor.checkpoints_due(Instant::now());
+            if !checkpoints.is_empty() {
+                let command = Command::LeaseCheckpoint { checkpoints };
+                let data = command.encode();
+                if let Err(err) = propose_to(&requests, command, data).await {
+                    tracing::warn!(error = %err, "lease checkpoint failed");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The single writer: takes every proposal waiting, appends them to the
+//! WAL with one fdatasync (group commit), applies them in one sled batch,
+//! publishes the new revision to readers and watchers, then answers.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::command::Command;
+use crate::error::{Result, StoreError};
+use crate::lease::Lessor;
+use crate::mvcc::compaction::Compactor;
+use crate::mvcc::{Applier, CommandResult, KvStore};
+use crate::wal::{Wal, WalRecord};
+use crate::watch::WatchHub;
+
+/// Raft terms arrive with replication; a single member writes term 1.
+pub(crate) const SINGLE_MEMBER_TERM: u64 = 1;
+
+pub(crate) struct Proposal {
+    pub command: Command,
+    pub data: Vec<u8>,
+    pub reply: oneshot::Sender<Result<CommandResult>>,
+}
+
+pub(crate) enum WriterRequest {
+    Propose(Proposal),
+    /// The state up to this log index is durable in sled: drop older WAL.
+    Release(u64),
+    /// Finish what is queued before this, then stop.
+    Stop,
+}
+
+/// Counters a benchmark reads to show how writes shared syncs.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    pub syncs: AtomicU64,
+    pub entries: AtomicU64,
+}
+
+pub(crate) struct Writer {
+    pub wal: Wal,
+    pub kv: Arc<KvStore>,
+    pub lessor: Arc<Lessor>,
+    pub hub: Arc<WatchHub>,
+    pub compactor: Compactor,
+    pub next_index: u64,
+    pub max_batch: usize,
+    pub stats: Arc<WriterStats>,
+}
+
+impl Writer {
+    pub fn run(mut self, mut requests: mpsc::Receiver<WriterRequest>) {
+        let mut batch = Vec::with_capacity(self.max_batch);
+        while let Some(first) = requests.blocking_recv() {
+            batch.push(first);
+            while batch.len() < self.max_batch {
+                match requests.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            match self.write_batch(&mut batch) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(err) => {
+                    tracing::error!(error = %err, "the store cannot write any more; stopping its writer");
+                    break;
+                }
+            }
+        }
+        self.compactor.stop();
+    }
+
+    /// Writes one batch; returns whether to go on.
+    fn write_batch(&mut self, batch: &mut Vec<WriterRequest>) -> Result<bool> {
+        let mut proposals = Vec::with_capacity(batch.len());
+        let mut release = None;
+        let mut stop = false;
+        for request in batch.drain(..) {
+            match request {
+                WriterRequest::Propose(p) => {
+                    self.wal.append(&WalRecord::Entry {
+                        index: self.next_index,
+                        term: SINGLE_MEMBER_TERM,
+                        data: p.data,
+                    });
+                    proposals.push((self.next_index, p.command, p.reply));
+                    self.next_index += 1;
+                }
+                WriterRequest::Release(index) => release = release.max(Some(index)),
+                WriterRequest::Stop => stop = true,
+            }
+        }
+        if !proposals.is_empty() {
+            if let Err(err) = self.wal.sync() {
+                let err = StoreError::from(err);
+                for (_, _, reply) in proposals {
+                    let _ = reply.send(Err(StoreError::storage("syncing the log", &err)));
+                }
+                return Err(err);
+            }
+            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .entries
+                .fetch_add(proposals.len() as u64, Ordering::Relaxed);
+            self.apply(proposals)?;
+        }
+        if let Some(index) = release {
+            if let Err(err) = self.wal.release_to(index) {
+                tracing::warn!(error = %err, index, "could not release old log segments");
+            }
+        }
+        Ok(!stop)
+    }
+
+    fn apply(
+        &mut self,
+        proposals: Vec<(u64, Command, oneshot::Sender<Result<CommandResult>>)>,
+    ) -> Result<()> {
+        let mut applier = Applier::new(&self.kv, &self.lessor);
+        let mut answers = Vec::with_capacity(proposals.len());
+        for (index, command, reply) in proposals {
+            let result = applier
+                .apply(index, &command)
+                .unwrap_or_else(|| Err(StoreError::storage("applying", "index applied twice")));
+            answers.push((reply, result));
+        }
+        let committed = match applier.commit() {
+            Ok(committed) => committed,
+            Err(err) => {
+                for (reply, _) in answers {
+                    let _ = reply.send(Err(StoreError::storage("applying a batch", &err)));
+                }
+                return Err(err);
+            }
+        };
+        self.hub.publish(&committed);
+        for job in committed.compactions {
+            self.compactor.submit(job);
+        }
+        for (reply, result) in answers {
+            let _ = reply.send(result);
+        }
+        Ok(())
+    }
+}

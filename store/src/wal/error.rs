@@ -1,0 +1,74 @@
+//! Errors of the write-ahead log. Each message names the file or directory and
+//! says what the operator can do about it.
+
+use std::io;
+use std::path::PathBuf;
+
+use super::record::Corruption;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WalError {
+    #[error("write-ahead log: failed to {op} {}: {source}", path.display())]
+    Io {
+        /// What was being done, e.g. "fdatasync segment".
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error(
+        "write-ahead log segment {} is corrupt at byte offset {offset}: {reason}. \
+         Only a torn write at the end of the newest segment is repaired automatically; \
+         this is not one, so acknowledged records would be lost: restore this member \
+         from a snapshot or a healthy peer",
+        path.display()
+    )]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: Corruption,
+    },
+
+    #[error(
+        "write-ahead log in {} has segment {found:016x} right after {previous:016x}; \
+         segments are numbered consecutively and only removed oldest first, so a file \
+         was deleted, lost or copied in by hand: put the directory back as it was or \
+         recover this member from a snapshot or a healthy peer",
+        dir.display()
+    )]
+    SegmentGap {
+        dir: PathBuf,
+        previous: u64,
+        found: u64,
+    },
+
+    #[error(
+        "write-ahead log in {} is already open by another process or handle; \
+         stop the other skiff instance using this data directory",
+        dir.display()
+    )]
+    Locked { dir: PathBuf },
+
+    #[error(
+        "write-ahead log in {} refuses writes after an earlier failure ({cause}); \
+         a failed write or fsync cannot be retried safely: restart the process to \
+         recover from what is on disk",
+        dir.display()
+    )]
+    Failed { dir: PathBuf, cause: String },
+
+    /// Returned by the caller's replay visitor to abort [`super::Wal::open`].
+    #[error("replaying the write-ahead log failed: {0}")]
+    Replay(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl WalError {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> WalError {
+        WalError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}

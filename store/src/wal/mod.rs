@@ -1,0 +1,446 @@
+//! Write-ahead log: the durable source of truth of the store, later the Raft log.
+//! It makes records durable (group commit), replays them and releases old segments;
+//! it does not interpret records or apply them to the state machine.
+//!
+//! # On-disk format
+//!
+//! `dir` holds segment files named `{seq:016x}-{first_index:016x}.wal` and a
+//! `LOCK` file, exclusively locked while a [`Wal`] is open. `seq` goes up by one
+//! per segment, and fixed-width hex makes `ls` order log order; `first_index`
+//! (the next Entry index when the segment was created) is only a hint for humans.
+//! A segment has no file header, just records back to back:
+//!
+//! ```text
+//! len      u32 LE  length of type + payload, 1..=64 MiB
+//! crc      u32 LE  CRC-32 (IEEE, crc32fast) of type + payload
+//! type     u8      1 = Entry, 2 = HardState, 3 = Snapshot
+//! payload          Entry:     index u64 LE, term u64 LE, data (rest of the record)
+//!                  HardState: term u64 LE, vote u64 LE, commit u64 LE
+//!                  Snapshot:  index u64 LE, term u64 LE
+//! ```
+//!
+//! Every segment after the first starts with copies of the latest HardState and
+//! Snapshot, so releasing older segments never loses them (replay reports the
+//! copies too). On open, a torn record at the end of the newest segment (short
+//! header or body, CRC mismatch, absurd length) is truncated away; any other
+//! damage, or damage in an older segment, is an error.
+
+mod error;
+mod record;
+mod segment;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub use error::WalError;
+pub use record::{Corruption, WalRecord};
+use segment::{Scan, Segment};
+
+const LOCK_FILE: &str = "LOCK";
+const FIRST_SEQ: u64 = 1;
+
+/// After a large batch the append buffer shrinks back to this, so one burst
+/// does not pin its memory for the life of the process.
+const PENDING_RETAIN: usize = 1 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalOptions {
+    /// A segment that has grown to this many bytes is closed after the next
+    /// sync and a new one started. Segments are the unit of release.
+    pub segment_size: u64,
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        WalOptions {
+            segment_size: 64 << 20,
+        }
+    }
+}
+
+/// What replay and appends have shown so far about the log as a whole.
+#[derive(Debug, Default)]
+struct LogState {
+    last_index: u64,
+    /// Latest of each, carried into every new segment.
+    hard_state: Option<WalRecord>,
+    snapshot: Option<WalRecord>,
+}
+
+impl LogState {
+    /// Returns the index if `record` is an Entry.
+    fn observe(&mut self, record: &WalRecord) -> Option<u64> {
+        match record {
+            WalRecord::Entry { index, .. } => {
+                self.last_index = self.last_index.max(*index);
+                return Some(*index);
+            }
+            WalRecord::HardState { .. } => self.hard_state = Some(record.clone()),
+            WalRecord::Snapshot { .. } => self.snapshot = Some(record.clone()),
+        }
+        None
+    }
+}
+
+/// An open, exclusively locked write-ahead log.
+pub struct Wal {
+    dir: PathBuf,
+    opts: WalOptions,
+    /// Oldest first; the last one is active. Never empty.
+    segments: Vec<Segment>,
+    active: File,
+    /// Held for the flock on `LOCK`; released when the file is closed.
+    _lock: File,
+    /// Records appended since the last sync, already framed.
+    pending: Vec<u8>,
+    /// Lowest and highest Entry index in `pending`.
+    pending_indexes: Option<(u64, u64)>,
+    state: LogState,
+    /// Set by the first failed write, fsync or roll. What reached the disk is
+    /// then unknown (Linux may drop dirty pages after a failed fsync), so the
+    /// log only accepts more writes after a restart re-reads it.
+    failed: Option<String>,
+}
+
+impl Wal {
+    /// Opens the log in `dir` (creating the dir and a first segment if absent)
+    /// and calls `visit` with every record in log order.
+    ///
+    /// A torn or corrupt tail of the newest segment is truncated away with a
+    /// warning; corruption anywhere else is an error. Each segment after the
+    /// first replays copies of the latest HardState and Snapshot again. Fails
+    /// with [`WalError::Locked`] if the log is already open.
+    pub fn open(
+        dir: &Path,
+        opts: WalOptions,
+        mut visit: impl FnMut(WalRecord) -> Result<(), WalError>,
+    ) -> Result<Wal, WalError> {
+        ensure_dir(dir)?;
+        let lock = lock_dir(dir)?;
+        let (mut segments, state) = replay(dir, &mut visit)?;
+        let active = match segments.last() {
+            Some(segment) => open_for_append(&segment.path)?,
+            None => {
+                let (segment, file) = create_segment(dir, FIRST_SEQ, 1, &[])?;
+                segments.push(segment);
+                file
+            }
+        };
+        let wal = Wal {
+            dir: dir.to_path_buf(),
+            opts,
+            segments,
+            active,
+            _lock: lock,
+            pending: Vec::new(),
+            pending_indexes: None,
+            state,
+            failed: None,
+        };
+        tracing::info!(
+            dir = %wal.dir.display(),
+            segments = wal.segment_count(),
+            bytes = wal.size_bytes(),
+            last_index = wal.last_index(),
+            "opened write-ahead log"
+        );
+        Ok(wal)
+    }
+
+    /// Encodes the record into an in-memory buffer (no syscall). Cheap; reuse the buffer.
+    ///
+    /// Nothing is durable until [`Wal::sync`] returns Ok. After a failed sync
+    /// the record is dropped and every later sync returns [`WalError::Failed`].
+    ///
+    /// # Panics
+    /// If the encoded record exceeds 64 MiB (Entry data over 64 MiB minus 17
+    /// bytes): replay would reject it as corruption.
+    pub fn append(&mut self, record: &WalRecord) {
+        if self.failed.is_some() {
+            return;
+        }
+        record.encode_into(&mut self.pending);
+        if let Some(index) = self.state.observe(record) {
+            self.pending_indexes = Some(match self.pending_indexes {
+                None => (index, index),
+                Some((min, max)) => (min.min(index), max.max(index)),
+            });
+        }
+    }
+
+    /// Writes everything appended since the last sync with one write, then one
+    /// fdatasync. After Ok the records survive kill -9 and power loss. A segment
+    /// that has reached `segment_size` is then closed and a new one started,
+    /// holding copies of the latest HardState and Snapshot.
+    ///
+    /// Any error leaves the log refusing further writes until reopened. An
+    /// error from rolling comes after the records were synced, so like any
+    /// failed write it means "maybe durable", never "certainly lost".
+    pub fn sync(&mut self) -> Result<(), WalError> {
+        self.check_usable()?;
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let result = self.write_pending().and_then(|()| {
+            if self.active_segment().size >= self.opts.segment_size {
+                self.roll()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(err) = &result {
+            self.fail(err);
+        }
+        result
+    }
+
+    /// Removes whole segments, oldest first, all of whose Entry records have
+    /// index <= `index` (a prefix of segments only; never the active segment).
+    /// Directory fsynced after each removal.
+    pub fn release_to(&mut self, index: u64) -> Result<(), WalError> {
+        self.check_usable()?;
+        let inactive = self.segments.len() - 1;
+        let releasable = self.segments[..inactive]
+            .iter()
+            .take_while(|segment| segment.covered_by(index))
+            .count();
+        for _ in 0..releasable {
+            let oldest = &self.segments[0];
+            fs::remove_file(&oldest.path)
+                .map_err(|e| WalError::io("remove released segment", &oldest.path, e))?;
+            let removed = self.segments.remove(0);
+            // One directory sync per file: a crash then leaves a suffix of the
+            // log, never a gap that open would have to refuse.
+            if let Err(err) = segment::sync_dir(&self.dir) {
+                self.fail(&err);
+                return Err(err);
+            }
+            tracing::info!(
+                path = %removed.path.display(),
+                min_index = ?removed.min_index,
+                max_index = ?removed.max_index,
+                released_to = index,
+                "released write-ahead log segment"
+            );
+        }
+        Ok(())
+    }
+
+    /// Highest Entry index appended (0 if none).
+    pub fn last_index(&self) -> u64 {
+        self.state.last_index
+    }
+
+    /// Bytes on disk across all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|segment| segment.size).sum()
+    }
+
+    /// Number of segment files.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    fn active_segment(&mut self) -> &mut Segment {
+        self.segments
+            .last_mut()
+            .expect("a write-ahead log always has an active segment")
+    }
+
+    fn check_usable(&self) -> Result<(), WalError> {
+        match &self.failed {
+            Some(cause) => Err(WalError::Failed {
+                dir: self.dir.clone(),
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&mut self, err: &WalError) {
+        tracing::error!(
+            dir = %self.dir.display(),
+            error = %err,
+            "write-ahead log stopped accepting writes"
+        );
+        self.failed = Some(err.to_string());
+        self.pending = Vec::new();
+        self.pending_indexes = None;
+    }
+
+    fn write_pending(&mut self) -> Result<(), WalError> {
+        let Wal {
+            active,
+            segments,
+            pending,
+            ..
+        } = self;
+        let segment = segments
+            .last_mut()
+            .expect("a write-ahead log always has an active segment");
+        active
+            .write_all(pending)
+            .map_err(|e| WalError::io("write segment", &segment.path, e))?;
+        active
+            .sync_data()
+            .map_err(|e| WalError::io("fdatasync segment", &segment.path, e))?;
+        segment.size += pending.len() as u64;
+        if let Some((min, max)) = self.pending_indexes.take() {
+            segment.note_entry(min);
+            segment.note_entry(max);
+        }
+        pending.clear();
+        pending.shrink_to(PENDING_RETAIN);
+        Ok(())
+    }
+
+    fn roll(&mut self) -> Result<(), WalError> {
+        let mut carried = Vec::new();
+        for record in [&self.state.hard_state, &self.state.snapshot]
+            .into_iter()
+            .flatten()
+        {
+            record.encode_into(&mut carried);
+        }
+        let seq = self.active_segment().seq + 1;
+        let first_index = self.state.last_index.saturating_add(1);
+        let (segment, file) = create_segment(&self.dir, seq, first_index, &carried)?;
+        tracing::info!(
+            path = %segment.path.display(),
+            previous_bytes = self.active_segment().size,
+            "rolled write-ahead log to a new segment"
+        );
+        self.segments.push(segment);
+        self.active = file;
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Wal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Wal")
+            .field("dir", &self.dir)
+            .field("segments", &self.segments.len())
+            .field("last_index", &self.state.last_index)
+            .field("pending_bytes", &self.pending.len())
+            .field("failed", &self.failed)
+            .finish()
+    }
+}
+
+/// Reads every segment of `dir` in order, feeding records to `visit`, and
+/// cuts a torn tail off the newest one.
+fn replay(
+    dir: &Path,
+    visit: &mut impl FnMut(WalRecord) -> Result<(), WalError>,
+) -> Result<(Vec<Segment>, LogState), WalError> {
+    let listed = segment::list(dir)?;
+    let newest = listed.len().saturating_sub(1);
+    let mut state = LogState::default();
+    let mut segments = Vec::with_capacity(listed.len() + 1);
+    for (position, (seq, path)) in listed.into_iter().enumerate() {
+        let mut segment = Segment::new(seq, path.clone(), 0);
+        let scan = segment::scan(&path, |record| {
+            if let Some(index) = state.observe(&record) {
+                segment.note_entry(index);
+            }
+            visit(record)
+        })?;
+        if let Some(reason) = scan.torn.clone() {
+            // Older segments were fully synced before the next one was
+            // created, so no crash can tear them: this is real damage.
+            if position != newest {
+                return Err(WalError::Corrupt {
+                    path,
+                    offset: scan.valid_len,
+                    reason,
+                });
+            }
+            truncate_torn_tail(&path, &scan, &reason)?;
+        }
+        segment.size = scan.valid_len;
+        segments.push(segment);
+    }
+    Ok((segments, state))
+}
+
+/// Creates `dir` if needed; a new directory is synced into its parent so the
+/// log cannot vanish with a crash right after its first acknowledged write.
+fn ensure_dir(dir: &Path) -> Result<(), WalError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir).map_err(|e| WalError::io("create directory", dir, e))?;
+    match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => segment::sync_dir(parent),
+        _ => segment::sync_dir(Path::new(".")),
+    }
+}
+
+/// Two writers appending to one log would interleave records and corrupt it.
+fn lock_dir(dir: &Path) -> Result<File, WalError> {
+    let path = dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| WalError::io("create lock file", &path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(WalError::Locked {
+            dir: dir.to_path_buf(),
+        }),
+        Err(TryLockError::Error(e)) => Err(WalError::io("lock", &path, e)),
+    }
+}
+
+fn truncate_torn_tail(path: &Path, scan: &Scan, reason: &Corruption) -> Result<(), WalError> {
+    tracing::warn!(
+        path = %path.display(),
+        offset = scan.valid_len,
+        bytes_dropped = scan.file_len - scan.valid_len,
+        reason = %reason,
+        "truncating torn tail of the newest write-ahead log segment"
+    );
+    OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|file| {
+            file.set_len(scan.valid_len)?;
+            file.sync_all()
+        })
+        .map_err(|e| WalError::io("truncate torn tail of segment", path, e))
+}
+
+fn open_for_append(path: &Path) -> Result<File, WalError> {
+    OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|e| WalError::io("open segment for append", path, e))
+}
+
+/// Creates segment `seq` holding `initial`, durable (data and directory entry)
+/// before it is used.
+fn create_segment(
+    dir: &Path,
+    seq: u64,
+    first_index: u64,
+    initial: &[u8],
+) -> Result<(Segment, File), WalError> {
+    let path = dir.join(segment::file_name(seq, first_index));
+    let mut file = OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| WalError::io("create segment", &path, e))?;
+    file.write_all(initial)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| WalError::io("write new segment", &path, e))?;
+    segment::sync_dir(dir)?;
+    Ok((Segment::new(seq, path, initial.len() as u64), file))
+}

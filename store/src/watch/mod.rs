@@ -1,0 +1,8 @@
+//! Watch: streams of changes to a key or range from a start revision —
+//! history from disk first, then live events, with no gap and no duplicate.
+
+pub(crate) mod hub;
+mod watcher;
+
+pub use hub::{WatchConfig, WatchHub};
+pub use watcher::Watcher;
