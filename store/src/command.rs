@@ -18,11 +18,20 @@ pub enum Command {
     Put(PutRequest),
     DeleteRange(DeleteRangeRequest),
     Txn(TxnRequest),
-    Compact { revision: i64 },
-    LeaseGrant { id: i64, ttl: i64 },
-    LeaseRevoke { id: i64 },
+    Compact {
+        revision: i64,
+    },
+    LeaseGrant {
+        id: i64,
+        ttl: i64,
+    },
+    LeaseRevoke {
+        id: i64,
+    },
     /// Remaining TTLs, so that a restart resumes long leases where they were.
-    LeaseCheckpoint { checkpoints: Vec<(i64, i64)> },
+    LeaseCheckpoint {
+        checkpoints: Vec<(i64, i64)>,
+    },
 }
 
 impl Command {
@@ -177,7 +186,10 @@ mod tests {
     #[test]
     fn duplicate_puts_in_one_branch() {
         assert!(dup(&txn(vec![put("a"), put("a")], vec![])));
-        assert!(!dup(&txn(vec![put("a")], vec![put("a")])), "branches are exclusive");
+        assert!(
+            !dup(&txn(vec![put("a")], vec![put("a")])),
+            "branches are exclusive"
+        );
         assert!(dup(&txn(vec![del("a", "c"), put("b")], vec![])));
         assert!(!dup(&txn(vec![del("a", "c"), put("c")], vec![])));
     }
@@ -204,7 +216,10 @@ mod tests {
             check_txn(&txn(vec![put("")], vec![]), MAX_TXN_OPS),
             Err(StoreError::EmptyKey)
         ));
-        assert!(matches!(check_put(&PutRequest::new("", "v")), Err(StoreError::EmptyKey)));
+        assert!(matches!(
+            check_put(&PutRequest::new("", "v")),
+            Err(StoreError::EmptyKey)
+        ));
         let mut p = PutRequest::new("k", "v");
         p.ignore_value = true;
         assert!(matches!(check_put(&p), Err(StoreError::ValueProvided)));

@@ -36,7 +36,10 @@ pub enum StoreError {
     )]
     DataDirLocked { path: PathBuf, holder: String },
     #[error("storage error while {action}: {detail}")]
-    Storage { action: &'static str, detail: String },
+    Storage {
+        action: &'static str,
+        detail: String,
+    },
     #[error(transparent)]
     Wal(#[from] WalError),
     #[error("etcdserver: server stopped")]

@@ -2,5 +2,7 @@
 //! memory and decides expiry; every change to them is a logged command.
 
 mod lessor;
+#[cfg(test)]
+mod tests;
 
 pub use lessor::{Lessor, LessorConfig, MAX_LEASE_TTL};

@@ -137,13 +137,16 @@ impl<'a> Applier<'a> {
             Command::DeleteRange(req) => CommandResult::DeleteRange(self.delete_range(tx, req)?),
             Command::Txn(req) => CommandResult::Txn(self.txn(tx, req)?),
             Command::Compact { revision } => CommandResult::Compact(self.compact(*revision)?),
-            Command::LeaseGrant { id, ttl } => CommandResult::LeaseGrant(self.lease_grant(*id, *ttl)?),
+            Command::LeaseGrant { id, ttl } => {
+                CommandResult::LeaseGrant(self.lease_grant(*id, *ttl)?)
+            }
             Command::LeaseRevoke { id } => CommandResult::LeaseRevoke(self.lease_revoke(tx, *id)?),
             Command::LeaseCheckpoint { checkpoints } => {
                 for &(id, remaining) in checkpoints {
                     if let Some((ttl, _, _)) = self.lessor.time_to_live(id) {
                         self.lessor.checkpoint(id, remaining);
-                        self.batch.insert(&lease_key(id), &lease_value(ttl, remaining));
+                        self.batch
+                            .insert(&lease_key(id), &lease_value(ttl, remaining));
                     }
                 }
                 CommandResult::LeaseCheckpoint
@@ -154,8 +157,10 @@ impl<'a> Applier<'a> {
     /// Writes the batch with its applied index; the caller then publishes
     /// the revision to readers and watchers.
     pub fn commit(mut self) -> Result<Committed> {
-        self.batch
-            .insert(META_APPLIED_INDEX, &(self.applied_index as i64).to_le_bytes());
+        self.batch.insert(
+            META_APPLIED_INDEX,
+            &(self.applied_index as i64).to_le_bytes(),
+        );
         self.batch.insert(META_REVISION, &self.rev.to_le_bytes());
         self.kv.tree.apply_batch(self.batch)?;
         self.kv.set_applied_index(self.applied_index);
@@ -169,9 +174,11 @@ impl<'a> Applier<'a> {
     }
 
     fn load(&self, rev: Revision) -> Result<KeyValue> {
-        self.kv.load(rev, Some(&self.pending), true)?.ok_or_else(|| {
-            StoreError::storage("applying a write", format!("record {rev:?} is missing"))
-        })
+        self.kv
+            .load(rev, Some(&self.pending), true)?
+            .ok_or_else(|| {
+                StoreError::storage("applying a write", format!("record {rev:?} is missing"))
+            })
     }
 
     fn check_put(&self, req: &PutRequest, at: i64) -> Result<()> {
@@ -214,7 +221,11 @@ impl<'a> Applier<'a> {
         };
         self.batch.insert(&rev.to_key(), record.encode());
         self.kv.index.write().put(&req.key, rev);
-        if let Some(old) = prev.as_ref().map(|p| p.lease).filter(|&l| l != 0 && l != lease) {
+        if let Some(old) = prev
+            .as_ref()
+            .map(|p| p.lease)
+            .filter(|&l| l != 0 && l != lease)
+        {
             self.lessor.detach(old, &req.key);
         }
         if lease != 0 {
@@ -290,14 +301,22 @@ impl<'a> Applier<'a> {
     fn txn(&mut self, tx: &mut WriteTxn, req: &TxnRequest) -> Result<TxnResponse> {
         let at = tx.read_rev();
         let succeeded = self.compare_all(&req.compare, at)?;
-        let ops = if succeeded { &req.success } else { &req.failure };
+        let ops = if succeeded {
+            &req.success
+        } else {
+            &req.failure
+        };
         // Everything that can fail is checked before the first change.
         self.check_ops(ops, at)?;
         let mut responses = Vec::with_capacity(ops.len());
         for op in ops {
             responses.push(match op {
                 RequestOp::Range(r) => {
-                    let read_at = if r.revision > 0 { r.revision } else { tx.read_rev() };
+                    let read_at = if r.revision > 0 {
+                        r.revision
+                    } else {
+                        tx.read_rev()
+                    };
                     ResponseOp::Range(self.kv.range_at(r, read_at, Some(&self.pending))?)
                 }
                 RequestOp::Put(p) => ResponseOp::Put(self.put(tx, p)?),
@@ -316,9 +335,13 @@ impl<'a> Applier<'a> {
         for op in ops {
             match op {
                 RequestOp::Range(r) if r.revision > at => {
-                    return Err(StoreError::FutureRevision { current_revision: at })
+                    return Err(StoreError::FutureRevision {
+                        current_revision: at,
+                    })
                 }
-                RequestOp::Range(r) if r.revision > 0 && r.revision < self.kv.compact_revision() => {
+                RequestOp::Range(r)
+                    if r.revision > 0 && r.revision < self.kv.compact_revision() =>
+                {
                     return Err(StoreError::Compacted {
                         compact_revision: self.kv.compact_revision(),
                     })
@@ -392,7 +415,8 @@ impl<'a> Applier<'a> {
         // so a read that raced it reports "compacted" rather than a gap.
         self.kv.set_compact_revision(revision);
         let keep = self.kv.index.write().compact(revision);
-        self.batch.insert(META_COMPACT_SCHEDULED, &revision.to_le_bytes());
+        self.batch
+            .insert(META_COMPACT_SCHEDULED, &revision.to_le_bytes());
         self.committed
             .compactions
             .push(CompactionJob { revision, keep });

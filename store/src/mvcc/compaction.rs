@@ -71,7 +71,9 @@ pub(crate) fn compact_on_disk(kv: &KvStore, job: &CompactionJob) -> Result<usize
         for item in kv.tree.range(start.clone()..end.to_vec()) {
             let (k, _) = item?;
             last = Some(k.clone());
-            let Some(rev) = Revision::from_key(&k) else { continue };
+            let Some(rev) = Revision::from_key(&k) else {
+                continue;
+            };
             if !job.keep.contains(&rev) {
                 batch.remove(k);
                 in_batch += 1;

@@ -171,16 +171,28 @@ mod tests {
         let ki = three_generations();
         assert_eq!(ki.get(1), None);
         let at3 = ki.get(3).unwrap();
-        assert_eq!((at3.modified, at3.created, at3.version), (rev(2), rev(2), 1));
+        assert_eq!(
+            (at3.modified, at3.created, at3.version),
+            (rev(2), rev(2), 1)
+        );
         let at7 = ki.get(7).unwrap();
-        assert_eq!((at7.modified, at7.created, at7.version), (rev(6), rev(2), 3));
+        assert_eq!(
+            (at7.modified, at7.created, at7.version),
+            (rev(6), rev(2), 3)
+        );
         assert_eq!(ki.get(8), None, "deleted at its tombstone");
         assert_eq!(ki.get(9), None);
         let at13 = ki.get(13).unwrap();
-        assert_eq!((at13.modified, at13.created, at13.version), (rev(12), rev(10), 2));
+        assert_eq!(
+            (at13.modified, at13.created, at13.version),
+            (rev(12), rev(10), 2)
+        );
         assert_eq!(ki.get(15), None);
         let at99 = ki.get(99).unwrap();
-        assert_eq!((at99.modified, at99.created, at99.version), (rev(16), rev(16), 1));
+        assert_eq!(
+            (at99.modified, at99.created, at99.version),
+            (rev(16), rev(16), 1)
+        );
     }
 
     #[test]

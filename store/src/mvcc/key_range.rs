@@ -9,7 +9,10 @@ pub enum KeyRange {
     Single(Vec<u8>),
     /// `[start, end)`, or every key `>= start` when `end` is `None`
     /// (`range_end` is `\0`).
-    Span { start: Vec<u8>, end: Option<Vec<u8>> },
+    Span {
+        start: Vec<u8>,
+        end: Option<Vec<u8>>,
+    },
 }
 
 impl KeyRange {

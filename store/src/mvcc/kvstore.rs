@@ -152,7 +152,10 @@ impl KvStore {
 
     pub(crate) fn set_applied_index(&self, index: u64) {
         let before = self.applied_index.swap(index, Ordering::AcqRel);
-        assert!(index >= before, "applied index moved back: {before} -> {index}");
+        assert!(
+            index >= before,
+            "applied index moved back: {before} -> {index}"
+        );
     }
 
     /// Makes `rev` visible to readers.

@@ -9,6 +9,8 @@ mod key_range;
 pub mod kvstore;
 mod record;
 mod revision;
+#[cfg(test)]
+mod tests;
 
 pub use apply::{Applier, CommandResult, Committed, CompactionJob, RevisionEvents};
 pub use key_range::{prefix_end, KeyRange};

@@ -88,11 +88,17 @@ pub(crate) async fn flush_loop(
         match tokio::task::spawn_blocking(move || flush_state(&db, &path)).await {
             Ok(Ok(())) => {
                 flushed = applied;
-                if requests.send(WriterRequest::Release(applied)).await.is_err() {
+                if requests
+                    .send(WriterRequest::Release(applied))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
-            Ok(Err(err)) => tracing::warn!(error = %err, "flushing the state database failed; the log keeps everything"),
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "flushing the state database failed; the log keeps everything")
+            }
             Err(err) => tracing::warn!(error = %err, "flush task failed"),
         }
     }

@@ -20,8 +20,8 @@ use crate::mvcc::compaction::Compactor;
 use crate::mvcc::{Applier, CommandResult, KvStore};
 use crate::wal::{Wal, WalOptions, WalRecord};
 use crate::watch::{WatchConfig, WatchHub, Watcher};
-use writer::{Proposal, Writer, WriterRequest};
 pub use writer::WriterStats;
+use writer::{Proposal, Writer, WriterRequest};
 
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -253,7 +253,8 @@ impl Store {
         if stale_checkpoint {
             // A restart must not resume from the old, shorter remaining TTL.
             let checkpoints = vec![(id, 0)];
-            self.propose(Command::LeaseCheckpoint { checkpoints }).await?;
+            self.propose(Command::LeaseCheckpoint { checkpoints })
+                .await?;
         }
         Ok(LeaseKeepAliveResponse {
             header: self.inner.kv.header(),
@@ -308,7 +309,7 @@ impl Store {
         }
     }
 
-    async fn propose(&self, command: Command) -> Result<CommandResult> {
+    pub(crate) async fn propose(&self, command: Command) -> Result<CommandResult> {
         let data = command.encode();
         command::check_size(&data, self.inner.config.max_request_bytes)?;
         propose_to(&self.inner.requests, command, data).await
@@ -385,7 +386,10 @@ fn replay_log(
         if index != expected {
             failure = Some(StoreError::storage(
                 "replaying the log",
-                format!("entry {index} follows {}: entries are missing", expected - 1),
+                format!(
+                    "entry {index} follows {}: entries are missing",
+                    expected - 1
+                ),
             ));
             return Ok(());
         }
@@ -422,7 +426,9 @@ fn replay_log(
 }
 
 fn commit_replayed(applier: Option<Applier>, kv: &KvStore, compactor: &Compactor) -> Result<()> {
-    let Some(applier) = applier else { return Ok(()) };
+    let Some(applier) = applier else {
+        return Ok(());
+    };
     let committed = applier.commit()?;
     kv.publish_revision(committed.revision);
     for job in committed.compactions {
@@ -453,7 +459,9 @@ async fn lease_loop(
             tokio::spawn(async move {
                 match propose_to(&requests, command, data).await {
                     Ok(_) | Err(StoreError::LeaseNotFound) | Err(StoreError::Stopped) => {}
-                    Err(err) => tracing::warn!(lease = id, error = %err, "revoking an expired lease failed"),
+                    Err(err) => {
+                        tracing::warn!(lease = id, error = %err, "revoking an expired lease failed")
+                    }
                 }
             });
         }
@@ -470,3 +478,40 @@ async fn lease_loop(
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A store in a fresh temporary directory, with a fast lessor and syncer.
+    pub async fn open_temp() -> (Store, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(test_config(dir.path())).await.expect("open");
+        (store, dir)
+    }
+
+    pub fn test_config(dir: &std::path::Path) -> StoreConfig {
+        let mut config = StoreConfig::new(dir);
+        config.lessor.min_ttl = 1;
+        config.flush_interval = Duration::from_millis(100);
+        config.watch.sync_interval = Duration::from_millis(10);
+        config
+    }
+
+    pub async fn put(store: &Store, key: &str, value: &str) -> i64 {
+        store
+            .put(PutRequest::new(key, value))
+            .await
+            .expect("put")
+            .header
+            .revision
+    }
+
+    pub async fn get(store: &Store, key: &str) -> Option<KeyValue> {
+        let resp = store.range(RangeRequest::key(key)).await.expect("range");
+        resp.kvs.into_iter().next()
+    }
+}
+
+#[cfg(test)]
+mod tests;

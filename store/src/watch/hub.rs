@@ -75,12 +75,16 @@ impl SyncedGroups {
     fn remove(&mut self, id: i64, range: &KeyRange) {
         let (ids, empty) = match range {
             KeyRange::Single(key) => {
-                let Some(ids) = self.by_key.get_mut(key) else { return };
+                let Some(ids) = self.by_key.get_mut(key) else {
+                    return;
+                };
                 ids.retain(|&w| w != id);
                 (ids.is_empty(), true)
             }
             span => {
-                let Some(ids) = self.by_range.get_mut(span) else { return };
+                let Some(ids) = self.by_range.get_mut(span) else {
+                    return;
+                };
                 ids.retain(|&w| w != id);
                 (ids.is_empty(), false)
             }
@@ -224,7 +228,10 @@ impl WatchHub {
     /// (synced, unsynced) watcher counts.
     pub fn watcher_counts(&self) -> (usize, usize) {
         let state = self.state.lock();
-        (state.watchers.len() - state.unsynced_count, state.unsynced_count)
+        (
+            state.watchers.len() - state.unsynced_count,
+            state.unsynced_count,
+        )
     }
 
     fn wake_syncer(&self) {
@@ -352,7 +359,9 @@ impl WatchHub {
         let current = state.current_rev;
         let mut more = false;
         for &(id, next_seen) in candidates {
-            let Some(entry) = state.watchers.get_mut(&id) else { continue };
+            let Some(entry) = state.watchers.get_mut(&id) else {
+                continue;
+            };
             if entry.synced || entry.next_rev != next_seen {
                 continue;
             }
@@ -371,7 +380,11 @@ impl WatchHub {
                 if revision > read_to {
                     break;
                 }
-                if events.events.iter().any(|e| entry.range.contains(&e.kv.key)) {
+                if events
+                    .events
+                    .iter()
+                    .any(|e| entry.range.contains(&e.kv.key))
+                {
                     match entry.tx.try_send(WatchMessage::Events(Arc::clone(events))) {
                         Ok(()) => {}
                         Err(mpsc::error::TrySendError::Full(_)) => {
@@ -411,8 +424,13 @@ fn fan_out(state: &mut HubState, revision: &Arc<RevisionEvents>) -> bool {
     state.synced.concerned(&revision.events, &mut concerned);
     let mut fell_behind = false;
     for &id in &concerned {
-        let Some(entry) = state.watchers.get_mut(&id) else { continue };
-        match entry.tx.try_send(WatchMessage::Events(Arc::clone(revision))) {
+        let Some(entry) = state.watchers.get_mut(&id) else {
+            continue;
+        };
+        match entry
+            .tx
+            .try_send(WatchMessage::Events(Arc::clone(revision)))
+        {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
                 // Too slow: it catches up from disk, starting with this revision.

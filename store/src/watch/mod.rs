@@ -2,6 +2,8 @@
 //! history from disk first, then live events, with no gap and no duplicate.
 
 pub(crate) mod hub;
+#[cfg(test)]
+mod tests;
 mod watcher;
 
 pub use hub::{WatchConfig, WatchHub};

@@ -130,12 +130,7 @@ impl Watcher {
     fn fill_prev_kv(&self, events: &mut [Event]) {
         for event in events {
             let before = event.kv.mod_revision - 1;
-            event.prev_kv = self
-                .hub
-                .kv()
-                .get_at(&event.kv.key, before)
-                .ok()
-                .flatten();
+            event.prev_kv = self.hub.kv().get_at(&event.kv.key, before).ok().flatten();
         }
     }
 }
