@@ -182,7 +182,7 @@ impl Lessor {
             .iter()
             .filter_map(|(id, lease)| {
                 let left = lease.expiry.saturating_duration_since(now);
-                (left > interval).then(|| (*id, left.as_secs() as i64))
+                (left > interval).then_some((*id, left.as_secs() as i64))
             })
             .collect()
     }

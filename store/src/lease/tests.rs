@@ -142,5 +142,6 @@ async fn checkpointed_remaining_ttl_is_resumed_after_restart() {
         ttl.ttl
     );
     // A keep-alive renews to the full TTL and clears the checkpoint.
-    assert_eq!(store.lease_keep_alive(id).await.unwrap().ttl, 3600);
+    let renewed = store.lease_keep_alive(id).await;
+    assert_eq!(renewed.unwrap().ttl, 3600);
 }

@@ -2,6 +2,9 @@
 
 use std::ops::Bound;
 
+/// Lower and upper bounds of a key scan.
+pub type KeyBounds<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
+
 /// The keys a request selects.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum KeyRange {
@@ -60,7 +63,7 @@ impl KeyRange {
     }
 
     /// The bounds to scan an ordered map with; `None` when nothing can match.
-    pub fn bounds(&self) -> Option<(Bound<&[u8]>, Bound<&[u8]>)> {
+    pub fn bounds(&self) -> Option<KeyBounds<'_>> {
         if self.is_empty() {
             return None;
         }

@@ -36,6 +36,14 @@ pub struct KvStore {
     pub(crate) compact_finished: watch::Sender<i64>,
 }
 
+/// One change read back from disk for watch history.
+#[derive(Debug)]
+pub(crate) struct HistoryRecord {
+    pub revision: Revision,
+    pub kv: KeyValue,
+    pub tombstone: bool,
+}
+
 /// What open found on disk besides the key index.
 #[derive(Debug, Default)]
 pub(crate) struct Recovered {
@@ -289,7 +297,7 @@ impl KvStore {
         let record = RecordView::parse(&bytes).ok_or_else(|| {
             StoreError::storage("reading a record", format!("unreadable record at {rev:?}"))
         })?;
-        Ok(Some(record.to_key_value(rev.main, with_value)))
+        Ok(Some(record.into_key_value(rev.main, with_value)))
     }
 
     /// The key as it was at revision `at` (prev_kv for watch events).
@@ -309,10 +317,10 @@ impl KvStore {
         from: i64,
         to: i64,
         max_records: usize,
-    ) -> Result<(Vec<(Revision, KeyValue, bool)>, i64)> {
+    ) -> Result<(Vec<HistoryRecord>, i64)> {
         let start = Revision::new(from, 0).to_key();
         let end = Revision::new(to + 1, 0).to_key();
-        let mut out: Vec<(Revision, KeyValue, bool)> = Vec::new();
+        let mut out: Vec<HistoryRecord> = Vec::new();
         for item in self.tree.range(start..end) {
             let (k, v) = item?;
             let (Some(rev), Some(record)) = (Revision::from_key(&k), RecordView::parse(&v)) else {
@@ -321,9 +329,9 @@ impl KvStore {
                     format!("unreadable record under {k:?}"),
                 ));
             };
-            if let Some((prev, _, _)) = out.last() {
-                if prev.main != rev.main && out.len() >= max_records {
-                    let last_full = prev.main;
+            if let Some(prev) = out.last() {
+                if prev.revision.main != rev.main && out.len() >= max_records {
+                    let last_full = prev.revision.main;
                     return Ok((out, last_full));
                 }
             }
@@ -334,9 +342,13 @@ impl KvStore {
                     ..Default::default()
                 }
             } else {
-                record.to_key_value(rev.main, true)
+                record.into_key_value(rev.main, true)
             };
-            out.push((rev, kv, record.tombstone));
+            out.push(HistoryRecord {
+                revision: rev,
+                kv,
+                tombstone: record.tombstone,
+            });
         }
         Ok((out, to))
     }

@@ -80,7 +80,7 @@ impl<'a> RecordView<'a> {
         })
     }
 
-    pub fn to_key_value(&self, mod_revision: i64, with_value: bool) -> KeyValue {
+    pub fn into_key_value(self, mod_revision: i64, with_value: bool) -> KeyValue {
         KeyValue {
             key: self.key.to_vec(),
             create_revision: self.create_revision,

@@ -75,6 +75,8 @@ struct Inner {
     shutdown: watch::Sender<bool>,
     writer: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
     syncer: parking_lot::Mutex<Option<crate::watch::hub::SyncerHandle>>,
+    /// The flush and lease loops; they stop on `shutdown`.
+    tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     _lock: File,
 }
 
@@ -149,6 +151,7 @@ impl Store {
                 shutdown,
                 writer: parking_lot::Mutex::new(Some(writer)),
                 syncer: parking_lot::Mutex::new(Some(syncer)),
+                tasks: parking_lot::Mutex::new(Vec::new()),
                 _lock: lock,
             }),
         };
@@ -158,7 +161,7 @@ impl Store {
 
     fn spawn_background(&self) {
         let inner = &self.inner;
-        tokio::spawn(durability::flush_loop(
+        let flush = tokio::spawn(durability::flush_loop(
             inner.db.clone(),
             inner.config.data_dir.join("db"),
             Arc::clone(&inner.kv),
@@ -166,11 +169,12 @@ impl Store {
             inner.config.flush_interval,
             inner.shutdown.subscribe(),
         ));
-        tokio::spawn(lease_loop(
+        let leases = tokio::spawn(lease_loop(
             Arc::clone(&inner.lessor),
             inner.requests.clone(),
             inner.shutdown.subscribe(),
         ));
+        inner.tasks.lock().extend([flush, leases]);
     }
 
     pub fn kv(&self) -> &Arc<KvStore> {
@@ -320,6 +324,10 @@ impl Store {
     pub async fn close(self) -> Result<()> {
         let inner = self.inner;
         inner.shutdown.send_replace(true);
+        let tasks = std::mem::take(&mut *inner.tasks.lock());
+        for task in tasks {
+            let _ = task.await;
+        }
         inner.syncer.lock().take();
         let writer = inner.writer.lock().take();
         let db = inner.db.clone();
@@ -399,7 +407,7 @@ fn replay_log(
             // A command that failed when first applied fails the same way now.
             let _ = a.apply(index, &command);
             replayed += 1;
-            if replayed % 1024 == 0 {
+            if replayed.is_multiple_of(1024) {
                 commit_replayed(applier.take(), kv, compactor)?;
             }
             Ok(())

@@ -57,6 +57,19 @@ struct WatcherEntry {
     progress_requested: bool,
 }
 
+fn remove_from_group<K: std::hash::Hash + Eq>(
+    groups: &mut HashMap<K, Vec<i64>>,
+    group: &K,
+    id: i64,
+) {
+    if let Some(ids) = groups.get_mut(group) {
+        ids.retain(|&w| w != id);
+        if ids.is_empty() {
+            groups.remove(group);
+        }
+    }
+}
+
 /// Synced watchers, indexed by what they watch.
 #[derive(Default)]
 struct SyncedGroups {
@@ -73,27 +86,9 @@ impl SyncedGroups {
     }
 
     fn remove(&mut self, id: i64, range: &KeyRange) {
-        let (ids, empty) = match range {
-            KeyRange::Single(key) => {
-                let Some(ids) = self.by_key.get_mut(key) else {
-                    return;
-                };
-                ids.retain(|&w| w != id);
-                (ids.is_empty(), true)
-            }
-            span => {
-                let Some(ids) = self.by_range.get_mut(span) else {
-                    return;
-                };
-                ids.retain(|&w| w != id);
-                (ids.is_empty(), false)
-            }
-        };
-        if ids {
-            match (range, empty) {
-                (KeyRange::Single(key), _) => self.by_key.remove(key),
-                (span, _) => self.by_range.remove(span),
-            };
+        match range {
+            KeyRange::Single(key) => remove_from_group(&mut self.by_key, key, id),
+            span => remove_from_group(&mut self.by_range, span, id),
         }
     }
 
@@ -327,17 +322,20 @@ impl WatchHub {
         // only watchers starting at or above it can trust this read.
         let compacted = self.kv.compact_revision();
         let mut by_revision: BTreeMap<i64, Vec<Event>> = BTreeMap::new();
-        for (rev, kv, tombstone) in records {
-            let kind = if tombstone {
+        for record in records {
+            let kind = if record.tombstone {
                 EventType::Delete
             } else {
                 EventType::Put
             };
-            by_revision.entry(rev.main).or_default().push(Event {
-                kind,
-                kv,
-                prev_kv: None,
-            });
+            by_revision
+                .entry(record.revision.main)
+                .or_default()
+                .push(Event {
+                    kind,
+                    kv: record.kv,
+                    prev_kv: None,
+                });
         }
         let history: BTreeMap<i64, Arc<RevisionEvents>> = by_revision
             .into_iter()
