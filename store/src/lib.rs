@@ -13,5 +13,5 @@ pub mod watch;
 
 pub use api::*;
 pub use error::{Result, StoreError};
-pub use node::{Store, StoreConfig};
+pub use node::{AutoCompaction, Store, StoreConfig};
 pub use watch::Watcher;

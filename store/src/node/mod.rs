@@ -2,6 +2,7 @@
 //! and the background loops (sled flush + log release, lease expiry,
 //! checkpoints). Raft replaces the writer's "commit = local sync" next.
 
+mod auto_compaction;
 mod durability;
 mod writer;
 
@@ -20,6 +21,7 @@ use crate::mvcc::compaction::Compactor;
 use crate::mvcc::{Applier, CommandResult, KvStore};
 use crate::wal::{Wal, WalOptions, WalRecord};
 use crate::watch::{WatchConfig, WatchHub, Watcher};
+pub use auto_compaction::AutoCompaction;
 pub use writer::WriterStats;
 use writer::{Proposal, Writer, WriterRequest};
 
@@ -39,6 +41,7 @@ pub struct StoreConfig {
     pub max_batch: usize,
     /// Proposals queued for the writer before callers wait.
     pub proposal_queue: usize,
+    pub auto_compaction: AutoCompaction,
 }
 
 impl StoreConfig {
@@ -54,6 +57,7 @@ impl StoreConfig {
             cache_capacity: 64 * 1024 * 1024,
             max_batch: 4096,
             proposal_queue: 16 * 1024,
+            auto_compaction: AutoCompaction::Off,
         }
     }
 }
@@ -174,7 +178,13 @@ impl Store {
             inner.requests.clone(),
             inner.shutdown.subscribe(),
         ));
-        inner.tasks.lock().extend([flush, leases]);
+        let compaction = tokio::spawn(auto_compaction::run(
+            inner.config.auto_compaction,
+            Arc::clone(&inner.kv),
+            inner.requests.clone(),
+            inner.shutdown.subscribe(),
+        ));
+        inner.tasks.lock().extend([flush, leases, compaction]);
     }
 
     pub fn kv(&self) -> &Arc<KvStore> {
