@@ -215,3 +215,24 @@ async fn futures_join_all<F: std::future::Future<Output = i64> + Send + 'static>
         h.await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn periodic_progress_only_for_watchers_that_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::node::testing::test_config(dir.path());
+    config.watch.progress_interval = Duration::from_millis(100);
+    let store = crate::Store::open(config).await.unwrap();
+    put(&store, "x", "1").await;
+    let mut asked = store
+        .watch(WatchRequest {
+            progress_notify: true,
+            ..prefix_watch("/quiet/", 0)
+        })
+        .unwrap();
+    let mut silent = store.watch(prefix_watch("/quiet/", 0)).unwrap();
+    let resp = next(&mut asked).await;
+    assert!(resp.is_progress_notify());
+    assert_eq!(resp.header.revision, 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(silent.try_next().is_none());
+}
