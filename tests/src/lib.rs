@@ -1,1 +1,6 @@
-//! tests
+//! Whole-process tests of skiff. The crash tests run `store-writer` as a child that prints
+//! `ack <key> <revision>` only after each put is acknowledged, SIGKILL it mid-stream, then
+//! reopen its data directory in-process and require every printed ack to be there unchanged.
+
+pub mod writer_process;
+pub mod writer_protocol;

@@ -1,11 +1,10 @@
 //! The value stored under a revision in the state tree: one change to one
-//! key. Fixed little-endian header, then key and value.
+//! key. A kind byte and varint fields, then key and value.
 
 use crate::api::KeyValue;
 
 const PUT: u8 = 0;
 const TOMBSTONE: u8 = 1;
-const HEADER_LEN: usize = 1 + 8 + 8 + 8 + 4;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -18,13 +17,16 @@ pub struct Record {
 }
 
 impl Record {
+    /// kind byte, then create_revision, version, lease and the key length as
+    /// LEB128 varints (a few bytes where fixed fields took 28), then key and
+    /// value. Small records matter: every byte is paid again in sled.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER_LEN + self.key.len() + self.value.len());
+        let mut out = Vec::with_capacity(1 + 4 * 10 + self.key.len() + self.value.len());
         out.push(if self.tombstone { TOMBSTONE } else { PUT });
-        out.extend_from_slice(&self.create_revision.to_le_bytes());
-        out.extend_from_slice(&self.version.to_le_bytes());
-        out.extend_from_slice(&self.lease.to_le_bytes());
-        out.extend_from_slice(&(self.key.len() as u32).to_le_bytes());
+        put_varint(&mut out, self.create_revision as u64);
+        put_varint(&mut out, self.version as u64);
+        put_varint(&mut out, self.lease as u64);
+        put_varint(&mut out, self.key.len() as u64);
         out.extend_from_slice(&self.key);
         out.extend_from_slice(&self.value);
         out
@@ -43,6 +45,28 @@ impl Record {
     }
 }
 
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Reads a varint from the front of `bytes`, advancing it.
+fn take_varint(bytes: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let (&byte, rest) = bytes.split_first()?;
+        *bytes = rest;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
+}
+
 /// A record read in place, without copying key or value.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordView<'a> {
@@ -56,27 +80,27 @@ pub struct RecordView<'a> {
 
 impl<'a> RecordView<'a> {
     pub fn parse(bytes: &'a [u8]) -> Option<RecordView<'a>> {
-        if bytes.len() < HEADER_LEN {
-            return None;
-        }
-        let tombstone = match bytes[0] {
+        let (&kind, mut rest) = bytes.split_first()?;
+        let tombstone = match kind {
             PUT => false,
             TOMBSTONE => true,
             _ => return None,
         };
-        let int = |at: usize| i64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
-        let key_len = u32::from_le_bytes(bytes[25..29].try_into().ok()?) as usize;
-        let rest = &bytes[HEADER_LEN..];
+        let create_revision = take_varint(&mut rest)? as i64;
+        let version = take_varint(&mut rest)? as i64;
+        let lease = take_varint(&mut rest)? as i64;
+        let key_len = usize::try_from(take_varint(&mut rest)?).ok()?;
         if rest.len() < key_len {
             return None;
         }
+        let (key, value) = rest.split_at(key_len);
         Some(RecordView {
             tombstone,
-            create_revision: int(1),
-            version: int(9),
-            lease: int(17),
-            key: &rest[..key_len],
-            value: &rest[key_len..],
+            key,
+            create_revision,
+            version,
+            lease,
+            value,
         })
     }
 
@@ -117,7 +141,21 @@ mod tests {
             ..rec
         };
         assert_eq!(Record::decode(&tomb.encode()), Some(tomb.clone()));
-        assert_eq!(Record::decode(b"short"), None);
+        assert_eq!(Record::decode(b"\x00\x80"), None, "cut inside a varint");
+        assert_eq!(
+            Record::decode(b"\x00\x01\x01\x00\x09ab"),
+            None,
+            "key longer than the record"
+        );
+        let negative_lease = Record {
+            lease: -5,
+            create_revision: i64::MAX,
+            ..tomb.clone()
+        };
+        assert_eq!(
+            Record::decode(&negative_lease.encode()),
+            Some(negative_lease)
+        );
         let mut bad = tomb.encode();
         bad[0] = 7;
         assert_eq!(Record::decode(&bad), None);

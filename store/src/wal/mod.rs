@@ -43,6 +43,10 @@ use segment::{Scan, Segment};
 const LOCK_FILE: &str = "LOCK";
 const FIRST_SEQ: u64 = 1;
 
+/// Bytes an active segment must hold before a release covering it starts a
+/// new segment so that it can go.
+pub const ROLL_ON_RELEASE: u64 = 1 << 20;
+
 /// After a large batch the append buffer shrinks back to this, so one burst
 /// does not pin its memory for the life of the process.
 const PENDING_RETAIN: usize = 1 << 20;
@@ -199,10 +203,25 @@ impl Wal {
     }
 
     /// Removes whole segments, oldest first, all of whose Entry records have
-    /// index <= `index` (a prefix of segments only; never the active segment).
+    /// index <= `index` (a prefix of segments only). The active segment is
+    /// first closed and a new one started when `index` covers it too and it
+    /// holds at least [`ROLL_ON_RELEASE`] bytes (or a full segment, if that is
+    /// smaller), so a store whose state is durable keeps little log.
     /// Directory fsynced after each removal.
     pub fn release_to(&mut self, index: u64) -> Result<(), WalError> {
         self.check_usable()?;
+        let active = &self.segments[self.segments.len() - 1];
+        let worth_a_new_file = active.size >= ROLL_ON_RELEASE.min(self.opts.segment_size);
+        if self.pending.is_empty()
+            && active.max_index.is_some()
+            && active.covered_by(index)
+            && worth_a_new_file
+        {
+            if let Err(err) = self.roll() {
+                self.fail(&err);
+                return Err(err);
+            }
+        }
         let inactive = self.segments.len() - 1;
         let releasable = self.segments[..inactive]
             .iter()

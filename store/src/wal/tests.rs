@@ -520,3 +520,27 @@ fn a_visitor_error_aborts_open() {
     assert!(matches!(err, WalError::Replay(_)), "{err}");
     assert_eq!(seen, 1);
 }
+
+#[test]
+fn release_covering_a_large_active_segment_starts_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = vec![7u8; 600 * 1024];
+    {
+        let (mut wal, _) = open(dir.path(), NO_ROLL);
+        wal.append(&entry(1, &big));
+        wal.append(&entry(2, &big));
+        wal.sync().unwrap();
+        let before = segment_files(dir.path());
+        wal.release_to(1).unwrap();
+        assert_eq!(segment_files(dir.path()), before, "entry 2 is not covered");
+        wal.release_to(2).unwrap();
+        let after = segment_files(dir.path());
+        assert_eq!(after.len(), 1);
+        assert_ne!(after, before, "the covered segment is gone");
+        assert!(wal.size_bytes() < 1024);
+        wal.append(&entry(3, b"after"));
+        wal.sync().unwrap();
+    }
+    let (_, replayed) = open(dir.path(), NO_ROLL);
+    assert_eq!(entry_indexes(&replayed), [3]);
+}
