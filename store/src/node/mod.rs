@@ -20,7 +20,7 @@ use crate::lease::{Lessor, LessorConfig};
 use crate::mvcc::compaction::Compactor;
 use crate::mvcc::{Applier, CommandResult, KvStore};
 use crate::wal::{Wal, WalOptions, WalRecord};
-use crate::watch::{WatchConfig, WatchHub, Watcher};
+use crate::watch::{Notifier, WatchConfig, WatchHub, Watcher};
 pub use auto_compaction::AutoCompaction;
 pub use writer::WriterStats;
 use writer::{Proposal, Writer, WriterRequest};
@@ -131,7 +131,8 @@ impl Store {
             wal,
             kv: Arc::clone(&kv),
             lessor: Arc::clone(&lessor),
-            hub: Arc::clone(&hub),
+            notifier: Notifier::start(Arc::clone(&hub))
+                .map_err(|e| StoreError::storage("starting the watch notifier", e))?,
             compactor,
             next_index,
             max_batch: config.max_batch,

@@ -13,7 +13,7 @@ use crate::lease::Lessor;
 use crate::mvcc::compaction::Compactor;
 use crate::mvcc::{Applier, CommandResult, KvStore};
 use crate::wal::{Wal, WalRecord};
-use crate::watch::WatchHub;
+use crate::watch::Notifier;
 
 /// Raft terms arrive with replication; a single member writes term 1.
 pub(crate) const SINGLE_MEMBER_TERM: u64 = 1;
@@ -43,7 +43,7 @@ pub(crate) struct Writer {
     pub wal: Wal,
     pub kv: Arc<KvStore>,
     pub lessor: Arc<Lessor>,
-    pub hub: Arc<WatchHub>,
+    pub notifier: Notifier,
     pub compactor: Compactor,
     pub next_index: u64,
     pub max_batch: usize,
@@ -71,6 +71,7 @@ impl Writer {
             }
         }
         self.compactor.stop();
+        self.notifier.stop();
     }
 
     /// Writes one batch; returns whether to go on.
@@ -136,7 +137,10 @@ impl Writer {
                 return Err(err);
             }
         };
-        self.hub.publish(&committed);
+        // Readers see the batch before anyone is answered: an acknowledged
+        // write is always readable. Watchers get it from the notifier.
+        self.kv.publish_revision(committed.revision);
+        self.notifier.notify(committed.revision, committed.events);
         for job in committed.compactions {
             self.compactor.submit(job);
         }

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use super::watcher::Watcher;
 use crate::api::{Event, EventType, WatchRequest};
 use crate::error::{Result, StoreError};
-use crate::mvcc::{Committed, KeyRange, KvStore, RevisionEvents};
+use crate::mvcc::{KeyRange, KvStore, RevisionEvents};
 
 #[derive(Debug, Clone)]
 pub struct WatchConfig {
@@ -160,7 +160,15 @@ impl WatchHub {
         let mut state = self.state.lock();
         let id = state.next_id;
         state.next_id += 1;
+        // Readers may already see revisions the fan-out has not reached:
+        // "from now" means after what readers see, and a start above what
+        // the fan-out has sent is served live.
         let from_history = req.start_revision > 0 && req.start_revision <= state.current_rev;
+        let min_rev = if req.start_revision > 0 {
+            req.start_revision
+        } else {
+            self.kv.current_revision() + 1
+        };
         let entry = WatcherEntry {
             range: range.clone(),
             tx,
@@ -179,19 +187,18 @@ impl WatchHub {
         if from_history {
             self.wake_syncer();
         }
-        Ok(Watcher::new(id, Arc::clone(self), rx, range, &req))
+        Ok(Watcher::new(id, Arc::clone(self), rx, range, min_rev, &req))
     }
 
-    /// Makes a committed batch visible: publishes its revision to readers
-    /// and sends its events, in revision order, to the synced watchers.
-    pub(crate) fn publish(&self, committed: &Committed) {
+    /// Sends a committed batch's events, in revision order, to the synced
+    /// watchers they concern. Readers already see `revision`.
+    pub(crate) fn publish(&self, revision: i64, events: &[Arc<RevisionEvents>]) {
         let mut state = self.state.lock();
-        self.kv.publish_revision(committed.revision);
         let mut fell_behind = false;
-        for revision in &committed.events {
-            fell_behind |= fan_out(&mut state, revision);
+        for events in events {
+            fell_behind |= fan_out(&mut state, events);
         }
-        state.current_rev = committed.revision;
+        state.current_rev = revision;
         drop(state);
         if fell_behind {
             self.wake_syncer();

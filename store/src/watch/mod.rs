@@ -2,9 +2,11 @@
 //! history from disk first, then live events, with no gap and no duplicate.
 
 pub(crate) mod hub;
+mod notifier;
 #[cfg(test)]
 mod tests;
 mod watcher;
 
 pub use hub::{WatchConfig, WatchHub};
+pub use notifier::Notifier;
 pub use watcher::Watcher;

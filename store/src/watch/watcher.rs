@@ -28,6 +28,7 @@ impl Watcher {
         hub: Arc<WatchHub>,
         rx: mpsc::Receiver<WatchMessage>,
         range: KeyRange,
+        min_rev: i64,
         req: &WatchRequest,
     ) -> Self {
         Watcher {
@@ -35,7 +36,7 @@ impl Watcher {
             hub,
             rx,
             range,
-            min_rev: req.start_revision,
+            min_rev,
             no_put: req.no_put,
             no_delete: req.no_delete,
             prev_kv: req.prev_kv,
