@@ -44,12 +44,24 @@ impl WriterProcess {
         prefix: &str,
         writers: usize,
     ) -> Result<WriterProcess> {
+        Self::start_with(binary, data_dir, prefix, writers, &[]).await
+    }
+
+    /// [`WriterProcess::start`] with more store-writer flags.
+    pub async fn start_with(
+        binary: &Path,
+        data_dir: &Path,
+        prefix: &str,
+        writers: usize,
+        extra_args: &[&str],
+    ) -> Result<WriterProcess> {
         let mut child = Command::new(binary)
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--writers", &writers.to_string()])
             .args(["--prefix", prefix])
             .args(["--value-size", &DEFAULT_VALUE_SIZE.to_string()])
+            .args(extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

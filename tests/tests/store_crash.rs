@@ -25,14 +25,39 @@ type Kvs = HashMap<Vec<u8>, KeyValue>;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_stream_loses_no_acknowledged_put() -> Result<()> {
-    let mut rng = seeded_rng();
     let dir = tempfile::tempdir()?;
+    kill_rounds(dir.path(), &[]).await
+}
+
+/// The same with a log that rolls to new segments and releases old ones
+/// (state flushed every 20 ms) while the kills land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_log_segments_roll_and_release() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let small_log = ["--wal-segment-size", "65536", "--flush-interval-ms", "20"];
+    kill_rounds(dir.path(), &small_log).await?;
+    let first_segment = std::fs::read_dir(dir.path().join("wal"))?
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .find(|name| name.starts_with("0000000000000001-"));
+    ensure!(
+        first_segment.is_none(),
+        "the first log segment {first_segment:?} was never released: the test did not exercise release"
+    );
+    Ok(())
+}
+
+/// SIGKILLs store-writer mid-stream for several rounds on `dir`, checking
+/// after each that every acknowledged put survived.
+async fn kill_rounds(dir: &Path, extra_args: &[&str]) -> Result<()> {
+    let mut rng = seeded_rng();
     // Every put acknowledged so far, by any process, in any round.
     let mut acked: Vec<Ack> = Vec::new();
     let mut revision = 0;
     for round in 0..KILL_ROUNDS {
         let prefix = format!("{ROOT}r{round}/");
-        let writer = WriterProcess::start(store_writer(), dir.path(), &prefix, WRITERS).await?;
+        let writer =
+            WriterProcess::start_with(store_writer(), dir, &prefix, WRITERS, extra_args).await?;
         ensure!(
             writer.ready_revision() == revision,
             "round {round}: store-writer opened at revision {}, but the last close left {revision}",
@@ -45,7 +70,7 @@ async fn sigkill_mid_stream_loses_no_acknowledged_put() -> Result<()> {
             "round {round}: store-writer acknowledged no put in {run_for:?}; nothing was tested"
         );
 
-        let store = open(dir.path()).await?;
+        let store = open(dir).await?;
         let kvs = read_all(&store).await?;
         let current = store.kv().current_revision();
         eprintln!(

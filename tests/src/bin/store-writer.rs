@@ -38,6 +38,13 @@ struct Args {
     /// Value bytes per put: the key repeated (at least the whole key).
     #[arg(long, env = "SKIFF_WRITER_VALUE_SIZE", default_value_t = DEFAULT_VALUE_SIZE)]
     value_size: usize,
+    /// Log segment size in bytes (small values make the log roll and
+    /// release segments while the writer runs).
+    #[arg(long, env = "SKIFF_WRITER_WAL_SEGMENT_SIZE", default_value_t = 64 << 20)]
+    wal_segment_size: u64,
+    /// How often the state is flushed so that log segments can be released.
+    #[arg(long, env = "SKIFF_WRITER_FLUSH_INTERVAL_MS", default_value_t = 1000)]
+    flush_interval_ms: u64,
 }
 
 #[tokio::main]
@@ -48,7 +55,10 @@ async fn main() -> Result<()> {
         "--prefix {:?} must be non-empty and without whitespace: acks are printed space-separated",
         args.prefix
     );
-    let store = Store::open(StoreConfig::new(&args.data_dir))
+    let mut config = StoreConfig::new(&args.data_dir);
+    config.wal_segment_size = args.wal_segment_size;
+    config.flush_interval = std::time::Duration::from_millis(args.flush_interval_ms);
+    let store = Store::open(config)
         .await
         .with_context(|| format!("opening the store in {}", args.data_dir.display()))?;
     let stdout = Stdout::start();
