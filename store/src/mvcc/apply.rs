@@ -192,7 +192,9 @@ impl<'a> Applier<'a> {
     }
 
     fn put(&mut self, tx: &mut WriteTxn, req: &PutRequest) -> Result<PutResponse> {
-        let existing = self.key_at(&req.key, tx.read_rev());
+        let at = tx.read_rev();
+        let rev = tx.next_revision();
+        let existing = self.kv.index.write().put(&req.key, rev, at);
         let prev = existing.map(|at| self.load(at.modified)).transpose()?;
         let value = match (&prev, req.ignore_value) {
             (Some(prev), true) => prev.value.clone(),
@@ -202,7 +204,6 @@ impl<'a> Applier<'a> {
             (Some(prev), true) => prev.lease,
             _ => req.lease,
         };
-        let rev = tx.next_revision();
         let kv = KeyValue {
             key: req.key.clone(),
             create_revision: existing.map_or(rev.main, |at| at.created.main),
@@ -220,7 +221,6 @@ impl<'a> Applier<'a> {
             value: kv.value.clone(),
         };
         self.batch.insert(&rev.to_key(), record.encode());
-        self.kv.index.write().put(&req.key, rev);
         if let Some(old) = prev
             .as_ref()
             .map(|p| p.lease)

@@ -13,13 +13,20 @@ pub struct TreeIndex {
 }
 
 impl TreeIndex {
-    pub fn put(&mut self, key: &[u8], rev: Revision) {
+    /// Records a put of `key` at `rev` and returns where the key stood at
+    /// `at` before it, in one search of the tree.
+    pub fn put(&mut self, key: &[u8], rev: Revision, at: i64) -> Option<KeyAt> {
         match self.tree.get_mut(key) {
-            Some(ki) => ki.put(rev),
+            Some(ki) => {
+                let before = ki.get(at);
+                ki.put(rev);
+                before
+            }
             None => {
                 let mut ki = KeyIndex::default();
                 ki.put(rev);
                 self.tree.insert(key.to_vec(), ki);
+                None
             }
         }
     }
@@ -87,9 +94,9 @@ mod tests {
     #[test]
     fn range_sees_keys_alive_at_revision() {
         let mut idx = TreeIndex::default();
-        idx.put(b"a", rev(1));
-        idx.put(b"b", rev(2));
-        idx.put(b"c", rev(3));
+        idx.put(b"a", rev(1), 0);
+        idx.put(b"b", rev(2), 0);
+        idx.put(b"c", rev(3), 0);
         assert!(idx.tombstone(b"b", rev(4)));
         assert!(!idx.tombstone(b"zz", rev(5)));
         let all = KeyRange::new(b"a", b"\0");
@@ -108,8 +115,8 @@ mod tests {
     #[test]
     fn compact_drops_dead_keys_entirely() {
         let mut idx = TreeIndex::default();
-        idx.put(b"a", rev(1));
-        idx.put(b"b", rev(2));
+        idx.put(b"a", rev(1), 0);
+        idx.put(b"b", rev(2), 0);
         idx.tombstone(b"b", rev(3));
         let keep = idx.compact(3);
         assert_eq!(keep, HashSet::from([rev(1)]));

@@ -102,7 +102,7 @@ impl KvStore {
                 index.tombstone(record.key, at);
                 key_lease.remove(record.key);
             } else {
-                index.put(record.key, at);
+                index.put(record.key, at, 0);
                 if record.lease != 0 {
                     key_lease.insert(record.key.to_vec(), record.lease);
                 } else if !key_lease.is_empty() {
