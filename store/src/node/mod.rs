@@ -41,6 +41,8 @@ pub struct StoreConfig {
     pub max_batch: usize,
     /// Proposals queued for the writer before callers wait.
     pub proposal_queue: usize,
+    /// Bytes of proposals queued for the writer before callers wait.
+    pub proposal_queue_bytes: usize,
     pub auto_compaction: AutoCompaction,
 }
 
@@ -57,6 +59,7 @@ impl StoreConfig {
             cache_capacity: 64 * 1024 * 1024,
             max_batch: 4096,
             proposal_queue: 16 * 1024,
+            proposal_queue_bytes: 64 * 1024 * 1024,
             auto_compaction: AutoCompaction::Off,
         }
     }
@@ -75,6 +78,8 @@ struct Inner {
     hub: Arc<WatchHub>,
     db: sled::Db,
     requests: mpsc::Sender<WriterRequest>,
+    /// Bounds the bytes of queued proposals (the queue bounds their count).
+    queued_bytes: Arc<tokio::sync::Semaphore>,
     stats: Arc<WriterStats>,
     shutdown: watch::Sender<bool>,
     writer: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -126,6 +131,7 @@ impl Store {
             .start_syncer()
             .map_err(|e| StoreError::storage("starting the watch syncer", e))?;
         let (requests, requests_rx) = mpsc::channel(config.proposal_queue);
+        let queued_bytes = Arc::new(tokio::sync::Semaphore::new(config.proposal_queue_bytes));
         let stats = Arc::new(WriterStats::default());
         let writer = Writer {
             wal,
@@ -152,6 +158,7 @@ impl Store {
                 hub,
                 db,
                 requests,
+                queued_bytes,
                 stats,
                 shutdown,
                 writer: parking_lot::Mutex::new(Some(writer)),
@@ -327,7 +334,12 @@ impl Store {
     pub(crate) async fn propose(&self, command: Command) -> Result<CommandResult> {
         let data = command.encode();
         command::check_size(&data, self.inner.config.max_request_bytes)?;
-        propose_to(&self.inner.requests, command, data).await
+        let cost = data.len().min(self.inner.config.proposal_queue_bytes) as u32;
+        let budget = Arc::clone(&self.inner.queued_bytes)
+            .acquire_many_owned(cost)
+            .await
+            .map_err(|_| StoreError::Stopped)?;
+        send_proposal(&self.inner.requests, command, data, Some(budget)).await
     }
 
     /// Stops the writer after what is queued, flushes sled and syncs it,
@@ -357,10 +369,21 @@ impl Store {
     }
 }
 
+/// Proposes a small internal command (lease revokes, checkpoints,
+/// compactions), outside the byte budget of client requests.
 async fn propose_to(
     requests: &mpsc::Sender<WriterRequest>,
     command: Command,
     data: Vec<u8>,
+) -> Result<CommandResult> {
+    send_proposal(requests, command, data, None).await
+}
+
+async fn send_proposal(
+    requests: &mpsc::Sender<WriterRequest>,
+    command: Command,
+    data: Vec<u8>,
+    budget: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<CommandResult> {
     let (reply, answer) = oneshot::channel();
     requests
@@ -368,6 +391,7 @@ async fn propose_to(
             command,
             data,
             reply,
+            budget,
         }))
         .await
         .map_err(|_| StoreError::Stopped)?;

@@ -22,6 +22,18 @@ pub(crate) struct Proposal {
     pub command: Command,
     pub data: Vec<u8>,
     pub reply: oneshot::Sender<Result<CommandResult>>,
+    /// The proposal's share of the in-flight byte budget, returned when it
+    /// has been answered.
+    pub budget: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// A proposal in the batch being written, keeping its byte budget until
+/// it is answered.
+struct Pending {
+    index: u64,
+    command: Command,
+    reply: oneshot::Sender<Result<CommandResult>>,
+    _budget: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 pub(crate) enum WriterRequest {
@@ -87,7 +99,12 @@ impl Writer {
                         term: SINGLE_MEMBER_TERM,
                         data: p.data,
                     });
-                    proposals.push((self.next_index, p.command, p.reply));
+                    proposals.push(Pending {
+                        index: self.next_index,
+                        command: p.command,
+                        reply: p.reply,
+                        _budget: p.budget,
+                    });
                     self.next_index += 1;
                 }
                 WriterRequest::Release(index) => release = release.max(Some(index)),
@@ -97,8 +114,10 @@ impl Writer {
         if !proposals.is_empty() {
             if let Err(err) = self.wal.sync() {
                 let err = StoreError::from(err);
-                for (_, _, reply) in proposals {
-                    let _ = reply.send(Err(StoreError::storage("syncing the log", &err)));
+                for p in proposals {
+                    let _ = p
+                        .reply
+                        .send(Err(StoreError::storage("syncing the log", &err)));
                 }
                 return Err(err);
             }
@@ -116,23 +135,22 @@ impl Writer {
         Ok(!stop)
     }
 
-    fn apply(
-        &mut self,
-        proposals: Vec<(u64, Command, oneshot::Sender<Result<CommandResult>>)>,
-    ) -> Result<()> {
+    fn apply(&mut self, proposals: Vec<Pending>) -> Result<()> {
         let mut applier = Applier::new(&self.kv, &self.lessor);
         let mut answers = Vec::with_capacity(proposals.len());
-        for (index, command, reply) in proposals {
+        for p in proposals {
             let result = applier
-                .apply(index, &command)
+                .apply(p.index, &p.command)
                 .unwrap_or_else(|| Err(StoreError::storage("applying", "index applied twice")));
-            answers.push((reply, result));
+            answers.push((p, result));
         }
         let committed = match applier.commit() {
             Ok(committed) => committed,
             Err(err) => {
-                for (reply, _) in answers {
-                    let _ = reply.send(Err(StoreError::storage("applying a batch", &err)));
+                for (p, _) in answers {
+                    let _ = p
+                        .reply
+                        .send(Err(StoreError::storage("applying a batch", &err)));
                 }
                 return Err(err);
             }
@@ -144,8 +162,8 @@ impl Writer {
         for job in committed.compactions {
             self.compactor.submit(job);
         }
-        for (reply, result) in answers {
-            let _ = reply.send(result);
+        for (p, result) in answers {
+            let _ = p.reply.send(result);
         }
         Ok(())
     }
