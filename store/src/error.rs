@@ -44,6 +44,10 @@ pub enum StoreError {
     Wal(#[from] WalError),
     #[error("etcdserver: server stopped")]
     Stopped,
+    #[error("etcdserver: no leader")]
+    NoLeader,
+    #[error("etcdserver: request timed out")]
+    Timeout,
 }
 
 impl StoreError {

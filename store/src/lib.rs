@@ -35,6 +35,7 @@ pub mod error;
 pub mod lease;
 pub mod mvcc;
 pub mod node;
+pub mod raft;
 pub mod wal;
 pub mod watch;
 

@@ -154,6 +154,18 @@ impl<'a> Applier<'a> {
         })
     }
 
+    /// Marks a log index applied that carries no command (a leader's empty
+    /// entry, a membership change).
+    pub fn skip(&mut self, index: u64) {
+        self.applied_index = self.applied_index.max(index);
+    }
+
+    /// Stores the membership with the batch, so it is as of the applied index.
+    pub fn set_conf_state(&mut self, conf_state: &[u8]) {
+        self.batch
+            .insert(super::kvstore::META_CONF_STATE, conf_state);
+    }
+
     /// Writes the batch with its applied index; the caller then publishes
     /// the revision to readers and watchers.
     pub fn commit(mut self) -> Result<Committed> {

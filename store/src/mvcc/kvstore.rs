@@ -20,6 +20,8 @@ pub(crate) const META_REVISION: &[u8] = b"m/revision";
 pub(crate) const META_COMPACT_SCHEDULED: &[u8] = b"m/compact_scheduled";
 pub(crate) const META_COMPACT_FINISHED: &[u8] = b"m/compact_finished";
 pub(crate) const LEASE_PREFIX: u8 = b'l';
+/// The Raft membership as of the applied index (protobuf `ConfState`).
+pub(crate) const META_CONF_STATE: &[u8] = b"m/conf_state";
 
 /// Records written by the batch being applied, not yet in sled.
 pub(crate) type Pending = HashMap<Revision, KeyValue>;
@@ -51,6 +53,8 @@ pub(crate) struct Recovered {
     pub leases: Vec<(i64, i64, i64)>,
     /// Live keys that carry a lease.
     pub lease_keys: Vec<(i64, Vec<u8>)>,
+    /// The Raft membership applied so far, if any (protobuf `ConfState`).
+    pub conf_state: Option<Vec<u8>>,
     /// A compaction scheduled before a stop and not finished.
     pub unfinished_compaction: Option<(i64, HashSet<Revision>)>,
 }
@@ -132,6 +136,7 @@ impl KvStore {
             recovered.leases.push((id, ttl, remaining));
         }
         recovered.lease_keys = key_lease.into_iter().map(|(k, l)| (l, k)).collect();
+        recovered.conf_state = tree.get(META_CONF_STATE)?.map(|v| v.to_vec());
 
         let store = KvStore {
             tree,

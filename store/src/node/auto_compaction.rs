@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::writer::WriterRequest;
+use super::driver::DriverRequest;
 use crate::command::Command;
 use crate::error::StoreError;
 use crate::mvcc::KvStore;
@@ -37,7 +37,7 @@ impl AutoCompaction {
 pub(crate) async fn run(
     policy: AutoCompaction,
     kv: Arc<KvStore>,
-    requests: mpsc::Sender<WriterRequest>,
+    requests: mpsc::Sender<DriverRequest>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let (every, retention) = match policy {
@@ -66,8 +66,7 @@ pub(crate) async fn run(
             continue;
         }
         let command = Command::Compact { revision: target };
-        let data = command.encode();
-        match super::propose_to(&requests, command, data).await {
+        match super::propose_to(&requests, command).await {
             Ok(_) => tracing::info!(revision = target, "automatic compaction"),
             Err(StoreError::Compacted { .. }) => {}
             Err(StoreError::Stopped) => return,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use super::writer::WriterRequest;
+use super::driver::DriverRequest;
 use crate::error::{Result, StoreError};
 use crate::mvcc::KvStore;
 
@@ -69,12 +69,13 @@ pub(crate) async fn flush_loop(
     db: sled::Db,
     db_path: PathBuf,
     kv: Arc<KvStore>,
-    requests: mpsc::Sender<WriterRequest>,
+    requests: mpsc::Sender<DriverRequest>,
     every: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut flushed = kv.applied_index();
-    let mut tick = tokio::time::interval(every);
+    // The first flush comes one interval after open, not at once.
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -89,7 +90,7 @@ pub(crate) async fn flush_loop(
             Ok(Ok(())) => {
                 flushed = applied;
                 if requests
-                    .send(WriterRequest::Release(applied))
+                    .send(DriverRequest::Release(applied))
                     .await
                     .is_err()
                 {

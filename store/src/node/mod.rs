@@ -1,15 +1,17 @@
-//! A single-member store: the data directory, the writer that owns the log,
+//! A single-member store: the data directory, the Raft driver that owns the log,
 //! and the background loops (sled flush + log release, lease expiry,
-//! checkpoints). Raft replaces the writer's "commit = local sync" next.
+//! checkpoints). The member is a one-voter Raft group; peers come next.
 
 mod auto_compaction;
+mod driver;
 mod durability;
-mod writer;
 
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::raft::{CoreConfig, RaftCore};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -18,12 +20,15 @@ use crate::command::{self, Command, MAX_REQUEST_BYTES, MAX_TXN_OPS};
 use crate::error::{Result, StoreError};
 use crate::lease::{Lessor, LessorConfig};
 use crate::mvcc::compaction::Compactor;
-use crate::mvcc::{Applier, CommandResult, KvStore};
-use crate::wal::{Wal, WalOptions, WalRecord};
+use crate::mvcc::{CommandResult, KvStore};
+use crate::wal::WalOptions;
 use crate::watch::{Notifier, WatchConfig, WatchHub, Watcher};
 pub use auto_compaction::AutoCompaction;
-pub use writer::WriterStats;
-use writer::{Proposal, Writer, WriterRequest};
+pub use driver::WriterStats;
+use driver::{Driver, DriverRequest, Proposal};
+
+/// The Raft ID of a store that runs alone.
+const SINGLE_MEMBER_ID: u64 = 1;
 
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -41,6 +46,9 @@ pub struct StoreConfig {
     pub max_batch: usize,
     /// Proposals queued for the writer before callers wait.
     pub proposal_queue: usize,
+    /// How long a write may wait to be committed and applied (etcd: about
+    /// 5 s) before it fails with "request timed out".
+    pub request_timeout: Duration,
     /// Bytes of proposals queued for the writer before callers wait.
     pub proposal_queue_bytes: usize,
     pub auto_compaction: AutoCompaction,
@@ -59,6 +67,7 @@ impl StoreConfig {
             cache_capacity: 64 * 1024 * 1024,
             max_batch: 4096,
             proposal_queue: 16 * 1024,
+            request_timeout: Duration::from_secs(5),
             proposal_queue_bytes: 64 * 1024 * 1024,
             auto_compaction: AutoCompaction::Off,
         }
@@ -77,7 +86,7 @@ struct Inner {
     lessor: Arc<Lessor>,
     hub: Arc<WatchHub>,
     db: sled::Db,
-    requests: mpsc::Sender<WriterRequest>,
+    requests: mpsc::Sender<DriverRequest>,
     /// Bounds the bytes of queued proposals (the queue bounds their count).
     queued_bytes: Arc<tokio::sync::Semaphore>,
     stats: Arc<WriterStats>,
@@ -121,33 +130,56 @@ impl Store {
             compactor.submit(crate::mvcc::CompactionJob { revision, keep });
         }
 
-        let (wal, next_index) = replay_log(&config, &kv, &lessor, &compactor)?;
-        // Time stood still while the store was down: every lease gets its
-        // remaining TTL again from now.
-        lessor.promote(Duration::ZERO);
+        let conf_state = recovered
+            .conf_state
+            .as_deref()
+            .map(crate::raft::decode_conf_state)
+            .transpose()?;
+        let core = RaftCore::open(
+            CoreConfig {
+                id: SINGLE_MEMBER_ID,
+                initial_voters: vec![SINGLE_MEMBER_ID],
+                election_tick: 10,
+                heartbeat_tick: 1,
+                fixed_election_timeout: false,
+                wal_dir: config.data_dir.join("wal"),
+                wal: WalOptions {
+                    segment_size: config.wal_segment_size,
+                },
+                proposal_epoch: rand::random(),
+            },
+            Arc::clone(&kv),
+            Arc::clone(&lessor),
+            conf_state,
+        )?;
 
         let hub = WatchHub::new(Arc::clone(&kv), config.watch.clone());
         let syncer = hub
             .start_syncer()
             .map_err(|e| StoreError::storage("starting the watch syncer", e))?;
+        let notifier = Notifier::start(Arc::clone(&hub))
+            .map_err(|e| StoreError::storage("starting the watch notifier", e))?;
+        let stats = Arc::new(WriterStats::default());
+        let mut driver = Driver::new(
+            core,
+            compactor,
+            notifier,
+            config.max_batch,
+            Arc::clone(&stats),
+        );
+        let driver = tokio::task::spawn_blocking(move || driver.lead_alone().map(|()| driver))
+            .await
+            .map_err(|e| StoreError::storage("replaying the log", e))??;
+        // Time stood still while the store was down: every lease gets its
+        // remaining TTL again from now.
+        lessor.promote(Duration::ZERO);
+
         let (requests, requests_rx) = mpsc::channel(config.proposal_queue);
         let queued_bytes = Arc::new(tokio::sync::Semaphore::new(config.proposal_queue_bytes));
-        let stats = Arc::new(WriterStats::default());
-        let writer = Writer {
-            wal,
-            kv: Arc::clone(&kv),
-            lessor: Arc::clone(&lessor),
-            notifier: Notifier::start(Arc::clone(&hub))
-                .map_err(|e| StoreError::storage("starting the watch notifier", e))?,
-            compactor,
-            next_index,
-            max_batch: config.max_batch,
-            stats: Arc::clone(&stats),
-        };
         let writer = std::thread::Builder::new()
-            .name("skiff-store-writer".into())
-            .spawn(move || writer.run(requests_rx))
-            .map_err(|e| StoreError::storage("starting the writer", e))?;
+            .name("skiff-raft-driver".into())
+            .spawn(move || driver.run(requests_rx))
+            .map_err(|e| StoreError::storage("starting the raft driver", e))?;
 
         let (shutdown, _) = watch::channel(false);
         let store = Store {
@@ -339,7 +371,10 @@ impl Store {
             .acquire_many_owned(cost)
             .await
             .map_err(|_| StoreError::Stopped)?;
-        send_proposal(&self.inner.requests, command, data, Some(budget)).await
+        let answer = send_proposal(&self.inner.requests, data, Some(budget));
+        tokio::time::timeout(self.inner.config.request_timeout, answer)
+            .await
+            .map_err(|_| StoreError::Timeout)?
     }
 
     /// Stops the writer after what is queued, flushes sled and syncs it,
@@ -356,7 +391,7 @@ impl Store {
         let db = inner.db.clone();
         let db_path = inner.config.data_dir.join("db");
         // Everything queued before the stop is still written and answered.
-        let _ = inner.requests.send(WriterRequest::Stop).await;
+        let _ = inner.requests.send(DriverRequest::Stop).await;
         drop(inner);
         tokio::task::spawn_blocking(move || {
             if let Some(writer) = writer {
@@ -372,23 +407,27 @@ impl Store {
 /// Proposes a small internal command (lease revokes, checkpoints,
 /// compactions), outside the byte budget of client requests.
 async fn propose_to(
-    requests: &mpsc::Sender<WriterRequest>,
+    requests: &mpsc::Sender<DriverRequest>,
     command: Command,
-    data: Vec<u8>,
 ) -> Result<CommandResult> {
-    send_proposal(requests, command, data, None).await
+    let answer = send_proposal(requests, command.encode(), None);
+    tokio::time::timeout(INTERNAL_REQUEST_TIMEOUT, answer)
+        .await
+        .map_err(|_| StoreError::Timeout)?
 }
 
+/// How long the store's own proposals (revokes, checkpoints, compactions)
+/// may wait before they are retried by their loops.
+const INTERNAL_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 async fn send_proposal(
-    requests: &mpsc::Sender<WriterRequest>,
-    command: Command,
+    requests: &mpsc::Sender<DriverRequest>,
     data: Vec<u8>,
     budget: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<CommandResult> {
     let (reply, answer) = oneshot::channel();
     requests
-        .send(WriterRequest::Propose(Proposal {
-            command,
+        .send(DriverRequest::Propose(Proposal {
             data,
             reply,
             budget,
@@ -402,88 +441,10 @@ fn unexpected(result: CommandResult) -> StoreError {
     StoreError::storage("answering", format!("unexpected result {result:?}"))
 }
 
-/// Replays log entries above the applied index; returns the log and the
-/// next index to write.
-fn replay_log(
-    config: &StoreConfig,
-    kv: &KvStore,
-    lessor: &Lessor,
-    compactor: &Compactor,
-) -> Result<(Wal, u64)> {
-    let applied = kv.applied_index();
-    let mut expected = applied + 1;
-    let mut replayed = 0u64;
-    let mut applier = Some(Applier::new(kv, lessor));
-    let mut failure: Option<StoreError> = None;
-    let started = Instant::now();
-    let options = WalOptions {
-        segment_size: config.wal_segment_size,
-    };
-    let wal = Wal::open(&config.data_dir.join("wal"), options, |record| {
-        let WalRecord::Entry { index, data, .. } = record else {
-            return Ok(());
-        };
-        if index <= applied || failure.is_some() {
-            return Ok(());
-        }
-        if index != expected {
-            failure = Some(StoreError::storage(
-                "replaying the log",
-                format!(
-                    "entry {index} follows {}: entries are missing",
-                    expected - 1
-                ),
-            ));
-            return Ok(());
-        }
-        expected += 1;
-        let result = Command::decode(&data).and_then(|command| {
-            let a = applier.get_or_insert_with(|| Applier::new(kv, lessor));
-            // A command that failed when first applied fails the same way now.
-            let _ = a.apply(index, &command);
-            replayed += 1;
-            if replayed.is_multiple_of(1024) {
-                commit_replayed(applier.take(), kv, compactor)?;
-            }
-            Ok(())
-        });
-        if let Err(err) = result {
-            failure = Some(err);
-        }
-        Ok(())
-    })?;
-    if let Some(err) = failure {
-        return Err(err);
-    }
-    commit_replayed(applier.take(), kv, compactor)?;
-    if replayed > 0 {
-        tracing::info!(
-            entries = replayed,
-            revision = kv.current_revision(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "replayed the log"
-        );
-    }
-    let next_index = wal.last_index().max(kv.applied_index()) + 1;
-    Ok((wal, next_index))
-}
-
-fn commit_replayed(applier: Option<Applier>, kv: &KvStore, compactor: &Compactor) -> Result<()> {
-    let Some(applier) = applier else {
-        return Ok(());
-    };
-    let committed = applier.commit()?;
-    kv.publish_revision(committed.revision);
-    for job in committed.compactions {
-        compactor.submit(job);
-    }
-    Ok(())
-}
-
 /// Proposes revokes for expired leases and checkpoints for long ones.
 async fn lease_loop(
     lessor: Arc<Lessor>,
-    requests: mpsc::Sender<WriterRequest>,
+    requests: mpsc::Sender<DriverRequest>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -497,10 +458,9 @@ async fn lease_loop(
         // etcd revokes at most 1000 leases per second; half that per tick.
         for id in lessor.take_expired(Instant::now(), 500) {
             let command = Command::LeaseRevoke { id };
-            let data = command.encode();
             let requests = requests.clone();
             tokio::spawn(async move {
-                match propose_to(&requests, command, data).await {
+                match propose_to(&requests, command).await {
                     Ok(_) | Err(StoreError::LeaseNotFound) | Err(StoreError::Stopped) => {}
                     Err(err) => {
                         tracing::warn!(lease = id, error = %err, "revoking an expired lease failed")
@@ -513,8 +473,7 @@ async fn lease_loop(
             let checkpoints = lessor.checkpoints_due(Instant::now());
             if !checkpoints.is_empty() {
                 let command = Command::LeaseCheckpoint { checkpoints };
-                let data = command.encode();
-                if let Err(err) = propose_to(&requests, command, data).await {
+                if let Err(err) = propose_to(&requests, command).await {
                     tracing::warn!(error = %err, "lease checkpoint failed");
                 }
             }

@@ -1,0 +1,218 @@
+//! The Raft driver: one thread owns the member's [`RaftCore`]. It takes
+//! every proposal waiting, hands them to raft, and lets one ready persist
+//! them with one fdatasync (group commit); it ticks raft's clock, applies
+//! what commits, answers callers, and passes events to the watch notifier.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Result, StoreError};
+use crate::mvcc::compaction::Compactor;
+use crate::mvcc::CommandResult;
+use crate::raft::RaftCore;
+use crate::watch::Notifier;
+
+/// raft-rs counts time in ticks; etcd's heartbeat interval is 100 ms.
+pub(crate) const TICK: Duration = Duration::from_millis(100);
+
+pub(crate) struct Proposal {
+    pub data: Vec<u8>,
+    pub reply: oneshot::Sender<Result<CommandResult>>,
+    /// The proposal's share of the queued-bytes budget, held until answered.
+    pub budget: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+pub(crate) enum DriverRequest {
+    Propose(Proposal),
+    /// The engine is durable up to this log index: the log before it can go.
+    Release(u64),
+    /// Finish what is queued before this, then stop.
+    Stop,
+}
+
+/// Counters a benchmark reads to show how writes shared syncs.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    pub syncs: AtomicU64,
+    pub entries: AtomicU64,
+}
+
+/// A proposal raft has taken, waiting to be applied.
+struct Waiting {
+    reply: oneshot::Sender<Result<CommandResult>>,
+    _budget: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+pub(crate) struct Driver {
+    pub core: RaftCore,
+    pub compactor: Compactor,
+    pub notifier: Notifier,
+    pub max_batch: usize,
+    pub stats: Arc<WriterStats>,
+    waiting: HashMap<u64, Waiting>,
+}
+
+impl Driver {
+    pub fn new(
+        core: RaftCore,
+        compactor: Compactor,
+        notifier: Notifier,
+        max_batch: usize,
+        stats: Arc<WriterStats>,
+    ) -> Self {
+        Driver {
+            core,
+            compactor,
+            notifier,
+            max_batch,
+            stats,
+            waiting: HashMap::new(),
+        }
+    }
+
+    /// Runs until stopped or until every request sender is gone. The
+    /// thread is the driver's own, so blocking on fsync here is fine.
+    pub fn run(mut self, requests: mpsc::Receiver<DriverRequest>) {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot start the raft driver");
+                return;
+            }
+        };
+        if let Err(err) = runtime.block_on(self.serve(requests)) {
+            tracing::error!(error = %err, "the store cannot write any more; stopping its raft driver");
+        }
+        self.fail_waiting(|| StoreError::Stopped);
+        self.compactor.stop();
+        self.notifier.stop();
+    }
+
+    async fn serve(&mut self, mut requests: mpsc::Receiver<DriverRequest>) -> Result<()> {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut batch = Vec::with_capacity(self.max_batch);
+        loop {
+            tokio::select! {
+                request = requests.recv() => match request {
+                    Some(request) => batch.push(request),
+                    None => return Ok(()),
+                },
+                _ = tick.tick() => {
+                    self.core.tick();
+                    self.waiting.retain(|_, w| !w.reply.is_closed());
+                }
+            }
+            while batch.len() < self.max_batch {
+                match requests.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            let stop = self.take(&mut batch)?;
+            self.advance()?;
+            if stop {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Hands a batch of requests to raft; returns whether to stop.
+    fn take(&mut self, batch: &mut Vec<DriverRequest>) -> Result<bool> {
+        let mut stop = false;
+        let mut release = None;
+        for request in batch.drain(..) {
+            match request {
+                DriverRequest::Propose(p) => match self.core.propose(p.data) {
+                    Ok(id) => {
+                        self.waiting.insert(
+                            id,
+                            Waiting {
+                                reply: p.reply,
+                                _budget: p.budget,
+                            },
+                        );
+                    }
+                    Err(err) => {
+                        let _ = p.reply.send(Err(err));
+                    }
+                },
+                DriverRequest::Release(index) => release = release.max(Some(index)),
+                DriverRequest::Stop => stop = true,
+            }
+        }
+        if let Some(index) = release {
+            if let Err(err) = self.core.compact_log(index) {
+                tracing::warn!(error = %err, index, "could not compact the raft log");
+            }
+        }
+        Ok(stop)
+    }
+
+    /// For a member that is the only voter: takes the lead at once and
+    /// applies everything its log holds before the store answers anyone,
+    /// so an acknowledged write is readable right after a restart.
+    pub fn lead_alone(&mut self) -> Result<()> {
+        for _ in 0..1000 {
+            if !self.core.is_leader() {
+                self.core.campaign()?;
+            }
+            self.advance()?;
+            let applied = self.core.kv().applied_index();
+            if self.core.is_leader() && applied >= self.core.last_index() {
+                return Ok(());
+            }
+        }
+        Err(StoreError::storage(
+            "replaying the log",
+            "the single member did not catch up with its own log",
+        ))
+    }
+
+    /// Persists, applies and answers what raft has ready.
+    pub fn advance(&mut self) -> Result<()> {
+        let advanced = match self.core.advance() {
+            Ok(advanced) => advanced,
+            Err(err) => {
+                self.fail_waiting(|| StoreError::storage("writing the log", &err));
+                return Err(err);
+            }
+        };
+        if advanced.persisted_entries > 0 {
+            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .entries
+                .fetch_add(advanced.persisted_entries as u64, Ordering::Relaxed);
+        }
+        if let Some(committed) = advanced.committed {
+            // The core has published the revision to readers already: an
+            // acknowledged write is always readable.
+            self.notifier.notify(committed.revision, committed.events);
+            for job in committed.compactions {
+                self.compactor.submit(job);
+            }
+        }
+        for (id, result) in advanced.answers {
+            if let Some(waiting) = self.waiting.remove(&id) {
+                let _ = waiting.reply.send(result);
+            }
+        }
+        // Messages to other members will go to the peer transport; a
+        // one-voter group sends none.
+        debug_assert!(advanced.messages.is_empty(), "a single member has no peers");
+        Ok(())
+    }
+
+    fn fail_waiting(&mut self, error: impl Fn() -> StoreError) {
+        for (_, waiting) in self.waiting.drain() {
+            let _ = waiting.reply.send(Err(error()));
+        }
+    }
+}

@@ -1,0 +1,453 @@
+//! The Raft core of one member: its `RawNode`, its log (the WAL on disk,
+//! the [`LogStore`] in memory) and its engine. It is driven by `tick`,
+//! `step` and `propose`, and drained by `advance`, which persists with one
+//! fdatasync per ready, returns the messages to send and applies committed
+//! entries. It keeps no clock and starts no thread of its own work, so the
+//! same inputs give the same outputs: under the writer thread in
+//! production, under the simulator in tests.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeV2, ConfState, Entry, EntryType, HardState, Message};
+use raft::{RawNode, StateRole};
+
+use super::log_store::LogStore;
+use super::logger::raft_logger;
+use crate::command::Command;
+use crate::error::{Result, StoreError};
+use crate::lease::Lessor;
+use crate::mvcc::{Applier, CommandResult, Committed, KvStore};
+use crate::wal::{Wal, WalOptions, WalRecord};
+
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    /// This member's Raft ID (not 0).
+    pub id: u64,
+    /// The voters of a new cluster; ignored once the data directory has a
+    /// membership of its own.
+    pub initial_voters: Vec<u64>,
+    pub election_tick: usize,
+    pub heartbeat_tick: usize,
+    /// Pins the election timeout to exactly `election_tick` ticks instead of
+    /// raft-rs's random pick, so a simulation is decided by its own seed.
+    pub fixed_election_timeout: bool,
+    pub wal_dir: PathBuf,
+    pub wal: WalOptions,
+    /// Distinguishes this run's proposals from an earlier run's entries that
+    /// are replayed after a restart.
+    pub proposal_epoch: u64,
+}
+
+/// What one `advance` produced.
+#[derive(Debug, Default)]
+pub struct Advanced {
+    /// Messages for other members.
+    pub messages: Vec<Message>,
+    /// Results of this member's proposals that were applied, by proposal id.
+    pub answers: Vec<(u64, Result<CommandResult>)>,
+    /// Entries written to the WAL by this ready's one fdatasync (0: no sync).
+    pub persisted_entries: usize,
+    /// The applied batch: its revision and watch events.
+    pub committed: Option<Committed>,
+}
+
+pub struct RaftCore {
+    id: u64,
+    epoch: u64,
+    node: RawNode<LogStore>,
+    wal: Wal,
+    kv: Arc<KvStore>,
+    lessor: Arc<Lessor>,
+    next_proposal: u64,
+}
+
+impl RaftCore {
+    /// Opens the member's log over an engine opened on the same data
+    /// directory. Committed entries past the engine's applied index come
+    /// back from the first `advance`, so replay is ordinary apply.
+    pub fn open(
+        config: CoreConfig,
+        kv: Arc<KvStore>,
+        lessor: Arc<Lessor>,
+        conf_state: Option<ConfState>,
+    ) -> Result<RaftCore> {
+        let (wal, replayed) = replay_wal(&config)?;
+        let bootstrap = conf_state.is_none() && replayed.entries.is_empty();
+        let conf_state = conf_state.unwrap_or_else(|| ConfState {
+            voters: config.initial_voters.clone(),
+            ..Default::default()
+        });
+        if bootstrap {
+            persist_conf_state(&kv, &conf_state)?;
+        }
+        let applied = kv.applied_index();
+        let mut hard_state = replayed.hard_state;
+        // Everything applied was committed, even if the commit index on disk
+        // is older (raft-rs does not persist every commit advance).
+        hard_state.commit = hard_state.commit.max(applied);
+        let mut store = LogStore::new(hard_state, conf_state, replayed.compacted);
+        let entries: Vec<Entry> = replayed.entries.into_values().collect();
+        store.append(&entries);
+        check_log_covers_state(&config, &store, applied)?;
+
+        let raft_config = raft::Config {
+            id: config.id,
+            election_tick: config.election_tick,
+            heartbeat_tick: config.heartbeat_tick,
+            applied,
+            max_size_per_msg: 1024 * 1024,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            min_election_tick: if config.fixed_election_timeout {
+                config.election_tick
+            } else {
+                0
+            },
+            max_election_tick: if config.fixed_election_timeout {
+                config.election_tick + 1
+            } else {
+                0
+            },
+            ..Default::default()
+        };
+        raft_config
+            .validate()
+            .map_err(|e| StoreError::storage("configuring raft", e))?;
+        let node = RawNode::new(&raft_config, store, &raft_logger(config.id))
+            .map_err(|e| StoreError::storage("starting raft", e))?;
+        Ok(RaftCore {
+            id: config.id,
+            epoch: config.proposal_epoch,
+            node,
+            wal,
+            kv,
+            lessor,
+            next_proposal: 1,
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn kv(&self) -> &Arc<KvStore> {
+        &self.kv
+    }
+
+    /// The leader this member knows of (0: none).
+    pub fn leader_id(&self) -> u64 {
+        self.node.raft.leader_id
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.node.raft.state == StateRole::Leader
+    }
+
+    pub fn term(&self) -> u64 {
+        self.node.raft.term
+    }
+
+    pub fn commit_index(&self) -> u64 {
+        self.node.raft.raft_log.committed
+    }
+
+    pub fn tick(&mut self) {
+        self.node.tick();
+    }
+
+    pub fn campaign(&mut self) -> Result<()> {
+        self.node
+            .campaign()
+            .map_err(|e| StoreError::storage("campaigning", e))
+    }
+
+    /// Hands a message from another member to raft. Messages from an
+    /// unknown or stale member are dropped by raft itself.
+    pub fn step(&mut self, message: Message) {
+        if let Err(err) = self.node.step(message) {
+            tracing::debug!(member = self.id, error = %err, "dropped a raft message");
+        }
+    }
+
+    /// Proposes an encoded command. A follower that knows the leader
+    /// forwards it; the answer comes from `advance` once it is applied here.
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<u64> {
+        let id = self.next_proposal;
+        self.next_proposal += 1;
+        let mut context = Vec::with_capacity(24);
+        context.extend_from_slice(&self.id.to_le_bytes());
+        context.extend_from_slice(&self.epoch.to_le_bytes());
+        context.extend_from_slice(&id.to_le_bytes());
+        match self.node.propose(context, data) {
+            Ok(()) => Ok(id),
+            Err(raft::Error::ProposalDropped) => Err(StoreError::NoLeader),
+            Err(err) => Err(StoreError::storage("proposing", err)),
+        }
+    }
+
+    /// Drops the log up to `index`, whose effects are durable in the engine,
+    /// and releases the WAL segments that held it. A leader keeps what a
+    /// follower still needs (until snapshots can be streamed to it).
+    pub fn compact_log(&mut self, index: u64) -> Result<()> {
+        let mut upto = index.min(self.kv.applied_index());
+        if self.is_leader() {
+            let slowest = self
+                .node
+                .raft
+                .prs()
+                .iter()
+                .map(|(_, progress)| progress.matched)
+                .min()
+                .unwrap_or(upto);
+            upto = upto.min(slowest);
+        }
+        let store = self.node.mut_store();
+        if upto <= store.compacted_index() {
+            return Ok(());
+        }
+        let term = raft::Storage::term(store, upto)
+            .map_err(|e| StoreError::storage("compacting the raft log", e))?;
+        store.compact(upto);
+        self.wal.append(&WalRecord::Snapshot { index: upto, term });
+        self.wal.sync()?;
+        self.wal.release_to(upto)?;
+        Ok(())
+    }
+
+    /// The last index in the log.
+    pub fn last_index(&self) -> u64 {
+        self.node.raft.raft_log.last_index()
+    }
+
+    /// The id of one of this run's proposals, from an entry's context.
+    fn own_proposal(&self, context: &[u8]) -> Option<u64> {
+        if context.len() != 24 {
+            return None;
+        }
+        let word =
+            |i: usize| u64::from_le_bytes(context[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+        (word(0) == self.id && word(1) == self.epoch).then(|| word(2))
+    }
+
+    /// Handles what raft has ready: persists new entries and hard state
+    /// with one fdatasync, applies committed entries in one engine batch,
+    /// and returns the messages to send.
+    pub fn advance(&mut self) -> Result<Advanced> {
+        let mut out = Advanced::default();
+        if !self.node.has_ready() {
+            return Ok(out);
+        }
+        let mut ready = self.node.ready();
+        out.messages = ready.take_messages();
+        if !ready.snapshot().is_empty() {
+            return Err(StoreError::storage(
+                "applying a raft snapshot",
+                "installing snapshots is not supported yet",
+            ));
+        }
+        let kv = Arc::clone(&self.kv);
+        let lessor = Arc::clone(&self.lessor);
+        let mut applier = Applier::new(&kv, &lessor);
+        self.apply_entries(&mut applier, ready.take_committed_entries(), &mut out)?;
+
+        let mut wrote = false;
+        for entry in ready.entries() {
+            let data = entry
+                .write_to_bytes()
+                .map_err(|e| StoreError::storage("encoding a raft entry", e))?;
+            self.wal.append(&WalRecord::Entry {
+                index: entry.index,
+                term: entry.term,
+                data,
+            });
+            wrote = true;
+        }
+        if let Some(hs) = ready.hs() {
+            self.wal.append(&WalRecord::HardState {
+                term: hs.term,
+                vote: hs.vote,
+                commit: hs.commit,
+            });
+            wrote = true;
+        }
+        if wrote {
+            self.wal.sync()?;
+            out.persisted_entries = ready.entries().len();
+        }
+        let store = self.node.mut_store();
+        store.append(ready.entries());
+        if let Some(hs) = ready.hs() {
+            store.set_hard_state(hs.clone());
+        }
+        out.messages.extend(ready.take_persisted_messages());
+
+        let mut light = self.node.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            self.node.mut_store().set_commit(commit);
+        }
+        out.messages.extend(light.take_messages());
+        self.apply_entries(&mut applier, light.take_committed_entries(), &mut out)?;
+        self.node.advance_apply();
+
+        let committed = applier.commit()?;
+        self.kv.publish_revision(committed.revision);
+        out.committed = Some(committed);
+        Ok(out)
+    }
+
+    fn apply_entries(
+        &mut self,
+        applier: &mut Applier,
+        entries: Vec<Entry>,
+        out: &mut Advanced,
+    ) -> Result<()> {
+        for entry in entries {
+            match entry.get_entry_type() {
+                EntryType::EntryNormal if entry.data.is_empty() => applier.skip(entry.index),
+                EntryType::EntryNormal => {
+                    let result = Command::decode(&entry.data).and_then(|command| {
+                        applier.apply(entry.index, &command).unwrap_or_else(|| {
+                            Err(StoreError::storage("applying", "entry applied twice"))
+                        })
+                    });
+                    if let Some(id) = self.own_proposal(&entry.context) {
+                        out.answers.push((id, result));
+                    }
+                }
+                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
+                    self.apply_conf_change(applier, &entry)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_conf_change(&mut self, applier: &mut Applier, entry: &Entry) -> Result<()> {
+        let change: ConfChangeV2 = if entry.get_entry_type() == EntryType::EntryConfChange {
+            let mut v1 = ConfChange::default();
+            v1.merge_from_bytes(&entry.data)
+                .map_err(|e| StoreError::storage("decoding a membership change", e))?;
+            let mut single = raft::eraftpb::ConfChangeSingle::default();
+            single.set_change_type(v1.get_change_type());
+            single.node_id = v1.node_id;
+            let mut v2 = ConfChangeV2::default();
+            v2.mut_changes().push(single);
+            v2.context = v1.context;
+            v2
+        } else {
+            let mut v2 = ConfChangeV2::default();
+            v2.merge_from_bytes(&entry.data)
+                .map_err(|e| StoreError::storage("decoding a membership change", e))?;
+            v2
+        };
+        let conf_state = self
+            .node
+            .apply_conf_change(&change)
+            .map_err(|e| StoreError::storage("applying a membership change", e))?;
+        let bytes = conf_state
+            .write_to_bytes()
+            .map_err(|e| StoreError::storage("encoding the membership", e))?;
+        applier.set_conf_state(&bytes);
+        applier.skip(entry.index);
+        self.node.mut_store().set_conf_state(conf_state);
+        Ok(())
+    }
+}
+
+/// The log must pick up where the state left off: from at most the applied
+/// index (or the state is older than what the log dropped) to at least it
+/// (or the log lost acknowledged entries). Either is damage to report, not
+/// something raft can start from.
+fn check_log_covers_state(config: &CoreConfig, store: &LogStore, applied: u64) -> Result<()> {
+    let compacted = store.compacted_index();
+    let last = raft::Storage::last_index(store).unwrap_or(compacted);
+    let wal = config.wal_dir.display();
+    if applied < compacted {
+        return Err(StoreError::storage(
+            "opening the raft log",
+            format!(
+                "the state database is applied to index {applied}, but the log in {wal} starts after {compacted}: \
+                 the state is older than the log it belongs to; restore the whole data directory from one backup"
+            ),
+        ));
+    }
+    if applied > last {
+        return Err(StoreError::storage(
+            "opening the raft log",
+            format!(
+                "the state database is applied to index {applied}, but the log in {wal} ends at {last}: \
+                 log entries are missing; restore the whole data directory from one backup"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Decodes the membership stored with the engine's state.
+pub fn decode_conf_state(bytes: &[u8]) -> Result<ConfState> {
+    let mut cs = ConfState::default();
+    cs.merge_from_bytes(bytes)
+        .map_err(|e| StoreError::storage("decoding the stored membership", e))?;
+    Ok(cs)
+}
+
+fn persist_conf_state(kv: &KvStore, conf_state: &ConfState) -> Result<()> {
+    let bytes = conf_state
+        .write_to_bytes()
+        .map_err(|e| StoreError::storage("encoding the membership", e))?;
+    kv.tree
+        .insert(crate::mvcc::kvstore::META_CONF_STATE, bytes)?;
+    kv.tree.flush()?;
+    Ok(())
+}
+
+struct Replayed {
+    /// The log as last written: a later append at index k replaced every
+    /// entry from k on.
+    entries: BTreeMap<u64, Entry>,
+    hard_state: HardState,
+    /// (index, term) the log was compacted to.
+    compacted: (u64, u64),
+}
+
+fn replay_wal(config: &CoreConfig) -> Result<(Wal, Replayed)> {
+    let mut replayed = Replayed {
+        entries: BTreeMap::new(),
+        hard_state: HardState::default(),
+        compacted: (0, 0),
+    };
+    let mut failure = None;
+    let wal = Wal::open(&config.wal_dir, config.wal, |record| {
+        match record {
+            WalRecord::Entry { index, data, .. } => {
+                let mut entry = Entry::default();
+                if let Err(err) = entry.merge_from_bytes(&data) {
+                    failure.get_or_insert(StoreError::storage("decoding a raft entry", err));
+                    return Ok(());
+                }
+                replayed.entries.split_off(&index);
+                replayed.entries.insert(index, entry);
+            }
+            WalRecord::HardState { term, vote, commit } => {
+                replayed.hard_state = HardState {
+                    term,
+                    vote,
+                    commit,
+                    ..Default::default()
+                };
+            }
+            WalRecord::Snapshot { index, term } => replayed.compacted = (index, term),
+        }
+        Ok(())
+    })?;
+    if let Some(err) = failure {
+        return Err(err);
+    }
+    let compacted = replayed.compacted.0;
+    replayed.entries.retain(|&index, _| index > compacted);
+    Ok((wal, replayed))
+}

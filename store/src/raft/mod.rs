@@ -1,0 +1,15 @@
+//! Raft replication with raft-rs: the log storage raft-rs reads, the
+//! deterministic core that drives `RawNode` over our WAL and engine, and
+//! the simulated network used to test several real nodes in one process.
+
+mod core;
+mod log_store;
+mod logger;
+#[cfg(test)]
+mod sim;
+#[cfg(test)]
+mod tests;
+
+pub use self::core::{decode_conf_state, Advanced, CoreConfig, RaftCore};
+pub use log_store::LogStore;
+pub use logger::raft_logger;

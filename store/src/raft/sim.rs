@@ -1,0 +1,298 @@
+//! A deterministic simulation of real Raft members (our core, WAL and
+//! engine, each in a temporary directory) over a simulated network and
+//! clock. Delays, losses, reordering, partitions and each member's ticks
+//! are all drawn from one seeded RNG, so a seed replays a run exactly.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use raft::eraftpb::Message;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::core::{decode_conf_state, CoreConfig, RaftCore};
+use crate::api::{PutRequest, RangeRequest};
+use crate::command::Command;
+use crate::error::{Result, StoreError};
+use crate::lease::{Lessor, LessorConfig};
+use crate::mvcc::{CommandResult, KvStore};
+use crate::wal::WalOptions;
+
+struct Member {
+    core: Option<RaftCore>,
+    dir: tempfile::TempDir,
+    restarts: u64,
+}
+
+pub struct Sim {
+    rng: StdRng,
+    now: u64,
+    members: BTreeMap<u64, Member>,
+    voters: Vec<u64>,
+    /// (deliver at, send order) -> message
+    in_flight: BTreeMap<(u64, u64), Message>,
+    sent: u64,
+    /// Directed links that lose everything.
+    cut: HashSet<(u64, u64)>,
+    pub loss_per_mille: u32,
+    pub max_delay: u64,
+    answers: HashMap<(u64, u64), Result<CommandResult>>,
+    /// One line per step: who leads, and each member's commit and revision.
+    pub trace: Vec<String>,
+}
+
+const ELECTION_TICK: usize = 10;
+const HEARTBEAT_TICK: usize = 2;
+
+impl Sim {
+    pub fn new(seed: u64, size: u64) -> Sim {
+        let voters: Vec<u64> = (1..=size).collect();
+        let mut sim = Sim {
+            rng: StdRng::seed_from_u64(seed),
+            now: 0,
+            members: BTreeMap::new(),
+            voters: voters.clone(),
+            in_flight: BTreeMap::new(),
+            sent: 0,
+            cut: HashSet::new(),
+            loss_per_mille: 0,
+            max_delay: 3,
+            answers: HashMap::new(),
+            trace: Vec::new(),
+        };
+        for id in voters {
+            let dir = tempfile::tempdir().expect("temp dir");
+            sim.members.insert(
+                id,
+                Member {
+                    core: None,
+                    dir,
+                    restarts: 0,
+                },
+            );
+            sim.start(id);
+        }
+        sim
+    }
+
+    fn start(&mut self, id: u64) {
+        let member = self.members.get_mut(&id).expect("member");
+        let db = sled::Config::new()
+            .path(member.dir.path().join("db"))
+            .flush_every_ms(None)
+            .open()
+            .expect("sled");
+        let (kv, recovered) = KvStore::open(db.open_tree("mvcc").expect("tree")).expect("kv");
+        let conf_state = recovered
+            .conf_state
+            .map(|bytes| decode_conf_state(&bytes).expect("conf state"));
+        let config = CoreConfig {
+            id,
+            initial_voters: self.voters.clone(),
+            election_tick: ELECTION_TICK,
+            heartbeat_tick: HEARTBEAT_TICK,
+            fixed_election_timeout: true,
+            wal_dir: member.dir.path().join("wal"),
+            wal: WalOptions::default(),
+            proposal_epoch: member.restarts,
+        };
+        let lessor = Arc::new(Lessor::new(LessorConfig::default()));
+        let core = RaftCore::open(config, Arc::new(kv), lessor, conf_state).expect("open core");
+        member.core = Some(core);
+    }
+
+    pub fn core(&self, id: u64) -> &RaftCore {
+        self.members[&id].core.as_ref().expect("member is up")
+    }
+
+    /// Stops a member; its directory stays for a restart.
+    pub fn crash(&mut self, id: u64) {
+        let member = self.members.get_mut(&id).expect("member");
+        member.core = None;
+        member.restarts += 1;
+    }
+
+    pub fn restart(&mut self, id: u64) {
+        self.start(id);
+    }
+
+    /// Cuts every link between the two groups, both ways.
+    pub fn partition(&mut self, a: &[u64], b: &[u64]) {
+        for &x in a {
+            for &y in b {
+                self.cut.insert((x, y));
+                self.cut.insert((y, x));
+            }
+        }
+    }
+
+    pub fn heal(&mut self) {
+        self.cut.clear();
+    }
+
+    /// One unit of simulated time.
+    pub fn step(&mut self) {
+        self.now += 1;
+        let due: Vec<(u64, u64)> = self
+            .in_flight
+            .range(..(self.now + 1, 0))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in due {
+            let message = self.in_flight.remove(&key).expect("due message");
+            let (from, to) = (message.from, message.to);
+            if self.cut.contains(&(from, to)) {
+                continue;
+            }
+            if let Some(core) = self.members.get_mut(&to).and_then(|m| m.core.as_mut()) {
+                core.step(message);
+            }
+        }
+        let ids: Vec<u64> = self.members.keys().copied().collect();
+        for &id in &ids {
+            // Each member's clock runs a little unevenly: the seed, not
+            // raft-rs, decides who times out first.
+            if self.rng.gen_ratio(4, 5) {
+                if let Some(core) = self.members.get_mut(&id).and_then(|m| m.core.as_mut()) {
+                    core.tick();
+                }
+            }
+        }
+        for &id in &ids {
+            let Some(core) = self.members.get_mut(&id).and_then(|m| m.core.as_mut()) else {
+                continue;
+            };
+            let advanced = core.advance().expect("advance");
+            for (proposal, result) in advanced.answers {
+                self.answers.insert((id, proposal), result);
+            }
+            for message in advanced.messages {
+                self.send(message);
+            }
+        }
+        let line = self
+            .members
+            .iter()
+            .map(|(id, m)| match &m.core {
+                Some(c) => format!(
+                    "{id}:{}{}/{}/{}",
+                    if c.is_leader() { "L" } else { "" },
+                    c.term(),
+                    c.commit_index(),
+                    c.kv().current_revision()
+                ),
+                None => format!("{id}:down"),
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        self.trace.push(format!("{} {line}", self.now));
+    }
+
+    fn send(&mut self, message: Message) {
+        if self.rng.gen_range(0..1000) < self.loss_per_mille {
+            return;
+        }
+        let delay = self.rng.gen_range(1..=self.max_delay);
+        self.sent += 1;
+        self.in_flight
+            .insert((self.now + delay, self.sent), message);
+    }
+
+    /// Steps until `done` holds; false if it did not within `max_steps`.
+    pub fn run_until(&mut self, max_steps: u64, mut done: impl FnMut(&Sim) -> bool) -> bool {
+        for _ in 0..max_steps {
+            if done(self) {
+                return true;
+            }
+            self.step();
+        }
+        done(self)
+    }
+
+    /// The leader of the highest term among running members.
+    pub fn leader(&self) -> Option<u64> {
+        self.members
+            .iter()
+            .filter_map(|(id, m)| m.core.as_ref().map(|c| (id, c)))
+            .filter(|(_, c)| c.is_leader())
+            .max_by_key(|(_, c)| c.term())
+            .map(|(id, _)| *id)
+    }
+
+    pub fn wait_for_leader(&mut self) -> u64 {
+        assert!(
+            self.run_until(2000, |s| s.leader().is_some()),
+            "no leader elected"
+        );
+        self.leader().expect("leader")
+    }
+
+    pub fn propose_put(&mut self, at: u64, key: &str, value: &str) -> Result<u64> {
+        let data = Command::Put(PutRequest::new(key, value)).encode();
+        let core = self
+            .members
+            .get_mut(&at)
+            .and_then(|m| m.core.as_mut())
+            .ok_or(StoreError::Stopped)?;
+        core.propose(data)
+    }
+
+    /// Waits for the answer to a proposal made at `at`.
+    pub fn answer(
+        &mut self,
+        at: u64,
+        proposal: u64,
+        max_steps: u64,
+    ) -> Option<Result<CommandResult>> {
+        self.run_until(max_steps, |s| s.answers.contains_key(&(at, proposal)));
+        self.answers.remove(&(at, proposal))
+    }
+
+    /// A put at the current leader, waited for; returns its revision.
+    pub fn put(&mut self, key: &str, value: &str) -> i64 {
+        for _ in 0..20 {
+            let leader = self.wait_for_leader();
+            let Ok(proposal) = self.propose_put(leader, key, value) else {
+                continue;
+            };
+            if let Some(Ok(CommandResult::Put(resp))) = self.answer(leader, proposal, 500) {
+                return resp.header.revision;
+            }
+        }
+        panic!("put {key} never succeeded");
+    }
+
+    /// (value, mod_revision) of every key, as member `id` has applied them.
+    pub fn contents(&self, id: u64) -> BTreeMap<Vec<u8>, (Vec<u8>, i64)> {
+        let resp = self
+            .core(id)
+            .kv()
+            .range(&RangeRequest {
+                key: vec![0],
+                range_end: vec![0],
+                ..Default::default()
+            })
+            .expect("range");
+        resp.kvs
+            .into_iter()
+            .map(|kv| (kv.key, (kv.value, kv.mod_revision)))
+            .collect()
+    }
+
+    /// Steps until every running member has applied the same revision.
+    pub fn converge(&mut self, max_steps: u64) -> bool {
+        self.run_until(max_steps, |s| {
+            let revs: HashSet<i64> = s
+                .members
+                .values()
+                .filter_map(|m| m.core.as_ref())
+                .map(|c| c.kv().current_revision())
+                .collect();
+            revs.len() == 1
+        })
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.members.keys().copied().collect()
+    }
+}
