@@ -9,6 +9,7 @@ mod logger;
 mod sim;
 #[cfg(test)]
 mod tests;
+pub mod transport;
 
 pub use self::core::{decode_conf_state, Advanced, CoreConfig, RaftCore};
 pub use log_store::LogStore;
