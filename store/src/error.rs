@@ -44,6 +44,8 @@ pub enum StoreError {
     Wal(#[from] WalError),
     #[error("etcdserver: server stopped")]
     Stopped,
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
     #[error("etcdserver: no leader")]
     NoLeader,
     #[error("etcdserver: request timed out")]

@@ -41,5 +41,5 @@ pub mod watch;
 
 pub use api::*;
 pub use error::{Result, StoreError};
-pub use node::{AutoCompaction, Store, StoreConfig};
+pub use node::{AutoCompaction, ClusterConfig, Store, StoreConfig};
 pub use watch::Watcher;

@@ -4,17 +4,20 @@
 //! what commits, answers callers, and passes events to the watch notifier.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Result, StoreError};
+use crate::lease::Lessor;
 use crate::mvcc::compaction::Compactor;
 use crate::mvcc::CommandResult;
+use crate::raft::transport::Transport;
 use crate::raft::RaftCore;
 use crate::watch::Notifier;
+use raft::eraftpb::Message;
 
 /// raft-rs counts time in ticks; etcd's heartbeat interval is 100 ms.
 pub(crate) const TICK: Duration = Duration::from_millis(100);
@@ -41,6 +44,15 @@ pub struct WriterStats {
     pub entries: AtomicU64,
 }
 
+/// What the rest of the store may know of raft's view, kept current by
+/// the driver.
+#[derive(Debug, Default)]
+pub struct Leadership {
+    pub is_leader: AtomicBool,
+    pub leader_id: AtomicU64,
+    pub term: AtomicU64,
+}
+
 /// A proposal raft has taken, waiting to be applied.
 struct Waiting {
     reply: oneshot::Sender<Result<CommandResult>>,
@@ -54,6 +66,10 @@ pub(crate) struct Driver {
     pub max_batch: usize,
     pub stats: Arc<WriterStats>,
     waiting: HashMap<u64, Waiting>,
+    lessor: Arc<Lessor>,
+    leadership: Arc<Leadership>,
+    transport: Option<Transport>,
+    inbound: Option<mpsc::Receiver<Message>>,
 }
 
 impl Driver {
@@ -63,6 +79,8 @@ impl Driver {
         notifier: Notifier,
         max_batch: usize,
         stats: Arc<WriterStats>,
+        lessor: Arc<Lessor>,
+        leadership: Arc<Leadership>,
     ) -> Self {
         Driver {
             core,
@@ -71,7 +89,19 @@ impl Driver {
             max_batch,
             stats,
             waiting: HashMap::new(),
+            lessor,
+            leadership,
+            transport: None,
+            inbound: None,
         }
+    }
+
+    /// Connects the member to its peers: messages out through `transport`,
+    /// messages in from `inbound`.
+    pub fn with_peers(mut self, transport: Transport, inbound: mpsc::Receiver<Message>) -> Self {
+        self.transport = Some(transport);
+        self.inbound = Some(inbound);
+        self
     }
 
     /// Runs until stopped or until every request sender is gone. The
@@ -99,12 +129,23 @@ impl Driver {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(self.max_batch);
+        let mut inbound = self.inbound.take();
         loop {
             tokio::select! {
                 request = requests.recv() => match request {
                     Some(request) => batch.push(request),
                     None => return Ok(()),
                 },
+                message = next_message(&mut inbound) => {
+                    if let Some(message) = message {
+                        self.core.step(message);
+                    }
+                    if let Some(inbound) = inbound.as_mut() {
+                        while let Ok(message) = inbound.try_recv() {
+                            self.core.step(message);
+                        }
+                    }
+                }
                 _ = tick.tick() => {
                     self.core.tick();
                     self.waiting.retain(|_, w| !w.reply.is_closed());
@@ -204,15 +245,46 @@ impl Driver {
                 let _ = waiting.reply.send(result);
             }
         }
-        // Messages to other members will go to the peer transport; a
-        // one-voter group sends none.
-        debug_assert!(advanced.messages.is_empty(), "a single member has no peers");
+        if let Some(transport) = &self.transport {
+            for message in advanced.messages {
+                transport.send(message);
+            }
+        }
+        self.note_leadership();
         Ok(())
+    }
+
+    fn note_leadership(&mut self) {
+        let is_leader = self.core.is_leader();
+        let was_leader = self.leadership.is_leader.swap(is_leader, Ordering::AcqRel);
+        self.leadership
+            .leader_id
+            .store(self.core.leader_id(), Ordering::Release);
+        self.leadership
+            .term
+            .store(self.core.term(), Ordering::Release);
+        if is_leader && !was_leader {
+            // The old leader's clock is gone with it: every lease gets its
+            // whole remaining TTL, plus an election's worth, from now.
+            self.lessor.promote(TICK * 10);
+            tracing::info!(
+                member = format_args!("{:x}", self.core.id()),
+                term = self.core.term(),
+                "became leader"
+            );
+        }
     }
 
     fn fail_waiting(&mut self, error: impl Fn() -> StoreError) {
         for (_, waiting) in self.waiting.drain() {
             let _ = waiting.reply.send(Err(error()));
         }
+    }
+}
+
+async fn next_message(inbound: &mut Option<mpsc::Receiver<Message>>) -> Option<Message> {
+    match inbound {
+        Some(inbound) => inbound.recv().await,
+        None => std::future::pending().await,
     }
 }

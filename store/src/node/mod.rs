@@ -3,6 +3,7 @@
 //! checkpoints). The member is a one-voter Raft group; peers come next.
 
 mod auto_compaction;
+pub mod cluster;
 mod driver;
 mod durability;
 
@@ -11,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::raft::transport::Transport;
 use crate::raft::{CoreConfig, RaftCore};
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -24,11 +26,14 @@ use crate::mvcc::{CommandResult, KvStore};
 use crate::wal::WalOptions;
 use crate::watch::{Notifier, WatchConfig, WatchHub, Watcher};
 pub use auto_compaction::AutoCompaction;
+pub use cluster::ClusterConfig;
 pub use driver::WriterStats;
-use driver::{Driver, DriverRequest, Proposal};
+use driver::{Driver, DriverRequest, Leadership, Proposal};
 
 /// The Raft ID of a store that runs alone.
 const SINGLE_MEMBER_ID: u64 = 1;
+/// Raft messages from peers waiting for the driver before more are dropped.
+const PEER_INBOUND_QUEUE: usize = 8192;
 
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -52,6 +57,8 @@ pub struct StoreConfig {
     /// Bytes of proposals queued for the writer before callers wait.
     pub proposal_queue_bytes: usize,
     pub auto_compaction: AutoCompaction,
+    /// Replication: this member and its peers. `None`: a store alone.
+    pub cluster: Option<ClusterConfig>,
 }
 
 impl StoreConfig {
@@ -70,6 +77,7 @@ impl StoreConfig {
             request_timeout: Duration::from_secs(5),
             proposal_queue_bytes: 64 * 1024 * 1024,
             auto_compaction: AutoCompaction::Off,
+            cluster: None,
         }
     }
 }
@@ -90,6 +98,8 @@ struct Inner {
     /// Bounds the bytes of queued proposals (the queue bounds their count).
     queued_bytes: Arc<tokio::sync::Semaphore>,
     stats: Arc<WriterStats>,
+    leadership: Arc<Leadership>,
+    member_id: u64,
     shutdown: watch::Sender<bool>,
     writer: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
     syncer: parking_lot::Mutex<Option<crate::watch::hub::SyncerHandle>>,
@@ -109,6 +119,22 @@ impl Store {
     /// from the applied index. Must be called inside a tokio runtime.
     pub async fn open(config: StoreConfig) -> Result<Store> {
         let lock = durability::lock_data_dir(&config.data_dir)?;
+        let identity = match &config.cluster {
+            Some(cluster) => {
+                let identity = cluster.identity()?;
+                cluster::check_data_dir(&config.data_dir, &cluster.name, &identity)?;
+                Some(identity)
+            }
+            None => None,
+        };
+        let (member_id, voters): (u64, Vec<u64>) = match &identity {
+            Some(identity) => (
+                identity.member_id,
+                identity.peers.iter().map(|(id, _)| *id).collect(),
+            ),
+            None => (SINGLE_MEMBER_ID, vec![SINGLE_MEMBER_ID]),
+        };
+        let (shutdown, _) = watch::channel(false);
         let db_path = config.data_dir.join("db");
         let db = sled::Config::new()
             .path(&db_path)
@@ -137,8 +163,8 @@ impl Store {
             .transpose()?;
         let core = RaftCore::open(
             CoreConfig {
-                id: SINGLE_MEMBER_ID,
-                initial_voters: vec![SINGLE_MEMBER_ID],
+                id: member_id,
+                initial_voters: voters.clone(),
                 election_tick: 10,
                 heartbeat_tick: 1,
                 fixed_election_timeout: false,
@@ -160,16 +186,42 @@ impl Store {
         let notifier = Notifier::start(Arc::clone(&hub))
             .map_err(|e| StoreError::storage("starting the watch notifier", e))?;
         let stats = Arc::new(WriterStats::default());
+        let leadership = Arc::new(Leadership::default());
         let mut driver = Driver::new(
             core,
             compactor,
             notifier,
             config.max_batch,
             Arc::clone(&stats),
+            Arc::clone(&lessor),
+            Arc::clone(&leadership),
         );
-        let driver = tokio::task::spawn_blocking(move || driver.lead_alone().map(|()| driver))
+        let mut tasks = Vec::new();
+        if let (Some(cluster), Some(identity)) = (&config.cluster, &identity) {
+            let (inbound, inbound_rx) = mpsc::channel(PEER_INBOUND_QUEUE);
+            let mut transport = Transport::start(
+                cluster.peer_listen,
+                identity.cluster_id,
+                identity.member_id,
+                &identity.peers,
+                inbound,
+                shutdown.subscribe(),
+            )
             .await
-            .map_err(|e| StoreError::storage("replaying the log", e))??;
+            .map_err(|e| {
+                StoreError::storage(
+                    "listening for peers",
+                    format!("{}: {e}", cluster.peer_listen),
+                )
+            })?;
+            tasks.extend(transport.take_tasks());
+            driver = driver.with_peers(transport, inbound_rx);
+        }
+        if voters == [member_id] {
+            driver = tokio::task::spawn_blocking(move || driver.lead_alone().map(|()| driver))
+                .await
+                .map_err(|e| StoreError::storage("replaying the log", e))??;
+        }
         // Time stood still while the store was down: every lease gets its
         // remaining TTL again from now.
         lessor.promote(Duration::ZERO);
@@ -181,7 +233,6 @@ impl Store {
             .spawn(move || driver.run(requests_rx))
             .map_err(|e| StoreError::storage("starting the raft driver", e))?;
 
-        let (shutdown, _) = watch::channel(false);
         let store = Store {
             inner: Arc::new(Inner {
                 config,
@@ -192,10 +243,12 @@ impl Store {
                 requests,
                 queued_bytes,
                 stats,
+                leadership,
+                member_id,
                 shutdown,
                 writer: parking_lot::Mutex::new(Some(writer)),
                 syncer: parking_lot::Mutex::new(Some(syncer)),
-                tasks: parking_lot::Mutex::new(Vec::new()),
+                tasks: parking_lot::Mutex::new(tasks),
                 _lock: lock,
             }),
         };
@@ -215,6 +268,7 @@ impl Store {
         ));
         let leases = tokio::spawn(lease_loop(
             Arc::clone(&inner.lessor),
+            Arc::clone(&inner.leadership),
             inner.requests.clone(),
             inner.shutdown.subscribe(),
         ));
@@ -229,6 +283,26 @@ impl Store {
 
     pub fn kv(&self) -> &Arc<KvStore> {
         &self.inner.kv
+    }
+
+    /// This member's Raft ID.
+    pub fn member_id(&self) -> u64 {
+        self.inner.member_id
+    }
+
+    /// The leader this member knows of (0: none).
+    pub fn leader_id(&self) -> u64 {
+        self.inner
+            .leadership
+            .leader_id
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.inner
+            .leadership
+            .is_leader
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub fn stats(&self) -> &WriterStats {
@@ -444,6 +518,7 @@ fn unexpected(result: CommandResult) -> StoreError {
 /// Proposes revokes for expired leases and checkpoints for long ones.
 async fn lease_loop(
     lessor: Arc<Lessor>,
+    leadership: Arc<Leadership>,
     requests: mpsc::Sender<DriverRequest>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -454,6 +529,13 @@ async fn lease_loop(
         tokio::select! {
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
+        }
+        // Only the leader decides that a lease expired.
+        if !leadership
+            .is_leader
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            continue;
         }
         // etcd revokes at most 1000 leases per second; half that per tick.
         for id in lessor.take_expired(Instant::now(), 500) {
@@ -515,5 +597,7 @@ pub(crate) mod testing {
     }
 }
 
+#[cfg(test)]
+mod replication_tests;
 #[cfg(test)]
 mod tests;

@@ -125,6 +125,8 @@ pub struct WatchHub {
     config: WatchConfig,
     state: Mutex<HubState>,
     wake: Mutex<Option<std_mpsc::Sender<()>>>,
+    /// The notifier's queue, for progress requests to wait their turn.
+    notices: Mutex<Option<std_mpsc::SyncSender<super::notifier::Notice>>>,
 }
 
 impl WatchHub {
@@ -142,6 +144,7 @@ impl WatchHub {
                 scratch: Vec::new(),
             }),
             wake: Mutex::new(None),
+            notices: Mutex::new(None),
         })
     }
 
@@ -216,8 +219,27 @@ impl WatchHub {
         }
     }
 
-    /// Sends the watcher the current revision once it is synced.
+    pub(crate) fn set_notice_queue(
+        &self,
+        queue: Option<std_mpsc::SyncSender<super::notifier::Notice>>,
+    ) {
+        *self.notices.lock() = queue;
+    }
+
+    /// Queues a progress request behind the batches already published.
     pub(crate) fn request_progress(&self, id: i64) {
+        let queued = self
+            .notices
+            .lock()
+            .as_ref()
+            .is_some_and(|q| q.try_send(super::notifier::Notice::Progress(id)).is_ok());
+        if !queued {
+            self.send_progress(id);
+        }
+    }
+
+    /// Sends the watcher the current revision once it is synced.
+    pub(crate) fn send_progress(&self, id: i64) {
         let mut state = self.state.lock();
         let current = state.current_rev;
         if let Some(entry) = state.watchers.get_mut(&id) {

@@ -12,27 +12,40 @@ use crate::mvcc::RevisionEvents;
 /// Committed batches waiting for fan-out before the writer must wait.
 pub const NOTIFY_QUEUE: usize = 1024;
 
-struct Batch {
-    revision: i64,
-    events: Vec<Arc<RevisionEvents>>,
+pub(crate) enum Notice {
+    /// A committed batch, visible to readers already.
+    Batch {
+        revision: i64,
+        events: Vec<Arc<RevisionEvents>>,
+    },
+    /// A watcher asked for progress: answered after every batch queued
+    /// before it, so it never reports less than a reader has seen.
+    Progress(i64),
 }
 
 pub struct Notifier {
-    queue: Option<SyncSender<Batch>>,
+    hub: Arc<WatchHub>,
+    queue: Option<SyncSender<Notice>>,
     thread: Option<thread::JoinHandle<()>>,
 }
 
 impl Notifier {
     pub fn start(hub: Arc<WatchHub>) -> std::io::Result<Notifier> {
-        let (queue, batches) = sync_channel::<Batch>(NOTIFY_QUEUE);
+        let (queue, notices) = sync_channel::<Notice>(NOTIFY_QUEUE);
+        hub.set_notice_queue(Some(queue.clone()));
+        let owner = Arc::clone(&hub);
         let thread = thread::Builder::new()
             .name("skiff-watch-notify".into())
             .spawn(move || {
-                for batch in batches {
-                    hub.publish(batch.revision, &batch.events);
+                for notice in notices {
+                    match notice {
+                        Notice::Batch { revision, events } => hub.publish(revision, &events),
+                        Notice::Progress(watch_id) => hub.send_progress(watch_id),
+                    }
                 }
             })?;
         Ok(Notifier {
+            hub: owner,
             queue: Some(queue),
             thread: Some(thread),
         })
@@ -43,12 +56,15 @@ impl Notifier {
     /// rather than unbounded memory.
     pub fn notify(&self, revision: i64, events: Vec<Arc<RevisionEvents>>) {
         if let Some(queue) = &self.queue {
-            let _ = queue.send(Batch { revision, events });
+            let _ = queue.send(Notice::Batch { revision, events });
         }
     }
 
     /// Delivers what is queued and stops the thread.
     pub fn stop(&mut self) {
+        // The hub's handle on the queue goes first, or the thread would
+        // wait for more forever.
+        self.hub.set_notice_queue(None);
         self.queue.take();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();

@@ -1,0 +1,245 @@
+//! Three members in one process over real TCP on loopback: election,
+//! writes through every member, a member restarted and caught up, and a
+//! leader stopped and replaced.
+
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+
+use super::testing::test_config;
+use super::{ClusterConfig, Store};
+use crate::api::{PutRequest, RangeRequest};
+use crate::error::StoreError;
+
+fn free_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+struct Cluster {
+    dirs: Vec<tempfile::TempDir>,
+    initial: Vec<(String, SocketAddr)>,
+    members: Vec<Option<Store>>,
+}
+
+impl Cluster {
+    async fn start(size: usize) -> Cluster {
+        let initial: Vec<(String, SocketAddr)> =
+            (1..=size).map(|i| (format!("n{i}"), free_addr())).collect();
+        let dirs: Vec<_> = (0..size).map(|_| tempfile::tempdir().unwrap()).collect();
+        let mut cluster = Cluster {
+            dirs,
+            initial,
+            members: (0..size).map(|_| None).collect(),
+        };
+        for i in 0..size {
+            cluster.open(i).await;
+        }
+        cluster
+    }
+
+    async fn open(&mut self, i: usize) {
+        let mut config = test_config(self.dirs[i].path());
+        config.cluster = Some(ClusterConfig {
+            name: self.initial[i].0.clone(),
+            peer_listen: self.initial[i].1,
+            initial_cluster: self.initial.clone(),
+        });
+        self.members[i] = Some(Store::open(config).await.expect("open member"));
+    }
+
+    async fn stop(&mut self, i: usize) {
+        let store = self.members[i].take().expect("running");
+        store.close().await.unwrap();
+    }
+
+    fn member(&self, i: usize) -> &Store {
+        self.members[i].as_ref().expect("running")
+    }
+
+    async fn leader(&self) -> usize {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let leaders: Vec<usize> = (0..self.members.len())
+                .filter(|&i| self.members[i].as_ref().is_some_and(|s| s.is_leader()))
+                .collect();
+            if leaders.len() == 1 {
+                return leaders[0];
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no single leader: {leaders:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Puts through member `i`, retrying while an election settles.
+    async fn put(&self, i: usize, key: &str) -> i64 {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            match self.member(i).put(PutRequest::new(key, "v")).await {
+                Ok(resp) => return resp.header.revision,
+                Err(StoreError::NoLeader | StoreError::Timeout) => {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "put {key} never succeeded"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(err) => panic!("put {key}: {err}"),
+            }
+        }
+    }
+
+    /// Waits until every running member has applied revision `rev`.
+    async fn converge(&self, rev: i64) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        for store in self.members.iter().flatten() {
+            while store.kv().current_revision() < rev {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "member stuck below {rev}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
+    async fn keys(&self, i: usize) -> Vec<(Vec<u8>, i64)> {
+        let resp = self
+            .member(i)
+            .range(RangeRequest {
+                key: vec![0],
+                range_end: vec![0],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        resp.kvs
+            .into_iter()
+            .map(|kv| (kv.key, kv.mod_revision))
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_replicate_writes_made_through_any_member() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let mut last = 0;
+    for round in 0..3 {
+        for i in 0..3 {
+            last = cluster.put(i, &format!("r{round}-via-{i}")).await;
+        }
+    }
+    assert_eq!(last, 9, "one revision per write, wherever it was made");
+    cluster.converge(last).await;
+    let expected = cluster.keys(leader).await;
+    assert_eq!(expected.len(), 9);
+    for i in 0..3 {
+        assert_eq!(cluster.keys(i).await, expected, "member {i}");
+    }
+
+    // A follower stopped and restarted catches up with what it missed.
+    let follower = (leader + 1) % 3;
+    cluster.stop(follower).await;
+    for k in 0..20 {
+        last = cluster
+            .put(leader, &format!("while-{follower}-down-{k}"))
+            .await;
+    }
+    cluster.open(follower).await;
+    cluster.converge(last).await;
+    assert_eq!(cluster.keys(follower).await, cluster.keys(leader).await);
+
+    // Stopping the leader: another takes over and writes go on.
+    cluster.stop(leader).await;
+    let next = cluster.leader().await;
+    assert_ne!(next, leader);
+    last = cluster.put(next, "after-leader-change").await;
+    cluster.open(leader).await;
+    cluster.converge(last).await;
+    let all = cluster.keys(next).await;
+    assert_eq!(all.len(), 30);
+    for i in 0..3 {
+        assert_eq!(cluster.keys(i).await, all, "member {i}");
+    }
+    for i in 0..3 {
+        cluster.stop(i).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_alone_cannot_acknowledge_writes() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    cluster.put(leader, "before").await;
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    for &i in &others {
+        cluster.stop(i).await;
+    }
+    let started = tokio::time::Instant::now();
+    let err = cluster
+        .member(leader)
+        .put(PutRequest::new("alone", "v"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Timeout | StoreError::NoLeader),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10), "bounded wait");
+    assert!(
+        cluster
+            .keys(leader)
+            .await
+            .iter()
+            .all(|(k, _)| k != b"alone"),
+        "nothing applied without a quorum"
+    );
+    cluster.stop(leader).await;
+}
+
+#[tokio::test]
+async fn a_member_of_another_cluster_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let initial = vec![
+        ("n1".to_string(), free_addr()),
+        ("n2".to_string(), free_addr()),
+    ];
+    let mut config = test_config(dir.path());
+    config.cluster = Some(ClusterConfig {
+        name: "n1".into(),
+        peer_listen: initial[0].1,
+        initial_cluster: initial.clone(),
+    });
+    Store::open(config.clone())
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    let mut other = config.clone();
+    other
+        .cluster
+        .as_mut()
+        .unwrap()
+        .initial_cluster
+        .push(("n3".into(), free_addr()));
+    let Err(err) = Store::open(other).await else {
+        panic!("opened")
+    };
+    assert!(
+        err.to_string().contains("belongs to another cluster"),
+        "{err}"
+    );
+    let mut stranger = config;
+    stranger.cluster.as_mut().unwrap().name = "n9".into();
+    let Err(err) = Store::open(stranger).await else {
+        panic!("opened")
+    };
+    assert!(
+        err.to_string().contains("not in --initial-cluster"),
+        "{err}"
+    );
+}
