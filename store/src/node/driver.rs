@@ -33,6 +33,8 @@ pub(crate) enum DriverRequest {
     Propose(Proposal),
     /// The engine is durable up to this log index: the log before it can go.
     Release(u64),
+    /// A linearizable read waits for this answer before reading locally.
+    ReadIndex(oneshot::Sender<Result<()>>),
     /// Finish what is queued before this, then stop.
     Stop,
 }
@@ -70,6 +72,10 @@ pub(crate) struct Driver {
     leadership: Arc<Leadership>,
     transport: Option<Transport>,
     inbound: Option<mpsc::Receiver<Message>>,
+    /// Readers waiting for the quorum to confirm a read index, by read id.
+    reads_asked: HashMap<u64, Vec<oneshot::Sender<Result<()>>>>,
+    /// Readers whose read index is known, waiting for it to be applied.
+    reads_confirmed: Vec<(u64, Vec<oneshot::Sender<Result<()>>>)>,
 }
 
 impl Driver {
@@ -93,6 +99,8 @@ impl Driver {
             leadership,
             transport: None,
             inbound: None,
+            reads_asked: HashMap::new(),
+            reads_confirmed: Vec::new(),
         }
     }
 
@@ -149,6 +157,10 @@ impl Driver {
                 _ = tick.tick() => {
                     self.core.tick();
                     self.waiting.retain(|_, w| !w.reply.is_closed());
+                    self.reads_asked.retain(|_, readers| {
+                        readers.retain(|r| !r.is_closed());
+                        !readers.is_empty()
+                    });
                 }
             }
             while batch.len() < self.max_batch {
@@ -169,6 +181,7 @@ impl Driver {
     fn take(&mut self, batch: &mut Vec<DriverRequest>) -> Result<bool> {
         let mut stop = false;
         let mut release = None;
+        let mut readers = Vec::new();
         for request in batch.drain(..) {
             match request {
                 DriverRequest::Propose(p) => match self.core.propose(p.data) {
@@ -186,7 +199,19 @@ impl Driver {
                     }
                 },
                 DriverRequest::Release(index) => release = release.max(Some(index)),
+                DriverRequest::ReadIndex(reader) => readers.push(reader),
                 DriverRequest::Stop => stop = true,
+            }
+        }
+        if !readers.is_empty() {
+            if self.core.leader_id() == 0 {
+                for reader in readers {
+                    let _ = reader.send(Err(StoreError::NoLeader));
+                }
+            } else {
+                // Every read that arrived together shares one read index.
+                let id = self.core.read_index();
+                self.reads_asked.insert(id, readers);
             }
         }
         if let Some(index) = release {
@@ -245,6 +270,21 @@ impl Driver {
                 let _ = waiting.reply.send(result);
             }
         }
+        for (id, index) in advanced.reads {
+            if let Some(readers) = self.reads_asked.remove(&id) {
+                self.reads_confirmed.push((index, readers));
+            }
+        }
+        let applied = self.core.kv().applied_index();
+        self.reads_confirmed.retain_mut(|(index, readers)| {
+            if *index > applied {
+                return true;
+            }
+            for reader in readers.drain(..) {
+                let _ = reader.send(Ok(()));
+            }
+            false
+        });
         if let Some(transport) = &self.transport {
             for message in advanced.messages {
                 transport.send(message);

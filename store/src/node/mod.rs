@@ -313,8 +313,29 @@ impl Store {
         &self.inner.config
     }
 
+    /// A range read. Linearizable unless `serializable` is set: it then
+    /// waits for a read index confirmed by a quorum (no log write) and for
+    /// this member to apply up to it, so it sees every acknowledged write.
+    /// A serializable read is served from this member's state at once.
     pub async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
+        command::check_range(&req)?;
+        if !req.serializable {
+            self.linearize().await?;
+        }
         self.inner.kv.range(&req)
+    }
+
+    async fn linearize(&self) -> Result<()> {
+        let (reader, answer) = oneshot::channel();
+        self.inner
+            .requests
+            .send(DriverRequest::ReadIndex(reader))
+            .await
+            .map_err(|_| StoreError::Stopped)?;
+        tokio::time::timeout(self.inner.config.request_timeout, answer)
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(|_| StoreError::Stopped)?
     }
 
     pub async fn put(&self, req: PutRequest) -> Result<PutResponse> {

@@ -48,6 +48,9 @@ pub struct Advanced {
     pub messages: Vec<Message>,
     /// Results of this member's proposals that were applied, by proposal id.
     pub answers: Vec<(u64, Result<CommandResult>)>,
+    /// Read indexes confirmed by a quorum: (read id, index). A read is
+    /// linearizable once this member has applied up to its index.
+    pub reads: Vec<(u64, u64)>,
     /// Entries written to the WAL by this ready's one fdatasync (0: no sync).
     pub persisted_entries: usize,
     /// The applied batch: its revision and watch events.
@@ -62,7 +65,11 @@ pub struct RaftCore {
     kv: Arc<KvStore>,
     lessor: Arc<Lessor>,
     next_proposal: u64,
+    next_read: u64,
 }
+
+/// Marks a read index request's context (proposals' contexts are 24 bytes).
+const READ_CONTEXT: u8 = b'r';
 
 impl RaftCore {
     /// Opens the member's log over an engine opened on the same data
@@ -127,6 +134,7 @@ impl RaftCore {
             kv,
             lessor,
             next_proposal: 1,
+            next_read: 1,
         })
     }
 
@@ -223,6 +231,28 @@ impl RaftCore {
         self.node.raft.raft_log.last_index()
     }
 
+    /// Asks the quorum for the index a linearizable read must wait for;
+    /// nothing is written to the log. The answer comes from `advance`.
+    pub fn read_index(&mut self) -> u64 {
+        let id = self.next_read;
+        self.next_read += 1;
+        let mut context = Vec::with_capacity(25);
+        context.push(READ_CONTEXT);
+        context.extend_from_slice(&self.id.to_le_bytes());
+        context.extend_from_slice(&self.epoch.to_le_bytes());
+        context.extend_from_slice(&id.to_le_bytes());
+        self.node.read_index(context);
+        id
+    }
+
+    fn own_read(&self, context: &[u8]) -> Option<u64> {
+        let (&kind, rest) = context.split_first()?;
+        if kind != READ_CONTEXT {
+            return None;
+        }
+        self.own_proposal(rest)
+    }
+
     /// The id of one of this run's proposals, from an entry's context.
     fn own_proposal(&self, context: &[u8]) -> Option<u64> {
         if context.len() != 24 {
@@ -243,6 +273,11 @@ impl RaftCore {
         }
         let mut ready = self.node.ready();
         out.messages = ready.take_messages();
+        for state in ready.take_read_states() {
+            if let Some(id) = self.own_read(&state.request_ctx) {
+                out.reads.push((id, state.index));
+            }
+        }
         if !ready.snapshot().is_empty() {
             return Err(StoreError::storage(
                 "applying a raft snapshot",
