@@ -51,6 +51,9 @@ pub struct Advanced {
     /// Read indexes confirmed by a quorum: (read id, index). A read is
     /// linearizable once this member has applied up to its index.
     pub reads: Vec<(u64, u64)>,
+    /// Membership changes proposed here that were applied: (proposal id,
+    /// the membership after the change).
+    pub conf_changes: Vec<(u64, ConfState)>,
     /// Entries written to the WAL by this ready's one fdatasync (0: no sync).
     pub persisted_entries: usize,
     /// The applied batch: its revision and watch events.
@@ -186,11 +189,7 @@ impl RaftCore {
     pub fn propose(&mut self, data: Vec<u8>) -> Result<u64> {
         let id = self.next_proposal;
         self.next_proposal += 1;
-        let mut context = Vec::with_capacity(24);
-        context.extend_from_slice(&self.id.to_le_bytes());
-        context.extend_from_slice(&self.epoch.to_le_bytes());
-        context.extend_from_slice(&id.to_le_bytes());
-        match self.node.propose(context, data) {
+        match self.node.propose(self.context(id), data) {
             Ok(()) => Ok(id),
             Err(raft::Error::ProposalDropped) => Err(StoreError::NoLeader),
             Err(err) => Err(StoreError::storage("proposing", err)),
@@ -231,16 +230,48 @@ impl RaftCore {
         self.node.raft.raft_log.last_index()
     }
 
+    /// Proposes a membership change (add or remove voters or learners); the
+    /// new membership comes back from `advance` once it is applied here.
+    pub fn propose_conf_change(&mut self, change: ConfChangeV2) -> Result<u64> {
+        let id = self.next_proposal;
+        self.next_proposal += 1;
+        match self.node.propose_conf_change(self.context(id), change) {
+            Ok(()) => Ok(id),
+            Err(raft::Error::ProposalDropped) => Err(StoreError::NoLeader),
+            Err(err) => Err(StoreError::InvalidConfig(format!(
+                "membership change refused: {err}"
+            ))),
+        }
+    }
+
+    /// Hands leadership to `to` (a voter that is up to date); raft-rs
+    /// aborts the transfer if it does not complete within an election.
+    pub fn transfer_leader(&mut self, to: u64) {
+        self.node.transfer_leader(to);
+    }
+
+    /// The current voters.
+    pub fn voters(&self) -> Vec<u64> {
+        let mut voters: Vec<u64> = self.node.raft.prs().conf().voters().ids().iter().collect();
+        voters.sort_unstable();
+        voters
+    }
+
+    fn context(&self, id: u64) -> Vec<u8> {
+        let mut context = Vec::with_capacity(24);
+        context.extend_from_slice(&self.id.to_le_bytes());
+        context.extend_from_slice(&self.epoch.to_le_bytes());
+        context.extend_from_slice(&id.to_le_bytes());
+        context
+    }
+
     /// Asks the quorum for the index a linearizable read must wait for;
     /// nothing is written to the log. The answer comes from `advance`.
     pub fn read_index(&mut self) -> u64 {
         let id = self.next_read;
         self.next_read += 1;
-        let mut context = Vec::with_capacity(25);
-        context.push(READ_CONTEXT);
-        context.extend_from_slice(&self.id.to_le_bytes());
-        context.extend_from_slice(&self.epoch.to_le_bytes());
-        context.extend_from_slice(&id.to_le_bytes());
+        let mut context = vec![READ_CONTEXT];
+        context.extend_from_slice(&self.context(id));
         self.node.read_index(context);
         id
     }
@@ -354,14 +385,17 @@ impl RaftCore {
                     }
                 }
                 EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
-                    self.apply_conf_change(applier, &entry)?;
+                    let conf_state = self.apply_conf_change(applier, &entry)?;
+                    if let Some(id) = self.own_proposal(&entry.context) {
+                        out.conf_changes.push((id, conf_state));
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    fn apply_conf_change(&mut self, applier: &mut Applier, entry: &Entry) -> Result<()> {
+    fn apply_conf_change(&mut self, applier: &mut Applier, entry: &Entry) -> Result<ConfState> {
         let change: ConfChangeV2 = if entry.get_entry_type() == EntryType::EntryConfChange {
             let mut v1 = ConfChange::default();
             v1.merge_from_bytes(&entry.data)
@@ -388,8 +422,8 @@ impl RaftCore {
             .map_err(|e| StoreError::storage("encoding the membership", e))?;
         applier.set_conf_state(&bytes);
         applier.skip(entry.index);
-        self.node.mut_store().set_conf_state(conf_state);
-        Ok(())
+        self.node.mut_store().set_conf_state(conf_state.clone());
+        Ok(conf_state)
     }
 }
 

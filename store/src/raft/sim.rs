@@ -45,6 +45,29 @@ const ELECTION_TICK: usize = 10;
 const HEARTBEAT_TICK: usize = 2;
 
 impl Sim {
+    /// A new member with an empty directory, started knowing the founding
+    /// members (as etcd's `--initial-cluster-state existing`); it becomes a
+    /// voter when the log's change adding it reaches it.
+    pub fn join(&mut self, id: u64) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        self.members.insert(
+            id,
+            Member {
+                core: None,
+                dir,
+                restarts: 0,
+            },
+        );
+        self.start(id);
+    }
+
+    pub fn core_mut(&mut self, id: u64) -> &mut RaftCore {
+        self.members
+            .get_mut(&id)
+            .and_then(|m| m.core.as_mut())
+            .expect("member is up")
+    }
+
     pub fn new(seed: u64, size: u64) -> Sim {
         let voters: Vec<u64> = (1..=size).collect();
         let mut sim = Sim {
@@ -99,6 +122,11 @@ impl Sim {
         let lessor = Arc::new(Lessor::new(LessorConfig::default()));
         let core = RaftCore::open(config, Arc::new(kv), lessor, conf_state).expect("open core");
         member.core = Some(core);
+    }
+
+    /// The member's core, if it is running.
+    pub fn running(&self, id: u64) -> Option<&RaftCore> {
+        self.members.get(&id).and_then(|m| m.core.as_ref())
     }
 
     pub fn core(&self, id: u64) -> &RaftCore {

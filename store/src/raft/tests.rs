@@ -157,3 +157,107 @@ fn one_seed_replays_one_run() {
     assert_eq!(first, run(42), "same seed, same run");
     assert_ne!(first, run(43), "another seed, another run");
 }
+
+fn single_change(kind: raft::eraftpb::ConfChangeType, node: u64) -> raft::eraftpb::ConfChangeV2 {
+    let mut change = raft::eraftpb::ConfChangeSingle::default();
+    change.set_change_type(kind);
+    change.node_id = node;
+    let mut v2 = raft::eraftpb::ConfChangeV2::default();
+    v2.mut_changes().push(change);
+    v2
+}
+
+/// Proposes a membership change at the leader and waits until every
+/// running member has applied it.
+fn change_membership(sim: &mut Sim, change: raft::eraftpb::ConfChangeV2, voters: &[u64]) {
+    let leader = sim.wait_for_leader();
+    sim.core_mut(leader)
+        .propose_conf_change(change)
+        .expect("proposed");
+    let want = voters.to_vec();
+    assert!(
+        // A removed member need not hear of its own removal.
+        sim.run_until(2000, |s| want
+            .iter()
+            .all(|&id| s.running(id).is_none_or(|c| c.voters() == want))),
+        "membership never became {want:?}: {:?}",
+        sim.ids()
+            .iter()
+            .map(|&id| (
+                id,
+                sim.running(id)
+                    .map(|c| (c.voters(), c.kv().applied_index(), c.commit_index()))
+            ))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_new_member_joins_catches_up_and_votes() {
+    use raft::eraftpb::ConfChangeType::*;
+    let mut sim = Sim::new(7, 3);
+    for i in 0..15 {
+        sim.put(&format!("before-{i}"), "v");
+    }
+    sim.join(4);
+    change_membership(&mut sim, single_change(AddNode, 4), &[1, 2, 3, 4]);
+    assert!(sim.converge(3000), "the new member caught up from the log");
+    assert_all_equal(&sim, &[1, 2, 3, 4]);
+    // With four voters, losing two of the old members leaves no quorum
+    // unless the new one votes: it does.
+    let leader = sim.wait_for_leader();
+    let down: Vec<u64> = [1, 2, 3]
+        .into_iter()
+        .filter(|&id| id != leader)
+        .take(1)
+        .collect();
+    sim.crash(down[0]);
+    let revision = sim.put("with-the-new-member", "v");
+    assert!(sim.converge(2000));
+    assert_eq!(sim.core(4).kv().current_revision(), revision);
+}
+
+#[test]
+fn a_removed_member_no_longer_counts_for_quorum() {
+    use raft::eraftpb::ConfChangeType::*;
+    let mut sim = Sim::new(8, 5);
+    sim.put("k", "v");
+    let leader = sim.wait_for_leader();
+    let removed: Vec<u64> = sim
+        .ids()
+        .into_iter()
+        .filter(|&id| id != leader)
+        .take(2)
+        .collect();
+    let keep: Vec<u64> = sim
+        .ids()
+        .into_iter()
+        .filter(|id| !removed.contains(id))
+        .collect();
+    let mut four = sim.ids();
+    four.retain(|&id| id != removed[0]);
+    change_membership(&mut sim, single_change(RemoveNode, removed[0]), &four);
+    change_membership(&mut sim, single_change(RemoveNode, removed[1]), &keep);
+    sim.crash(removed[0]);
+    sim.crash(removed[1]);
+    // Three voters left; two of them are a quorum.
+    let other = keep.iter().copied().find(|&id| id != leader).unwrap();
+    sim.crash(other);
+    sim.put("after-removal", "v");
+}
+
+#[test]
+fn leadership_moves_where_it_is_sent() {
+    let mut sim = Sim::new(9, 3);
+    sim.put("k", "v");
+    let leader = sim.wait_for_leader();
+    let target = sim.ids().into_iter().find(|&id| id != leader).unwrap();
+    sim.core_mut(leader).transfer_leader(target);
+    assert!(
+        sim.run_until(1000, |s| s.leader() == Some(target)),
+        "leadership did not move"
+    );
+    sim.put("after-transfer", "v");
+    assert!(sim.converge(1000));
+    assert_all_equal(&sim, &[1, 2, 3]);
+}
