@@ -259,3 +259,51 @@ async fn a_member_of_another_cluster_refuses_to_start() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_outlives_a_leader_change_then_expires_everywhere() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let ttl = 4;
+    let lease = cluster.member(leader).lease_grant(ttl, 0).await.unwrap().id;
+    let mut put = PutRequest::new("leased", "v");
+    put.lease = lease;
+    let granted = tokio::time::Instant::now();
+    cluster.member(leader).put(put).await.unwrap();
+
+    cluster.stop(leader).await;
+    let next = cluster.leader().await;
+    // The election took a while, but the lease did not expire because of it.
+    let read = |i: usize| {
+        let store = cluster.member(i).clone();
+        async move {
+            let mut req = RangeRequest::key("leased");
+            req.serializable = true;
+            store.range(req).await.unwrap().kvs.len()
+        }
+    };
+    assert_eq!(read(next).await, 1, "the lease expired across the election");
+    let left = cluster.member(next).lease_time_to_live(lease, true);
+    assert_eq!(left.keys, vec![b"leased".to_vec()]);
+
+    // The new leader expires it on time and every member loses the key.
+    let deadline = granted + Duration::from_secs(ttl as u64 + 8);
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    for &i in &others {
+        while read(i).await == 1 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the lease never expired on member {i}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(
+        granted.elapsed() >= Duration::from_secs(ttl as u64),
+        "expired before its TTL: {:?}",
+        granted.elapsed()
+    );
+    for i in others {
+        cluster.stop(i).await;
+    }
+}

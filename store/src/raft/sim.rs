@@ -37,6 +37,8 @@ pub struct Sim {
     pub loss_per_mille: u32,
     pub max_delay: u64,
     answers: HashMap<(u64, u64), Result<CommandResult>>,
+    /// Confirmed read indexes: (member, read id) -> index.
+    reads: HashMap<(u64, u64), u64>,
     /// One line per step: who leads, and each member's commit and revision.
     pub trace: Vec<String>,
 }
@@ -81,6 +83,7 @@ impl Sim {
             loss_per_mille: 0,
             max_delay: 3,
             answers: HashMap::new(),
+            reads: HashMap::new(),
             trace: Vec::new(),
         };
         for id in voters {
@@ -138,6 +141,9 @@ impl Sim {
         let member = self.members.get_mut(&id).expect("member");
         member.core = None;
         member.restarts += 1;
+        // Ids start over in the next run: nothing of this one may match.
+        self.answers.retain(|(at, _), _| *at != id);
+        self.reads.retain(|(at, _), _| *at != id);
     }
 
     pub fn restart(&mut self, id: u64) {
@@ -193,6 +199,9 @@ impl Sim {
             let advanced = core.advance().expect("advance");
             for (proposal, result) in advanced.answers {
                 self.answers.insert((id, proposal), result);
+            }
+            for (read, index) in advanced.reads {
+                self.reads.insert((id, read), index);
             }
             for message in advanced.messages {
                 self.send(message);
@@ -253,6 +262,55 @@ impl Sim {
             "no leader elected"
         );
         self.leader().expect("leader")
+    }
+
+    /// Proposes a command at member `at` without waiting.
+    pub fn propose(&mut self, at: u64, command: &Command) -> Result<u64> {
+        let core = self
+            .members
+            .get_mut(&at)
+            .and_then(|m| m.core.as_mut())
+            .ok_or(StoreError::Stopped)?;
+        core.propose(command.encode())
+    }
+
+    /// The answer to a proposal, if it has come.
+    pub fn take_answer(&mut self, at: u64, proposal: u64) -> Option<Result<CommandResult>> {
+        self.answers.remove(&(at, proposal))
+    }
+
+    /// Starts a linearizable read at member `at`.
+    pub fn read_index(&mut self, at: u64) -> Option<u64> {
+        let core = self.members.get_mut(&at).and_then(|m| m.core.as_mut())?;
+        (core.leader_id() != 0).then(|| core.read_index())
+    }
+
+    /// The read's confirmed index once the member has applied up to it.
+    pub fn take_read(&mut self, at: u64, read: u64) -> Option<u64> {
+        let index = *self.reads.get(&(at, read))?;
+        let applied = self.running(at)?.kv().applied_index();
+        (applied >= index).then(|| {
+            self.reads.remove(&(at, read));
+            index
+        })
+    }
+
+    /// A key's value in member `at`'s own state.
+    pub fn local_get(&self, at: u64, key: &[u8]) -> Option<Vec<u8>> {
+        let resp = self.running(at)?.kv().range(&RangeRequest::key(key)).ok()?;
+        resp.kvs.into_iter().next().map(|kv| kv.value)
+    }
+
+    pub fn is_running(&self, id: u64) -> bool {
+        self.running(id).is_some()
+    }
+
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    pub fn rng(&mut self) -> &mut StdRng {
+        &mut self.rng
     }
 
     pub fn propose_put(&mut self, at: u64, key: &str, value: &str) -> Result<u64> {
