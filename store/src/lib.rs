@@ -36,6 +36,7 @@ pub mod lease;
 pub mod mvcc;
 pub mod node;
 pub mod raft;
+pub mod testing;
 pub mod wal;
 pub mod watch;
 

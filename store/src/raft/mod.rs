@@ -3,6 +3,8 @@
 //! the simulated network used to test several real nodes in one process.
 
 mod core;
+#[cfg(test)]
+mod linearizability_tests;
 mod log_store;
 mod logger;
 #[cfg(test)]
