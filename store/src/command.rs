@@ -32,6 +32,11 @@ pub enum Command {
     LeaseCheckpoint {
         checkpoints: Vec<(i64, i64)>,
     },
+    /// A keep-alive made on a follower: every member renews the lease as it
+    /// applies this, the leader (which decides expiry) among them.
+    LeaseRenew {
+        id: i64,
+    },
 }
 
 impl Command {

@@ -34,6 +34,7 @@ pub enum CommandResult {
     LeaseGrant(LeaseGrantResponse),
     LeaseRevoke(LeaseRevokeResponse),
     LeaseCheckpoint,
+    LeaseRenew(LeaseKeepAliveResponse),
 }
 
 /// A compaction to carry out on disk once its batch has committed.
@@ -150,6 +151,15 @@ impl<'a> Applier<'a> {
                     }
                 }
                 CommandResult::LeaseCheckpoint
+            }
+            Command::LeaseRenew { id } => {
+                // Renewal is time on this member's clock, not stored state.
+                let (ttl, _) = self.lessor.renew(*id)?;
+                CommandResult::LeaseRenew(LeaseKeepAliveResponse {
+                    header: ResponseHeader::default(),
+                    id: *id,
+                    ttl,
+                })
             }
         })
     }
@@ -502,6 +512,9 @@ fn with_header(result: CommandResult, header: ResponseHeader) -> CommandResult {
         }
         CommandResult::LeaseRevoke(_) => CommandResult::LeaseRevoke(LeaseRevokeResponse { header }),
         CommandResult::LeaseCheckpoint => CommandResult::LeaseCheckpoint,
+        CommandResult::LeaseRenew(r) => {
+            CommandResult::LeaseRenew(LeaseKeepAliveResponse { header, ..r })
+        }
     }
 }
 

@@ -397,7 +397,17 @@ impl Store {
     }
 
     /// Renews a lease to its full TTL from now.
+    ///
+    /// On the leader (which alone decides expiry) renewal is a local
+    /// matter, as in etcd; a follower sends it through the log so that it
+    /// reaches the leader.
     pub async fn lease_keep_alive(&self, id: i64) -> Result<LeaseKeepAliveResponse> {
+        if !self.is_leader() {
+            return match self.propose(Command::LeaseRenew { id }).await? {
+                CommandResult::LeaseRenew(resp) => Ok(resp),
+                other => Err(unexpected(other)),
+            };
+        }
         let (ttl, stale_checkpoint) = self.inner.lessor.renew(id)?;
         if stale_checkpoint {
             // A restart must not resume from the old, shorter remaining TTL.

@@ -307,3 +307,56 @@ async fn a_lease_outlives_a_leader_change_then_expires_everywhere() {
         cluster.stop(i).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alives_through_a_follower_keep_a_lease() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    let ttl = 2;
+    let lease = cluster
+        .member(follower)
+        .lease_grant(ttl, 0)
+        .await
+        .unwrap()
+        .id;
+    let mut put = PutRequest::new("kept", "v");
+    put.lease = lease;
+    cluster.member(follower).put(put).await.unwrap();
+    let present = |store: Store| async move {
+        let mut req = RangeRequest::key("kept");
+        req.serializable = true;
+        store.range(req).await.unwrap().count == 1
+    };
+    // Twice the TTL, renewed only through the follower.
+    let until = tokio::time::Instant::now() + Duration::from_secs(2 * ttl as u64);
+    while tokio::time::Instant::now() < until {
+        let resp = cluster
+            .member(follower)
+            .lease_keep_alive(lease)
+            .await
+            .unwrap();
+        assert_eq!(resp.ttl, ttl);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    assert!(
+        present(cluster.member(leader).clone()).await,
+        "the leader expired a kept lease"
+    );
+    // Left alone, it expires.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(ttl as u64 + 5);
+    while present(cluster.member(follower).clone()).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lease never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(matches!(
+        cluster.member(follower).lease_keep_alive(lease).await,
+        Err(StoreError::LeaseNotFound)
+    ));
+    for i in 0..3 {
+        cluster.stop(i).await;
+    }
+}
