@@ -6,11 +6,12 @@ mod auto_compaction;
 pub mod cluster;
 mod driver;
 mod durability;
+mod lease_expiry;
 
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::raft::transport::Transport;
 use crate::raft::{CoreConfig, RaftCore};
@@ -49,12 +50,12 @@ pub struct StoreConfig {
     pub cache_capacity: u64,
     /// Proposals taken into one sync at most.
     pub max_batch: usize,
-    /// Proposals queued for the writer before callers wait.
+    /// Proposals queued for the Raft driver before callers wait.
     pub proposal_queue: usize,
     /// How long a write may wait to be committed and applied (etcd: about
     /// 5 s) before it fails with "request timed out".
     pub request_timeout: Duration,
-    /// Bytes of proposals queued for the writer before callers wait.
+    /// Bytes of proposals queued for the Raft driver before callers wait.
     pub proposal_queue_bytes: usize,
     pub auto_compaction: AutoCompaction,
     /// Replication: this member and its peers. `None`: a store alone.
@@ -101,7 +102,7 @@ struct Inner {
     leadership: Arc<Leadership>,
     member_id: u64,
     shutdown: watch::Sender<bool>,
-    writer: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    driver: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
     syncer: parking_lot::Mutex<Option<crate::watch::hub::SyncerHandle>>,
     /// The flush and lease loops; they stop on `shutdown`.
     tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -228,7 +229,7 @@ impl Store {
 
         let (requests, requests_rx) = mpsc::channel(config.proposal_queue);
         let queued_bytes = Arc::new(tokio::sync::Semaphore::new(config.proposal_queue_bytes));
-        let writer = std::thread::Builder::new()
+        let driver = std::thread::Builder::new()
             .name("skiff-raft-driver".into())
             .spawn(move || driver.run(requests_rx))
             .map_err(|e| StoreError::storage("starting the raft driver", e))?;
@@ -246,7 +247,7 @@ impl Store {
                 leadership,
                 member_id,
                 shutdown,
-                writer: parking_lot::Mutex::new(Some(writer)),
+                driver: parking_lot::Mutex::new(Some(driver)),
                 syncer: parking_lot::Mutex::new(Some(syncer)),
                 tasks: parking_lot::Mutex::new(tasks),
                 _lock: lock,
@@ -266,7 +267,7 @@ impl Store {
             inner.config.flush_interval,
             inner.shutdown.subscribe(),
         ));
-        let leases = tokio::spawn(lease_loop(
+        let leases = tokio::spawn(lease_expiry::run(
             Arc::clone(&inner.lessor),
             Arc::clone(&inner.leadership),
             inner.requests.clone(),
@@ -482,7 +483,7 @@ impl Store {
             .map_err(|_| StoreError::Timeout)?
     }
 
-    /// Stops the writer after what is queued, flushes sled and syncs it,
+    /// Stops the Raft driver after what is queued, flushes sled and syncs it,
     /// and releases the data directory.
     pub async fn close(self) -> Result<()> {
         let inner = self.inner;
@@ -492,15 +493,15 @@ impl Store {
             let _ = task.await;
         }
         inner.syncer.lock().take();
-        let writer = inner.writer.lock().take();
+        let driver = inner.driver.lock().take();
         let db = inner.db.clone();
         let db_path = inner.config.data_dir.join("db");
         // Everything queued before the stop is still written and answered.
         let _ = inner.requests.send(DriverRequest::Stop).await;
         drop(inner);
         tokio::task::spawn_blocking(move || {
-            if let Some(writer) = writer {
-                let _ = writer.join();
+            if let Some(driver) = driver {
+                let _ = driver.join();
             }
             durability::flush_state(&db, &db_path)
         })
@@ -544,54 +545,6 @@ async fn send_proposal(
 
 fn unexpected(result: CommandResult) -> StoreError {
     StoreError::storage("answering", format!("unexpected result {result:?}"))
-}
-
-/// Proposes revokes for expired leases and checkpoints for long ones.
-async fn lease_loop(
-    lessor: Arc<Lessor>,
-    leadership: Arc<Leadership>,
-    requests: mpsc::Sender<DriverRequest>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
-    let checkpoint_every = lessor.config().checkpoint_interval;
-    let mut next_checkpoint = Instant::now() + checkpoint_every;
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.changed() => return,
-        }
-        // Only the leader decides that a lease expired.
-        if !leadership
-            .is_leader
-            .load(std::sync::atomic::Ordering::Acquire)
-        {
-            continue;
-        }
-        // etcd revokes at most 1000 leases per second; half that per tick.
-        for id in lessor.take_expired(Instant::now(), 500) {
-            let command = Command::LeaseRevoke { id };
-            let requests = requests.clone();
-            tokio::spawn(async move {
-                match propose_to(&requests, command).await {
-                    Ok(_) | Err(StoreError::LeaseNotFound) | Err(StoreError::Stopped) => {}
-                    Err(err) => {
-                        tracing::warn!(lease = id, error = %err, "revoking an expired lease failed")
-                    }
-                }
-            });
-        }
-        if Instant::now() >= next_checkpoint {
-            next_checkpoint = Instant::now() + checkpoint_every;
-            let checkpoints = lessor.checkpoints_due(Instant::now());
-            if !checkpoints.is_empty() {
-                let command = Command::LeaseCheckpoint { checkpoints };
-                if let Err(err) = propose_to(&requests, command).await {
-                    tracing::warn!(error = %err, "lease checkpoint failed");
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
