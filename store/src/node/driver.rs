@@ -35,6 +35,10 @@ pub(crate) enum DriverRequest {
     Release(u64),
     /// A linearizable read waits for this answer before reading locally.
     ReadIndex(oneshot::Sender<Result<()>>),
+    /// Hand leadership to this member (only a leader can).
+    TransferLeader(u64, oneshot::Sender<Result<()>>),
+    /// Remove a member; answered with the voters once the change is applied.
+    RemoveMember(u64, oneshot::Sender<Result<Vec<u64>>>),
     /// Finish what is queued before this, then stop.
     Stop,
 }
@@ -76,6 +80,8 @@ pub(crate) struct Driver {
     reads_asked: HashMap<u64, Vec<oneshot::Sender<Result<()>>>>,
     /// Readers whose read index is known, waiting for it to be applied.
     reads_confirmed: Vec<(u64, Vec<oneshot::Sender<Result<()>>>)>,
+    /// Membership changes proposed here, by proposal id.
+    membership_waiting: HashMap<u64, oneshot::Sender<Result<Vec<u64>>>>,
 }
 
 impl Driver {
@@ -101,6 +107,7 @@ impl Driver {
             inbound: None,
             reads_asked: HashMap::new(),
             reads_confirmed: Vec::new(),
+            membership_waiting: HashMap::new(),
         }
     }
 
@@ -200,6 +207,42 @@ impl Driver {
                 },
                 DriverRequest::Release(index) => release = release.max(Some(index)),
                 DriverRequest::ReadIndex(reader) => readers.push(reader),
+                DriverRequest::TransferLeader(to, reply) => {
+                    let result = if !self.core.is_leader() {
+                        Err(StoreError::InvalidConfig(
+                            "only the leader can hand over leadership; ask the leader".into(),
+                        ))
+                    } else if !self.core.voters().contains(&to) {
+                        Err(StoreError::InvalidConfig(format!(
+                            "member {to:x} is not a voter"
+                        )))
+                    } else {
+                        self.core.transfer_leader(to);
+                        Ok(())
+                    };
+                    let _ = reply.send(result);
+                }
+                DriverRequest::RemoveMember(id, reply) => {
+                    if !self.core.voters().contains(&id) {
+                        let _ = reply.send(Err(StoreError::InvalidConfig(format!(
+                            "member {id:x} is not a voter"
+                        ))));
+                        continue;
+                    }
+                    let mut single = raft::eraftpb::ConfChangeSingle::default();
+                    single.set_change_type(raft::eraftpb::ConfChangeType::RemoveNode);
+                    single.node_id = id;
+                    let mut change = raft::eraftpb::ConfChangeV2::default();
+                    change.mut_changes().push(single);
+                    match self.core.propose_conf_change(change) {
+                        Ok(proposal) => {
+                            self.membership_waiting.insert(proposal, reply);
+                        }
+                        Err(err) => {
+                            let _ = reply.send(Err(err));
+                        }
+                    }
+                }
                 DriverRequest::Stop => stop = true,
             }
         }
@@ -268,6 +311,11 @@ impl Driver {
         for (id, result) in advanced.answers {
             if let Some(waiting) = self.waiting.remove(&id) {
                 let _ = waiting.reply.send(result);
+            }
+        }
+        for (id, conf_state) in advanced.conf_changes {
+            if let Some(reply) = self.membership_waiting.remove(&id) {
+                let _ = reply.send(Ok(conf_state.voters.clone()));
             }
         }
         for (id, index) in advanced.reads {

@@ -286,6 +286,33 @@ impl Store {
         &self.inner.kv
     }
 
+    /// Hands leadership to member `to` (call it on the leader). The
+    /// transfer completes within an election timeout or is abandoned.
+    pub async fn transfer_leadership(&self, to: u64) -> Result<()> {
+        let (reply, answer) = oneshot::channel();
+        self.inner
+            .requests
+            .send(DriverRequest::TransferLeader(to, reply))
+            .await
+            .map_err(|_| StoreError::Stopped)?;
+        answer.await.map_err(|_| StoreError::Stopped)?
+    }
+
+    /// Removes member `id` from the cluster (on any member; it is
+    /// forwarded to the leader). Returns the voters after the change.
+    pub async fn remove_member(&self, id: u64) -> Result<Vec<u64>> {
+        let (reply, answer) = oneshot::channel();
+        self.inner
+            .requests
+            .send(DriverRequest::RemoveMember(id, reply))
+            .await
+            .map_err(|_| StoreError::Stopped)?;
+        tokio::time::timeout(self.inner.config.request_timeout, answer)
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(|_| StoreError::Stopped)?
+    }
+
     /// This member's Raft ID.
     pub fn member_id(&self) -> u64 {
         self.inner.member_id

@@ -360,3 +360,54 @@ async fn keep_alives_through_a_follower_keep_a_lease() {
         cluster.stop(i).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_is_handed_over_and_a_member_removed() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    cluster.put(leader, "k").await;
+    let target = (leader + 1) % 3;
+    let target_id = cluster.member(target).member_id();
+    let refused = cluster.member(target).transfer_leadership(target_id).await;
+    assert!(
+        matches!(refused, Err(StoreError::InvalidConfig(_))),
+        "only a leader hands over"
+    );
+    cluster
+        .member(leader)
+        .transfer_leadership(target_id)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !cluster.member(target).is_leader() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "leadership never moved"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Remove the old leader: two voters remain, and both are needed.
+    let removed = leader;
+    let removed_id = cluster.member(removed).member_id();
+    let voters = cluster
+        .member(target)
+        .remove_member(removed_id)
+        .await
+        .unwrap();
+    assert_eq!(voters.len(), 2);
+    assert!(!voters.contains(&removed_id));
+    cluster.stop(removed).await;
+    let last = cluster.put(target, "after-removal").await;
+    cluster.converge(last).await;
+    let bogus = cluster.member(target).remove_member(12345).await;
+    assert!(
+        matches!(bogus, Err(StoreError::InvalidConfig(_))),
+        "{bogus:?}"
+    );
+    for i in 0..3 {
+        if i != removed {
+            cluster.stop(i).await;
+        }
+    }
+}
