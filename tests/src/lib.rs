@@ -1,6 +1,9 @@
 //! Whole-process tests of skiff. The crash tests run `store-writer` as a child that prints
 //! `ack <key> <revision>` only after each put is acknowledged, SIGKILL it mid-stream, then
 //! reopen its data directory in-process and require every printed ack to be there unchanged.
+//! The Raft tests run three `store-member` children as one cluster, printing the same acks.
 
+pub mod line_printer;
+pub mod member_process;
 pub mod writer_process;
 pub mod writer_protocol;

@@ -120,14 +120,14 @@ impl WriterProcess {
 
 /// The next complete line: `None` at EOF, `Some(Err(partial))` for a last line
 /// cut off before its newline.
-async fn next_line(
+pub(crate) async fn next_line(
     stdout: &mut BufReader<ChildStdout>,
 ) -> Result<Option<Result<WriterLine, String>>> {
     let mut line = Vec::new();
     if stdout.read_until(b'\n', &mut line).await? == 0 {
         return Ok(None);
     }
-    let text = String::from_utf8(line).context("store-writer printed non-UTF-8")?;
+    let text = String::from_utf8(line).context("the child printed non-UTF-8")?;
     match text.strip_suffix('\n') {
         Some(complete) => Ok(Some(Ok(complete.parse()?))),
         None => Ok(Some(Err(text))),

@@ -1,5 +1,5 @@
-//! What `store-writer` prints on stdout and how it builds keys and values, so the
-//! binary and the tests that check its output agree on one definition.
+//! What `store-writer` and `store-member` print on stdout and how they build keys and
+//! values, so the binaries and the tests that check their output agree on one definition.
 //! Not a wire protocol for anything else.
 
 use std::fmt;
@@ -8,13 +8,32 @@ use std::str::FromStr;
 /// Value size store-writer uses unless told otherwise.
 pub const DEFAULT_VALUE_SIZE: usize = 256;
 
-/// One line of store-writer's stdout.
+/// One line of store-writer's or store-member's stdout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriterLine {
     /// `ready <revision>`: the store is open at this current revision.
     Ready { revision: i64 },
     /// `ack <key> <revision>`: the put of `key` was acknowledged.
     Ack(Ack),
+    /// `role leader` / `role follower`: a store-member's Raft role, printed when first
+    /// seen and whenever it changes.
+    Role(Role),
+}
+
+/// Whether a member leads its Raft group. A candidate counts as a follower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    Leader,
+    Follower,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+        }
+    }
 }
 
 /// A put the store acknowledged: durable at `mod_revision`.
@@ -29,11 +48,12 @@ impl fmt::Display for WriterLine {
         match self {
             WriterLine::Ready { revision } => write!(f, "ready {revision}"),
             WriterLine::Ack(ack) => write!(f, "ack {} {}", ack.key, ack.mod_revision),
+            WriterLine::Role(role) => write!(f, "role {}", role.as_str()),
         }
     }
 }
 
-/// A stdout line that is not `ready <revision>` or `ack <key> <revision>`.
+/// A stdout line that is not `ready <revision>`, `ack <key> <revision>` or `role <role>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LineParseError {
     pub line: String,
@@ -43,7 +63,7 @@ impl fmt::Display for LineParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "store-writer printed {:?}, expected `ready <revision>` or `ack <key> <revision>`",
+            "the child printed {:?}, expected `ready <revision>`, `ack <key> <revision>` or `role leader|follower`",
             self.line
         )
     }
@@ -69,6 +89,8 @@ impl FromStr for WriterLine {
                     })
                 })
             }
+            ["role", "leader"] => Some(WriterLine::Role(Role::Leader)),
+            ["role", "follower"] => Some(WriterLine::Role(Role::Follower)),
             _ => None,
         };
         parsed.ok_or_else(|| LineParseError {
@@ -80,6 +102,12 @@ impl FromStr for WriterLine {
 /// The `seq`th key written by writer task `task`.
 pub fn writer_key(prefix: &str, task: usize, seq: u64) -> String {
     format!("{prefix}{task}/{seq:08}")
+}
+
+/// The prefix under which store-member `name` writes its keys, `{prefix}{name}/`: its
+/// writer task `task` puts `writer_key(&member_prefix(prefix, name), task, seq)`.
+pub fn member_prefix(prefix: &str, name: &str) -> String {
+    format!("{prefix}{name}/")
 }
 
 /// Inverse of [`writer_key`]: `(task, seq)`, or `None` for a key it did not make.
@@ -114,6 +142,8 @@ mod tests {
                 key: writer_key("/crash/r1/", 7, 42),
                 mod_revision: 1234,
             }),
+            WriterLine::Role(Role::Leader),
+            WriterLine::Role(Role::Follower),
         ] {
             assert_eq!(line.to_string().parse::<WriterLine>(), Ok(line));
         }
@@ -129,6 +159,9 @@ mod tests {
             "ready",
             "ready 1 2",
             "nack /k 1",
+            "role",
+            "role candidate",
+            "role leader now",
         ] {
             assert!(line.parse::<WriterLine>().is_err(), "{line:?} parsed");
         }
@@ -140,6 +173,10 @@ mod tests {
         assert_eq!(key, "/p/3/00000017");
         assert_eq!(parse_writer_key("/p/", key.as_bytes()), Some((3, 17)));
         assert_eq!(parse_writer_key("/q/", key.as_bytes()), None);
+        let prefix = member_prefix("/raft/", "n2");
+        let key = writer_key(&prefix, 1, 5);
+        assert_eq!(key, "/raft/n2/1/00000005");
+        assert_eq!(parse_writer_key(&prefix, key.as_bytes()), Some((1, 5)));
     }
 
     #[test]

@@ -3,20 +3,16 @@
 //! SIGKILL it and check every printed ack survived; it is not a benchmark.
 
 use std::convert::Infallible;
-use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{anyhow, ensure, Context, Result};
 use clap::Parser;
 use skiff_store::{PutRequest, Store, StoreConfig};
+use skiff_tests::line_printer::LinePrinter;
 use skiff_tests::writer_protocol::{
     value_for_key, writer_key, Ack, WriterLine, DEFAULT_VALUE_SIZE,
 };
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-
-/// Lines waiting for stdout; a slow reader then slows the put loops down.
-const PRINT_QUEUE: usize = 1024;
 
 #[derive(Debug, Parser)]
 #[command(about = "Put keys into a skiff store forever, printing each acknowledged put")]
@@ -61,7 +57,7 @@ async fn main() -> Result<()> {
     let store = Store::open(config)
         .await
         .with_context(|| format!("opening the store in {}", args.data_dir.display()))?;
-    let stdout = Stdout::start();
+    let stdout = LinePrinter::start();
     let revision = store.kv().current_revision();
     stdout.print(WriterLine::Ready { revision }).await?;
 
@@ -82,7 +78,7 @@ async fn main() -> Result<()> {
 /// Puts `{prefix}{task}/0`, `/1`, ... one at a time; each is printed only once acknowledged.
 async fn put_forever(
     store: Store,
-    stdout: Stdout,
+    stdout: LinePrinter,
     prefix: String,
     task: usize,
     value_size: usize,
@@ -100,39 +96,4 @@ async fn put_forever(
             .await?;
     }
     unreachable!("a u64 sequence of puts does not run out")
-}
-
-/// One thread owns stdout and writes each line with a single write, so a kill
-/// can cut output short but never mix or tear printed lines.
-#[derive(Clone)]
-struct Stdout {
-    lines: mpsc::Sender<WriterLine>,
-}
-
-impl Stdout {
-    fn start() -> Stdout {
-        let (lines, mut queued) = mpsc::channel::<WriterLine>(PRINT_QUEUE);
-        std::thread::spawn(move || {
-            let mut out = std::io::stdout().lock();
-            while let Some(line) = queued.blocking_recv() {
-                let text = format!("{line}\n");
-                if out
-                    .write_all(text.as_bytes())
-                    .and_then(|()| out.flush())
-                    .is_err()
-                {
-                    // The reader is gone; dropping `queued` fails the put loops.
-                    return;
-                }
-            }
-        });
-        Stdout { lines }
-    }
-
-    async fn print(&self, line: WriterLine) -> Result<()> {
-        self.lines
-            .send(line)
-            .await
-            .map_err(|_| anyhow!("stdout is closed: whoever read store-writer's output went away"))
-    }
 }
