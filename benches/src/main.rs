@@ -23,7 +23,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// The storage engine in-process: put latency and throughput, watch
-    /// latency, memory and disk footprint.
+    /// latency (one member and a cluster on loopback, side by side), memory
+    /// and disk footprint.
     Store(store::StoreArgs),
 }
 

@@ -54,18 +54,41 @@ pub fn duration_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// A table printed with right-aligned columns, a header and a rule.
+/// A table printed with right-aligned columns, a header and a rule; runs of
+/// columns may share a title printed above their headers.
 pub struct Table {
     headers: Vec<String>,
+    groups: Vec<ColumnGroup>,
     rows: Vec<Vec<String>>,
+}
+
+/// A title over `len` adjacent columns starting at `first`.
+struct ColumnGroup {
+    title: String,
+    first: usize,
+    len: usize,
 }
 
 impl Table {
     pub fn new(headers: &[&str]) -> Self {
         Table {
             headers: headers.iter().map(|h| h.to_string()).collect(),
+            groups: Vec::new(),
             rows: Vec::new(),
         }
+    }
+
+    /// Appends `headers` as new columns under one `title`; call before
+    /// adding rows.
+    pub fn group(&mut self, title: &str, headers: &[&str]) {
+        assert!(self.rows.is_empty(), "columns are added before rows");
+        assert!(!headers.is_empty(), "a column group has columns");
+        self.groups.push(ColumnGroup {
+            title: title.to_string(),
+            first: self.headers.len(),
+            len: headers.len(),
+        });
+        self.headers.extend(headers.iter().map(|h| h.to_string()));
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
@@ -79,17 +102,11 @@ impl Table {
 
     /// First column left-aligned (labels), the others right-aligned (numbers).
     pub fn render(&self) -> String {
-        let widths: Vec<usize> = (0..self.headers.len())
-            .map(|c| {
-                self.rows
-                    .iter()
-                    .map(|r| r[c].chars().count())
-                    .chain([self.headers[c].chars().count()])
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
+        let widths = self.widths();
         let mut out = String::new();
+        if !self.groups.is_empty() {
+            self.render_groups(&mut out, &widths);
+        }
         render_line(&mut out, &self.headers, &widths);
         let rule_len = widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
         out.push_str(&"-".repeat(rule_len));
@@ -103,6 +120,61 @@ impl Table {
     pub fn print(&self) {
         print!("{}", self.render());
     }
+
+    /// Each column as wide as its widest cell; a group's last column widens
+    /// until the group's title fits over the group.
+    fn widths(&self) -> Vec<usize> {
+        let mut widths: Vec<usize> = (0..self.headers.len())
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .map(|r| r[c].chars().count())
+                    .chain([self.headers[c].chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        for group in &self.groups {
+            let needed = group_title(&group.title, 0).chars().count();
+            let span = group_span(group, &widths);
+            if span < needed {
+                widths[group.first + group.len - 1] += needed - span;
+            }
+        }
+        widths
+    }
+
+    /// The line above the headers: each group's title centred in dashes
+    /// over its columns.
+    fn render_groups(&self, out: &mut String, widths: &[usize]) {
+        let mut column = 0;
+        for group in &self.groups {
+            while column < group.first {
+                let gap = if column == 0 { 0 } else { 2 };
+                out.push_str(&" ".repeat(gap + widths[column]));
+                column += 1;
+            }
+            if column > 0 {
+                out.push_str("  ");
+            }
+            out.push_str(&group_title(&group.title, group_span(group, widths)));
+            column += group.len;
+        }
+        out.push('\n');
+    }
+}
+
+/// The width of a group's columns and the gaps between them.
+fn group_span(group: &ColumnGroup, widths: &[usize]) -> usize {
+    widths[group.first..group.first + group.len]
+        .iter()
+        .sum::<usize>()
+        + 2 * (group.len - 1)
+}
+
+/// "-- title --" centred in dashes, at least `width` characters wide.
+fn group_title(title: &str, width: usize) -> String {
+    format!("{:-^width$}", format!("-- {title} --"))
 }
 
 fn render_line(out: &mut String, cells: &[String], widths: &[usize]) {
@@ -168,6 +240,15 @@ pub fn per_second(count: u64, elapsed: Duration) -> u64 {
     (count as f64 / secs).round() as u64
 }
 
+/// `value / base` with two decimals ("3.10" = 3.1 times the base); "-"
+/// when the base is zero.
+pub fn ratio(value: f64, base: f64) -> String {
+    if base == 0.0 {
+        return "-".into();
+    }
+    format!("{:.2}", value / base)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +281,29 @@ mod tests {
             t.render(),
             "name           n\n----------------\na          1 000\nlong name      2\n"
         );
+    }
+
+    #[test]
+    fn column_groups_are_titled_over_their_columns() {
+        let mut t = Table::new(&["w"]);
+        t.group("one", &["a", "b"]);
+        t.group("a longer title", &["a"]);
+        t.row(vec!["1".into(), "10".into(), "200".into(), "3".into()]);
+        assert_eq!(
+            t.render(),
+            concat!(
+                "   -- one --  -- a longer title --\n",
+                "w   a      b                     a\n",
+                "----------------------------------\n",
+                "1  10    200                     3\n",
+            )
+        );
+    }
+
+    #[test]
+    fn ratios_have_two_decimals() {
+        assert_eq!(ratio(3.0, 1.0), "3.00");
+        assert_eq!(ratio(1.0, 3.0), "0.33");
+        assert_eq!(ratio(1.0, 0.0), "-");
     }
 }

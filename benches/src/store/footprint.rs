@@ -1,6 +1,7 @@
-//! Footprint: a fresh store loaded with N keys of 256 random bytes, then
-//! its resident memory and disk use against the raw data size (target: both
-//! within 2x), and how long a reopen takes to rebuild the index from disk.
+//! Footprint: a fresh single-member store loaded with N keys of 256 random
+//! bytes, then its resident memory and disk use against the raw data size
+//! (target: both within 2x), and how long a reopen takes to rebuild the
+//! index from disk. One member only: members in one process share its RSS.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,7 +48,7 @@ struct Reopen {
 
 pub async fn run(plan: &Plan, dir: &Path) -> Result<String> {
     report::section(&format!(
-        "Footprint: {} keys with {}-byte random values, loaded by {} writers into a fresh store",
+        "Footprint, 1 member only: {} keys with {}-byte random values, loaded by {} writers into a fresh store",
         report::group_digits(plan.keys),
         super::VALUE_LEN,
         plan.load_writers

@@ -1,7 +1,10 @@
 //! `skiff-bench store`: the storage engine in-process on a local data
-//! directory — durable put latency, group-commit throughput, watch fan-out
-//! latency, and the memory and disk footprint of a million keys.
+//! directory — durable put latency, group-commit throughput and watch
+//! fan-out latency with one member and with a cluster on loopback, side by
+//! side, and the memory and disk footprint of a million keys on one member.
 
+mod cluster;
+mod compare;
 mod footprint;
 mod put_latency;
 mod throughput;
@@ -16,19 +19,27 @@ use rand::RngCore;
 use skiff_store::{Store, StoreConfig};
 
 use crate::machine;
+use cluster::Members;
+use compare::Run;
 
 /// Every value the benchmark writes has this many bytes.
 pub const VALUE_LEN: usize = 256;
+/// The largest cluster `--members` starts: every member shares this
+/// process, its cores and its disk.
+const MAX_MEMBERS: usize = 7;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Section {
-    /// Durable put latency from one sequential writer.
+    /// Durable put latency from one sequential writer, per member count.
     Latency,
-    /// Put throughput with many concurrent writers (group commit).
+    /// Put throughput with many concurrent writers (group commit), per
+    /// member count.
     Throughput,
-    /// Put issued -> event received, with many watchers on one prefix.
+    /// Put issued -> event received, with many watchers on one prefix, per
+    /// member count.
     Watch,
-    /// Resident memory and disk use of the engine holding many keys.
+    /// Resident memory and disk use of the engine holding many keys, on one
+    /// member.
     Footprint,
 }
 
@@ -70,6 +81,18 @@ pub struct StoreArgs {
     #[arg(long, env = "SKIFF_BENCH_KEYS")]
     keys: Option<u64>,
 
+    /// Member counts the latency, throughput and watch sections run with,
+    /// side by side, ratios against the first. More than one member is a
+    /// cluster in this process over TCP on 127.0.0.1, written through its
+    /// leader. The footprint always runs on one member.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "SKIFF_BENCH_MEMBERS",
+        default_value = "1,3"
+    )]
+    members: Vec<usize>,
+
     /// Sections to run (the footprint always runs first, so that its memory
     /// baseline is a fresh process)
     #[arg(
@@ -80,7 +103,7 @@ pub struct StoreArgs {
     )]
     sections: Vec<Section>,
 
-    /// Shrink every size so the whole run takes under 30 s (CI smoke test)
+    /// Shrink every size so the whole run takes under 40 s (CI smoke test)
     #[arg(long, env = "SKIFF_BENCH_QUICK")]
     quick: bool,
 }
@@ -97,6 +120,7 @@ pub struct Plan {
     pub watch_interval: Duration,
     pub keys: u64,
     pub load_writers: usize,
+    pub members: Vec<usize>,
 }
 
 impl Plan {
@@ -123,6 +147,7 @@ impl Plan {
             })),
             keys: args.keys.unwrap_or(if q { 50_000 } else { 1_000_000 }),
             load_writers: 256,
+            members: args.members.clone(),
         };
         if plan.puts == 0 || plan.watch_puts == 0 || plan.keys == 0 || plan.duration.is_zero() {
             bail!("--puts, --watch-puts, --keys and --duration must be greater than zero");
@@ -130,8 +155,22 @@ impl Plan {
         if plan.writers.contains(&0) || plan.watchers.contains(&0) {
             bail!("--writers and --watchers take counts greater than zero, e.g. 1,16,256");
         }
+        check_members(&plan.members)?;
         Ok(plan)
     }
+}
+
+fn check_members(members: &[usize]) -> Result<()> {
+    if members.is_empty() || members.iter().any(|&n| n == 0 || n > MAX_MEMBERS) {
+        bail!("--members takes member counts from 1 to {MAX_MEMBERS}, e.g. 1,3");
+    }
+    let mut sorted = members.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != members.len() {
+        bail!("--members names a member count twice; give each count once, e.g. 1,3");
+    }
+    Ok(())
 }
 
 pub fn run(args: StoreArgs) -> Result<()> {
@@ -162,18 +201,71 @@ async fn run_sections(plan: &Plan, sections: &[Section], root: &DataRoot) -> Res
         return Ok(summaries);
     }
     let dir = root.subdir("ops")?;
-    let store = open_store(&dir).await?;
+    let mut runs = OpsRuns::default();
+    for &members in &plan.members {
+        let dir = dir.join(compare::label(members).replace(' ', "-"));
+        let cluster = Members::start(members, &dir).await?;
+        let measured = measure_ops(&cluster, members, plan, sections, &mut runs).await;
+        let closed = cluster.close().await;
+        measured?;
+        closed.with_context(|| format!("closing the store of {}", compare::label(members)))?;
+        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
     if sections.contains(&Section::Latency) {
-        summaries.push(put_latency::run(&store, plan).await?);
+        summaries.push(put_latency::report(plan, &runs.latency));
     }
     if sections.contains(&Section::Throughput) {
-        summaries.extend(throughput::run(&store, plan).await?);
+        summaries.push(throughput::report(plan, &runs.throughput));
     }
     if sections.contains(&Section::Watch) {
-        summaries.extend(watch_latency::run(&store, plan).await?);
+        summaries.push(watch_latency::report(plan, &runs.watch));
     }
-    store.close().await.context("closing the store")?;
     Ok(summaries)
+}
+
+/// What the latency, throughput and watch sections measured, one run per
+/// member count; their tables are printed once every count has run.
+#[derive(Default)]
+struct OpsRuns {
+    latency: Vec<Run<put_latency::Measurement>>,
+    throughput: Vec<Run<Vec<throughput::Point>>>,
+    watch: Vec<Run<Vec<watch_latency::Point>>>,
+}
+
+async fn measure_ops(
+    cluster: &Members,
+    members: usize,
+    plan: &Plan,
+    sections: &[Section],
+    runs: &mut OpsRuns,
+) -> Result<()> {
+    let label = compare::label(members);
+    let leader = cluster.leader();
+    if sections.contains(&Section::Latency) {
+        eprintln!("  {label}: put latency");
+        let measured = put_latency::measure(leader, plan)
+            .await
+            .with_context(|| format!("put latency with {label}"))?;
+        runs.latency.push(Run { members, measured });
+    }
+    if sections.contains(&Section::Throughput) {
+        eprintln!("  {label}: put throughput");
+        let measured = throughput::measure(leader, plan)
+            .await
+            .with_context(|| format!("put throughput with {label}"))?;
+        runs.throughput.push(Run { members, measured });
+    }
+    if sections.contains(&Section::Watch) {
+        eprintln!("  {label}: watch latency");
+        let measured = watch_latency::measure(leader, plan)
+            .await
+            .with_context(|| format!("watch latency with {label}"))?;
+        runs.watch.push(Run { members, measured });
+    }
+    if let Some(warning) = cluster.leadership_moved() {
+        println!("{warning}");
+    }
+    Ok(())
 }
 
 pub async fn open_store(dir: &Path) -> Result<Store> {
@@ -206,7 +298,12 @@ fn print_setup(plan: &Plan, root: &Path) {
         "sizes:   {} timed puts; {:?} per throughput point; writers {:?}; watchers {:?} x {} puts every {:?}; {} keys for the footprint",
         plan.puts, plan.duration, plan.writers, plan.watchers, plan.watch_puts, plan.watch_interval, plan.keys
     );
-    println!("values:  {VALUE_LEN} random bytes; every put is durable (WAL fdatasync) before it is answered");
+    let counts: Vec<String> = plan.members.iter().map(|&n| compare::label(n)).collect();
+    println!(
+        "members: {} for latency, throughput and watch; a cluster runs in this process over TCP on 127.0.0.1, sharing its cores and disk, every put sent to the leader",
+        counts.join(", ")
+    );
+    println!("values:  {VALUE_LEN} random bytes; every put is durable (WAL fdatasync on a quorum of members) before it is answered");
 }
 
 /// The directory holding the benchmark's data directories: a temporary one

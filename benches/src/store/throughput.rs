@@ -8,63 +8,97 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use skiff_store::{PutRequest, Store};
 
+use super::compare::{self, Run};
 use super::{random_value, Plan, SyncCounters};
 use crate::report::{self, micros, Latencies, Table};
 
-struct Point {
-    writers: usize,
+/// One number of writers for `plan.duration`.
+pub struct Point {
     puts: u64,
     elapsed: Duration,
     latencies: Latencies,
+    /// The leader's: how many entries shared each of its fdatasyncs.
     syncs: SyncCounters,
 }
 
-pub async fn run(store: &Store, plan: &Plan) -> Result<Vec<String>> {
+impl Point {
+    fn puts_per_second(&self) -> u64 {
+        report::per_second(self.puts, self.elapsed)
+    }
+}
+
+/// One point per entry of `plan.writers`, writing to the leader.
+pub async fn measure(store: &Store, plan: &Plan) -> Result<Vec<Point>> {
+    let values: Arc<Vec<Vec<u8>>> = Arc::new((0..256).map(|_| random_value()).collect());
+    let mut points = Vec::with_capacity(plan.writers.len());
+    for &writers in &plan.writers {
+        points.push(run_point(store, writers, plan.duration, &values).await?);
+    }
+    Ok(points)
+}
+
+/// Prints the section, a column group per member count; returns its
+/// summary.
+pub fn report(plan: &Plan, runs: &[Run<Vec<Point>>]) -> String {
     report::section(&format!(
-        "Put throughput: concurrent writers, {:?} per point, {}-byte values, fresh keys per point",
+        "Put throughput: concurrent writers to the leader, {:?} per point, {}-byte values, fresh keys per point",
         plan.duration,
         super::VALUE_LEN
     ));
-    let values: Arc<Vec<Vec<u8>>> = Arc::new((0..256).map(|_| random_value()).collect());
-    let mut table = Table::new(&[
-        "writers",
-        "puts",
-        "puts/s",
-        "p50 µs",
-        "p99 µs",
-        "max µs",
-        "syncs/s",
-        "entries/sync",
-    ]);
-    let mut points = Vec::new();
-    for &writers in &plan.writers {
-        let point = run_point(store, writers, plan.duration, &values).await?;
-        table.row(vec![
-            report::group_digits(writers as u64),
-            report::group_digits(point.puts),
-            report::group_digits(report::per_second(point.puts, point.elapsed)),
-            micros(point.latencies.percentile(50.0)),
-            micros(point.latencies.percentile(99.0)),
-            micros(point.latencies.max()),
-            report::group_digits(report::per_second(point.syncs.syncs, point.elapsed)),
-            format!("{:.1}", point.syncs.entries_per_sync()),
-        ]);
-        points.push(point);
+    let mut table = Table::new(&["writers"]);
+    compare::add_groups(
+        &mut table,
+        runs,
+        &["puts/s", "p50 µs", "p99 µs", "max µs", "entries/sync"],
+        &["puts/s", "p50", "p99"],
+    );
+    for (i, &writers) in plan.writers.iter().enumerate() {
+        let mut row = vec![report::group_digits(writers as u64)];
+        row.extend(compare::row_cells(
+            runs,
+            |points| {
+                let p = &points[i];
+                vec![
+                    report::group_digits(p.puts_per_second()),
+                    micros(p.latencies.percentile(50.0)),
+                    micros(p.latencies.percentile(99.0)),
+                    micros(p.latencies.max()),
+                    format!("{:.1}", p.syncs.entries_per_sync()),
+                ]
+            },
+            |points| {
+                let p = &points[i];
+                vec![
+                    p.puts_per_second() as f64,
+                    p.latencies.percentile(50.0).as_secs_f64(),
+                    p.latencies.percentile(99.0).as_secs_f64(),
+                ]
+            },
+        ));
+        table.row(row);
     }
     table.print();
-    let summary = points
+    println!("(entries/sync: entries per fdatasync of the leader's WAL, i.e. how much group commit shares)");
+    let summary = plan
+        .writers
         .iter()
-        .map(|p| {
+        .enumerate()
+        .map(|(i, writers)| {
             format!(
-                "{} w: {} puts/s ({:.1}/sync)",
-                p.writers,
-                report::group_digits(report::per_second(p.puts, p.elapsed)),
-                p.syncs.entries_per_sync()
+                "{writers} w: {}",
+                compare::across(runs, |points| format!(
+                    "{} ({:.1})",
+                    report::group_digits(points[i].puts_per_second()),
+                    points[i].syncs.entries_per_sync()
+                ))
             )
         })
         .collect::<Vec<_>>()
         .join("; ");
-    Ok(vec![format!("put throughput: {summary}")])
+    format!(
+        "put throughput, puts/s (entries/sync) with {} members: {summary}",
+        compare::counts(runs)
+    )
 }
 
 async fn run_point(
@@ -90,7 +124,6 @@ async fn run_point(
     let elapsed = started.elapsed();
     let syncs = SyncCounters::read(store).since(before);
     Ok(Point {
-        writers,
         puts: nanos.len() as u64,
         elapsed,
         latencies: Latencies::from_nanos(nanos),

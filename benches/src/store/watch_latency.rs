@@ -12,6 +12,7 @@ use skiff_store::mvcc::prefix_end;
 use skiff_store::{PutRequest, Store, WatchRequest, Watcher};
 use tokio::sync::watch;
 
+use super::compare::{self, Run};
 use super::{random_value, Plan};
 use crate::report::{self, micros, millis, Latencies, Table};
 
@@ -36,7 +37,8 @@ struct WatcherLog {
     last_received: u64,
 }
 
-struct Point {
+/// One number of watchers, all on the leader.
+pub struct Point {
     watchers: usize,
     puts: usize,
     delivered: u64,
@@ -61,7 +63,7 @@ impl Point {
         let mut problems = Vec::new();
         if self.delivered != self.expected() {
             problems.push(format!(
-                "ERROR: {} watchers x {} puts should deliver {} events, but {} were delivered",
+                "{} watchers x {} puts should deliver {} events, but {} were delivered",
                 self.watchers,
                 self.puts,
                 self.expected(),
@@ -70,19 +72,19 @@ impl Point {
         }
         if self.out_of_order > 0 {
             problems.push(format!(
-                "ERROR: {} events arrived out of revision order or twice",
+                "{} events arrived out of revision order or twice",
                 self.out_of_order
             ));
         }
         if self.malformed > 0 {
             problems.push(format!(
-                "ERROR: {} events carried a value this benchmark did not write",
+                "{} events carried a value this benchmark did not write",
                 self.malformed
             ));
         }
         if self.ended > 0 {
             problems.push(format!(
-                "ERROR: {} watches ended (canceled or closed) before the run was over",
+                "{} watches ended (canceled or closed) before the run was over",
                 self.ended
             ));
         }
@@ -90,60 +92,73 @@ impl Point {
     }
 }
 
-pub async fn run(store: &Store, plan: &Plan) -> Result<Vec<String>> {
+/// One point per entry of `plan.watchers`, watchers and writer on the
+/// leader.
+pub async fn measure(store: &Store, plan: &Plan) -> Result<Vec<Point>> {
+    let mut points = Vec::with_capacity(plan.watchers.len());
+    for &watchers in &plan.watchers {
+        points.push(run_point(store, watchers, plan).await?);
+    }
+    Ok(points)
+}
+
+/// Prints the section, a column group per member count, and every
+/// incomplete delivery; returns its summary.
+pub fn report(plan: &Plan, runs: &[Run<Vec<Point>>]) -> String {
     report::section(&format!(
-        "Watch latency: put issued -> event received, watchers on one prefix, {} puts of {} bytes every {:?}",
+        "Watch latency: put issued -> event received, watchers on the leader on one prefix, {} puts of {} bytes every {:?}",
         plan.watch_puts,
         super::VALUE_LEN,
         plan.watch_interval
     ));
-    let mut table = Table::new(&[
-        "watchers",
-        "delivered",
-        "expected",
-        "p50 µs",
-        "p99 µs",
-        "max µs",
-        "put p50 µs",
-        "drain ms",
-        "deliveries/s",
-        "max unsynced",
-    ]);
-    let mut points = Vec::new();
-    for &watchers in &plan.watchers {
-        let point = run_point(store, watchers, plan).await?;
-        table.row(vec![
-            report::group_digits(watchers as u64),
-            report::group_digits(point.delivered),
-            report::group_digits(point.expected()),
-            micros(point.latencies.percentile(50.0)),
-            micros(point.latencies.percentile(99.0)),
-            micros(point.latencies.max()),
-            micros(point.put_latencies.percentile(50.0)),
-            millis(point.drain),
-            report::group_digits(point.delivery_rate),
-            report::group_digits(point.max_unsynced as u64),
-        ]);
-        points.push(point);
+    let mut table = Table::new(&["watchers"]);
+    compare::add_groups(
+        &mut table,
+        runs,
+        &["delivered", "p50 µs", "p99 µs", "put p50 µs", "drain ms"],
+        &["p50", "p99"],
+    );
+    for (i, &watchers) in plan.watchers.iter().enumerate() {
+        let mut row = vec![report::group_digits(watchers as u64)];
+        row.extend(compare::row_cells(
+            runs,
+            |points| {
+                let p = &points[i];
+                vec![
+                    report::group_digits(p.delivered),
+                    micros(p.latencies.percentile(50.0)),
+                    micros(p.latencies.percentile(99.0)),
+                    micros(p.put_latencies.percentile(50.0)),
+                    millis(p.drain),
+                ]
+            },
+            |points| {
+                let p = &points[i];
+                vec![
+                    p.latencies.percentile(50.0).as_secs_f64(),
+                    p.latencies.percentile(99.0).as_secs_f64(),
+                ]
+            },
+        ));
+        table.row(row);
     }
     table.print();
-    println!("(drain: last put answered -> last event received; deliveries/s: from the first put to the last event;");
-    println!(" put p50: the writer's own put latency meanwhile; max unsynced: watchers that fell behind their buffer)");
-    let mut complete = true;
-    for point in &points {
-        for problem in point.problems() {
-            complete = false;
-            println!("{problem}");
-        }
-    }
-    let summary = points
+    println!(
+        "(delivered: of {} puts x watchers; drain: last put answered -> last event received; put p50: the writer's own put latency meanwhile)",
+        plan.watch_puts
+    );
+    let complete = print_notes(runs);
+    let summary = plan
+        .watchers
         .iter()
-        .map(|p| {
+        .enumerate()
+        .map(|(i, watchers)| {
+            let percentile =
+                |p: f64| compare::across(runs, |points| micros(points[i].latencies.percentile(p)));
             format!(
-                "{} w: p50 {} µs, p99 {} µs",
-                p.watchers,
-                micros(p.latencies.percentile(50.0)),
-                micros(p.latencies.percentile(99.0))
+                "{watchers} w: p50 {} µs, p99 {} µs",
+                percentile(50.0),
+                percentile(99.0)
             )
         })
         .collect::<Vec<_>>()
@@ -153,7 +168,48 @@ pub async fn run(store: &Store, plan: &Plan) -> Result<Vec<String>> {
     } else {
         "INCOMPLETE, see errors above"
     };
-    Ok(vec![format!("watch latency: {summary} ({verdict})")])
+    format!(
+        "watch latency with {} members: {summary} ({verdict})",
+        compare::counts(runs)
+    )
+}
+
+/// Prints, per run and point, the delivery rate, any watchers that fell
+/// behind, and every problem; returns whether every event was delivered.
+fn print_notes(runs: &[Run<Vec<Point>>]) -> bool {
+    let mut complete = true;
+    for run in runs {
+        let label = compare::label(run.members);
+        let rates: Vec<String> = run
+            .measured
+            .iter()
+            .map(|p| {
+                let mut note = format!(
+                    "{} w: {}",
+                    report::group_digits(p.watchers as u64),
+                    report::group_digits(p.delivery_rate)
+                );
+                if p.max_unsynced > 0 {
+                    note.push_str(&format!(
+                        " ({} fell behind their buffer)",
+                        report::group_digits(p.max_unsynced as u64)
+                    ));
+                }
+                note
+            })
+            .collect();
+        println!(
+            "deliveries/s (first put -> last event), {label}: {}",
+            rates.join("; ")
+        );
+        for point in &run.measured {
+            for problem in point.problems() {
+                complete = false;
+                println!("ERROR ({label}): {problem}");
+            }
+        }
+    }
+    complete
 }
 
 async fn run_point(store: &Store, watchers: usize, plan: &Plan) -> Result<Point> {

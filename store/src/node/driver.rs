@@ -287,14 +287,22 @@ impl Driver {
 
     /// Persists, applies and answers what raft has ready.
     pub fn advance(&mut self) -> Result<()> {
-        let advanced = match self.core.advance() {
+        let transport = self.transport.as_ref();
+        let sent = self.core.advance_sending(|messages| {
+            if let Some(transport) = transport {
+                for message in messages {
+                    transport.send(message);
+                }
+            }
+        });
+        let advanced = match sent {
             Ok(advanced) => advanced,
             Err(err) => {
                 self.fail_waiting(|| StoreError::storage("writing the log", &err));
                 return Err(err);
             }
         };
-        if advanced.persisted_entries > 0 {
+        if advanced.synced {
             self.stats.syncs.fetch_add(1, Ordering::Relaxed);
             self.stats
                 .entries
@@ -333,11 +341,6 @@ impl Driver {
             }
             false
         });
-        if let Some(transport) = &self.transport {
-            for message in advanced.messages {
-                transport.send(message);
-            }
-        }
         self.note_leadership();
         Ok(())
     }

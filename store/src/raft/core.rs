@@ -54,7 +54,9 @@ pub struct Advanced {
     /// Membership changes proposed here that were applied: (proposal id,
     /// the membership after the change).
     pub conf_changes: Vec<(u64, ConfState)>,
-    /// Entries written to the WAL by this ready's one fdatasync (0: no sync).
+    /// Whether this ready's records were fdatasynced.
+    pub synced: bool,
+    /// Entries written to the WAL by this ready's one fdatasync.
     pub persisted_entries: usize,
     /// The applied batch: its revision and watch events.
     pub committed: Option<Committed>,
@@ -294,16 +296,28 @@ impl RaftCore {
         (word(0) == self.id && word(1) == self.epoch).then(|| word(2))
     }
 
-    /// Handles what raft has ready: persists new entries and hard state
-    /// with one fdatasync, applies committed entries in one engine batch,
-    /// and returns the messages to send.
+    /// Handles what raft has ready and returns every message to send in
+    /// `Advanced::messages` (the simulator's way). See [`Self::advance_sending`].
     pub fn advance(&mut self) -> Result<Advanced> {
+        let mut messages = Vec::new();
+        let mut out = self.advance_sending(|batch| messages.extend(batch))?;
+        out.messages = messages;
+        Ok(out)
+    }
+
+    /// Handles what raft has ready: hands messages that need nothing
+    /// persisted to `send` at once (a leader's appends then travel while it
+    /// syncs), persists new entries and hard state with at most one
+    /// fdatasync (none when only the commit index moved, as etcd), sends
+    /// what had to wait for that, and applies committed entries in one
+    /// engine batch.
+    pub fn advance_sending(&mut self, mut send: impl FnMut(Vec<Message>)) -> Result<Advanced> {
         let mut out = Advanced::default();
         if !self.node.has_ready() {
             return Ok(out);
         }
         let mut ready = self.node.ready();
-        out.messages = ready.take_messages();
+        send(ready.take_messages());
         for state in ready.take_read_states() {
             if let Some(id) = self.own_read(&state.request_ctx) {
                 out.reads.push((id, state.index));
@@ -315,12 +329,7 @@ impl RaftCore {
                 "installing snapshots is not supported yet",
             ));
         }
-        let kv = Arc::clone(&self.kv);
-        let lessor = Arc::clone(&self.lessor);
-        let mut applier = Applier::new(&kv, &lessor);
-        self.apply_entries(&mut applier, ready.take_committed_entries(), &mut out)?;
 
-        let mut wrote = false;
         for entry in ready.entries() {
             let data = entry
                 .write_to_bytes()
@@ -330,18 +339,19 @@ impl RaftCore {
                 term: entry.term,
                 data,
             });
-            wrote = true;
         }
         if let Some(hs) = ready.hs() {
+            // Written either way; synced only if raft needs it now (a
+            // commit index alone rides along with the next sync).
             self.wal.append(&WalRecord::HardState {
                 term: hs.term,
                 vote: hs.vote,
                 commit: hs.commit,
             });
-            wrote = true;
         }
-        if wrote {
+        if ready.must_sync() {
             self.wal.sync()?;
+            out.synced = true;
             out.persisted_entries = ready.entries().len();
         }
         let store = self.node.mut_store();
@@ -349,13 +359,18 @@ impl RaftCore {
         if let Some(hs) = ready.hs() {
             store.set_hard_state(hs.clone());
         }
-        out.messages.extend(ready.take_persisted_messages());
+        send(ready.take_persisted_messages());
 
+        let kv = Arc::clone(&self.kv);
+        let lessor = Arc::clone(&self.lessor);
+        let mut applier = Applier::new(&kv, &lessor);
+        let committed = ready.take_committed_entries();
+        self.apply_entries(&mut applier, committed, &mut out)?;
         let mut light = self.node.advance(ready);
         if let Some(commit) = light.commit_index() {
             self.node.mut_store().set_commit(commit);
         }
-        out.messages.extend(light.take_messages());
+        send(light.take_messages());
         self.apply_entries(&mut applier, light.take_committed_entries(), &mut out)?;
         self.node.advance_apply();
 
