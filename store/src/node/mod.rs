@@ -289,22 +289,27 @@ impl Store {
     /// Hands leadership to member `to` (call it on the leader). The
     /// transfer completes within an election timeout or is abandoned.
     pub async fn transfer_leadership(&self, to: u64) -> Result<()> {
-        let (reply, answer) = oneshot::channel();
-        self.inner
-            .requests
-            .send(DriverRequest::TransferLeader(to, reply))
+        self.ask_driver(|reply| DriverRequest::TransferLeader(to, reply))
             .await
-            .map_err(|_| StoreError::Stopped)?;
-        answer.await.map_err(|_| StoreError::Stopped)?
     }
 
     /// Removes member `id` from the cluster (on any member; it is
     /// forwarded to the leader). Returns the voters after the change.
     pub async fn remove_member(&self, id: u64) -> Result<Vec<u64>> {
+        self.ask_driver(|reply| DriverRequest::RemoveMember(id, reply))
+            .await
+    }
+
+    /// Sends the Raft driver a request and waits, at most the request
+    /// timeout, for its answer.
+    async fn ask_driver<T>(
+        &self,
+        request: impl FnOnce(oneshot::Sender<Result<T>>) -> DriverRequest,
+    ) -> Result<T> {
         let (reply, answer) = oneshot::channel();
         self.inner
             .requests
-            .send(DriverRequest::RemoveMember(id, reply))
+            .send(request(reply))
             .await
             .map_err(|_| StoreError::Stopped)?;
         tokio::time::timeout(self.inner.config.request_timeout, answer)
@@ -354,16 +359,7 @@ impl Store {
     }
 
     async fn linearize(&self) -> Result<()> {
-        let (reader, answer) = oneshot::channel();
-        self.inner
-            .requests
-            .send(DriverRequest::ReadIndex(reader))
-            .await
-            .map_err(|_| StoreError::Stopped)?;
-        tokio::time::timeout(self.inner.config.request_timeout, answer)
-            .await
-            .map_err(|_| StoreError::Timeout)?
-            .map_err(|_| StoreError::Stopped)?
+        self.ask_driver(DriverRequest::ReadIndex).await
     }
 
     pub async fn put(&self, req: PutRequest) -> Result<PutResponse> {
