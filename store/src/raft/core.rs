@@ -71,7 +71,12 @@ pub struct RaftCore {
     lessor: Arc<Lessor>,
     next_proposal: u64,
     next_read: u64,
+    /// Warned that a lagging follower holds the log back.
+    warned_lagging: bool,
 }
+
+/// Entries held for a lagging follower before the leader says so.
+const LAGGING_FOLLOWER_WARNING: u64 = 100_000;
 
 /// Marks a read index request's context (proposals' contexts are 24 bytes).
 const READ_CONTEXT: u8 = b'r';
@@ -140,6 +145,7 @@ impl RaftCore {
             lessor,
             next_proposal: 1,
             next_read: 1,
+            warned_lagging: false,
         })
     }
 
@@ -204,14 +210,24 @@ impl RaftCore {
     pub fn compact_log(&mut self, index: u64) -> Result<()> {
         let mut upto = index.min(self.kv.applied_index());
         if self.is_leader() {
-            let slowest = self
+            let (slowest_id, slowest) = self
                 .node
                 .raft
                 .prs()
                 .iter()
-                .map(|(_, progress)| progress.matched)
-                .min()
-                .unwrap_or(upto);
+                .map(|(id, progress)| (*id, progress.matched))
+                .min_by_key(|(_, matched)| *matched)
+                .unwrap_or((self.id, upto));
+            let held = upto.saturating_sub(slowest);
+            if held > LAGGING_FOLLOWER_WARNING && !self.warned_lagging {
+                // Until snapshots can be sent, the log is kept for it.
+                tracing::warn!(
+                    follower = format_args!("{slowest_id:x}"),
+                    entries_held = held,
+                    "a follower is far behind; the leader keeps its log (and memory) growing until it catches up"
+                );
+            }
+            self.warned_lagging = held > LAGGING_FOLLOWER_WARNING;
             upto = upto.min(slowest);
         }
         let store = self.node.mut_store();
