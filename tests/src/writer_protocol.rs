@@ -130,6 +130,16 @@ pub fn value_for_key(key: &[u8], value_size: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Keys are printed space-separated in `ack` lines, so a prefix must be
+/// non-empty and free of whitespace.
+pub fn check_prefix(prefix: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !prefix.is_empty() && !prefix.contains(char::is_whitespace),
+        "--prefix {prefix:?} must be non-empty and without whitespace: acks are printed space-separated"
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,12 +7,13 @@ use std::convert::Infallible;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{anyhow, ensure, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use skiff_store::{ClusterConfig, PutRequest, Store, StoreConfig, StoreError};
 use skiff_tests::line_printer::LinePrinter;
 use skiff_tests::writer_protocol::{
-    member_prefix, value_for_key, writer_key, Ack, Role, WriterLine, DEFAULT_VALUE_SIZE,
+    check_prefix, member_prefix, value_for_key, writer_key, Ack, Role, WriterLine,
+    DEFAULT_VALUE_SIZE,
 };
 use tokio::task::JoinSet;
 
@@ -57,11 +58,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    ensure!(
-        !args.prefix.is_empty() && !args.prefix.contains(char::is_whitespace),
-        "--prefix {:?} must be non-empty and without whitespace: acks are printed space-separated",
-        args.prefix
-    );
+    check_prefix(&args.prefix)?;
     let store = Store::open(store_config(&args)?).await.with_context(|| {
         format!(
             "opening member {} in {}",

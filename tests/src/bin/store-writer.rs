@@ -5,12 +5,12 @@
 use std::convert::Infallible;
 use std::path::PathBuf;
 
-use anyhow::{anyhow, ensure, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use skiff_store::{PutRequest, Store, StoreConfig};
 use skiff_tests::line_printer::LinePrinter;
 use skiff_tests::writer_protocol::{
-    value_for_key, writer_key, Ack, WriterLine, DEFAULT_VALUE_SIZE,
+    check_prefix, value_for_key, writer_key, Ack, WriterLine, DEFAULT_VALUE_SIZE,
 };
 use tokio::task::JoinSet;
 
@@ -46,11 +46,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    ensure!(
-        !args.prefix.is_empty() && !args.prefix.contains(char::is_whitespace),
-        "--prefix {:?} must be non-empty and without whitespace: acks are printed space-separated",
-        args.prefix
-    );
+    check_prefix(&args.prefix)?;
     let mut config = StoreConfig::new(&args.data_dir);
     config.wal_segment_size = args.wal_segment_size;
     config.flush_interval = std::time::Duration::from_millis(args.flush_interval_ms);
