@@ -57,6 +57,7 @@ pub struct Leadership {
     pub is_leader: AtomicBool,
     pub leader_id: AtomicU64,
     pub term: AtomicU64,
+    pub commit_index: AtomicU64,
 }
 
 /// A proposal raft has taken, waiting to be applied.
@@ -354,6 +355,9 @@ impl Driver {
         self.leadership
             .term
             .store(self.core.term(), Ordering::Release);
+        self.leadership
+            .commit_index
+            .store(self.core.commit_index(), Ordering::Release);
         if is_leader && !was_leader {
             // The old leader's clock is gone with it: every lease gets its
             // whole remaining TTL, plus an election's worth, from now.

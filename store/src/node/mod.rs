@@ -7,6 +7,7 @@ pub mod cluster;
 mod driver;
 mod durability;
 mod lease_expiry;
+mod members;
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -29,10 +30,13 @@ use crate::watch::{Notifier, WatchConfig, WatchHub, Watcher};
 pub use auto_compaction::AutoCompaction;
 pub use cluster::ClusterConfig;
 pub use driver::WriterStats;
+pub use members::{Member, StoreStatus};
 use driver::{Driver, DriverRequest, Leadership, Proposal};
 
 /// The Raft ID of a store that runs alone.
 const SINGLE_MEMBER_ID: u64 = 1;
+/// The cluster ID a store that runs alone reports.
+const SINGLE_CLUSTER_ID: u64 = 0x5c1f_f000_0000_0001;
 /// Raft messages from peers waiting for the driver before more are dropped.
 const PEER_INBOUND_QUEUE: usize = 8192;
 
@@ -60,6 +64,10 @@ pub struct StoreConfig {
     pub auto_compaction: AutoCompaction,
     /// Replication: this member and its peers. `None`: a store alone.
     pub cluster: Option<ClusterConfig>,
+    /// This member's name (the cluster config's when there is one).
+    pub name: String,
+    /// Where clients reach this member, as the member list shows it.
+    pub client_urls: Vec<String>,
 }
 
 impl StoreConfig {
@@ -79,6 +87,8 @@ impl StoreConfig {
             proposal_queue_bytes: 64 * 1024 * 1024,
             auto_compaction: AutoCompaction::Off,
             cluster: None,
+            name: "default".into(),
+            client_urls: Vec::new(),
         }
     }
 }
@@ -101,6 +111,7 @@ struct Inner {
     stats: Arc<WriterStats>,
     leadership: Arc<Leadership>,
     member_id: u64,
+    cluster_id: u64,
     shutdown: watch::Sender<bool>,
     driver: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
     syncer: parking_lot::Mutex<Option<crate::watch::hub::SyncerHandle>>,
@@ -246,6 +257,7 @@ impl Store {
                 stats,
                 leadership,
                 member_id,
+                cluster_id: identity.as_ref().map_or(SINGLE_CLUSTER_ID, |i| i.cluster_id),
                 shutdown,
                 driver: parking_lot::Mutex::new(Some(driver)),
                 syncer: parking_lot::Mutex::new(Some(syncer)),
