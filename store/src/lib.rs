@@ -42,5 +42,5 @@ pub mod watch;
 
 pub use api::*;
 pub use error::{Result, StoreError};
-pub use node::{AutoCompaction, ClusterConfig, Store, StoreConfig};
+pub use node::{AutoCompaction, ClusterConfig, InitialClusterState, Member, Store, StoreConfig, StoreStatus};
 pub use watch::Watcher;

@@ -149,6 +149,7 @@ struct Cluster {
     dirs: Vec<TempDir>,
     addrs: Vec<SocketAddr>,
     initial_cluster: String,
+    initial_cluster_state: Default::default(),
 }
 
 impl Cluster {
@@ -190,6 +191,7 @@ impl Cluster {
             name: NAMES[member].to_string(),
             peer_listen: self.addrs[member],
             initial_cluster: ClusterConfig::parse_initial_cluster(&self.initial_cluster)?,
+            initial_cluster_state: Default::default(),
         });
         Ok(config)
     }

@@ -147,6 +147,7 @@ async fn open_cluster(count: usize, dir: &Path) -> Result<(Vec<Store>, Vec<Strin
             name: name.clone(),
             peer_listen: *addr,
             initial_cluster: initial.clone(),
+            initial_cluster_state: Default::default(),
         });
         let store = Store::open(config).await.with_context(|| {
             format!(

@@ -16,8 +16,34 @@ pub struct ClusterConfig {
     pub name: String,
     /// Where this member listens for its peers.
     pub peer_listen: SocketAddr,
-    /// Every founding member: name and peer address.
+    /// Every founding member: name and peer address (when joining an
+    /// existing cluster: its members and this one).
     pub initial_cluster: Vec<(String, SocketAddr)>,
+    /// `New`: found a cluster with `initial_cluster`. `Existing`: join a
+    /// running cluster that has already added this member (MemberAdd);
+    /// the member learns its ID from its peers.
+    pub initial_cluster_state: InitialClusterState,
+}
+
+/// etcd's `--initial-cluster-state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InitialClusterState {
+    #[default]
+    New,
+    Existing,
+}
+
+impl std::str::FromStr for InitialClusterState {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "new" => Ok(InitialClusterState::New),
+            "existing" => Ok(InitialClusterState::Existing),
+            other => Err(StoreError::InvalidConfig(format!(
+                "--initial-cluster-state must be \"new\" or \"existing\", not {other:?}"
+            ))),
+        }
+    }
 }
 
 /// The IDs a cluster config stands for.
@@ -142,6 +168,7 @@ mod tests {
                 "n1=127.0.0.1:2380,n2=http://127.0.0.1:2381,n3=127.0.0.1:2382",
             )
             .unwrap(),
+            initial_cluster_state: InitialClusterState::New,
         }
     }
 

@@ -28,7 +28,7 @@ use crate::mvcc::{CommandResult, KvStore};
 use crate::wal::WalOptions;
 use crate::watch::{Notifier, WatchConfig, WatchHub, Watcher};
 pub use auto_compaction::AutoCompaction;
-pub use cluster::ClusterConfig;
+pub use cluster::{ClusterConfig, InitialClusterState};
 pub use driver::WriterStats;
 pub use members::{Member, StoreStatus};
 use driver::{Driver, DriverRequest, Leadership, Proposal};

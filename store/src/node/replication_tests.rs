@@ -43,6 +43,7 @@ impl Cluster {
             name: self.initial[i].0.clone(),
             peer_listen: self.initial[i].1,
             initial_cluster: self.initial.clone(),
+            initial_cluster_state: Default::default(),
         });
         self.members[i] = Some(Store::open(config).await.expect("open member"));
     }
@@ -228,6 +229,7 @@ async fn a_member_of_another_cluster_refuses_to_start() {
         name: "n1".into(),
         peer_listen: initial[0].1,
         initial_cluster: initial.clone(),
+        initial_cluster_state: Default::default(),
     });
     Store::open(config.clone())
         .await

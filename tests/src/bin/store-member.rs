@@ -103,6 +103,7 @@ fn store_config(args: &Args) -> Result<StoreConfig> {
         name: args.name.clone(),
         peer_listen,
         initial_cluster,
+        initial_cluster_state: Default::default(),
     });
     Ok(config)
 }
