@@ -149,7 +149,6 @@ struct Cluster {
     dirs: Vec<TempDir>,
     addrs: Vec<SocketAddr>,
     initial_cluster: String,
-    initial_cluster_state: Default::default(),
 }
 
 impl Cluster {
