@@ -189,6 +189,18 @@ impl Lessor {
 
     /// Gives every lease at least its remaining TTL from now (a restart, or
     /// later a new leader: no lease may expire because of the change).
+    /// Forgets every lease and takes those of an installed snapshot:
+    /// (id, granted ttl, checkpointed remaining or 0) and the keys attached.
+    pub(crate) fn replace_all(&self, leases: &[(i64, i64, i64)], keys: &[(i64, Vec<u8>)]) {
+        self.leases.lock().clear();
+        for &(id, ttl, remaining) in leases {
+            self.grant(id, ttl, remaining);
+        }
+        for (id, key) in keys {
+            self.attach(*id, key);
+        }
+    }
+
     pub fn promote(&self, extend: Duration) {
         let now = Instant::now();
         for lease in self.leases.lock().values_mut() {

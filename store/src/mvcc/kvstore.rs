@@ -85,6 +85,55 @@ pub(crate) fn lease_value(ttl: i64, remaining: i64) -> [u8; 16] {
 impl KvStore {
     /// Loads the state from `tree`, rebuilding the key index from the records.
     pub(crate) fn open(tree: sled::Tree) -> Result<(KvStore, Recovered)> {
+        let (loaded, recovered) = load(&tree)?;
+        let store = KvStore {
+            tree,
+            index: RwLock::new(loaded.index),
+            current_rev: AtomicI64::new(loaded.revision),
+            compact_rev: AtomicI64::new(loaded.compact_scheduled),
+            applied_index: AtomicU64::new(loaded.applied),
+            compact_finished: watch::channel(loaded.compact_finished).0,
+        };
+        Ok((store, recovered))
+    }
+
+    /// Replaces the whole state with `entries` (a snapshot from the leader)
+    /// and reloads the index; readers wait on the index lock meanwhile.
+    pub(crate) fn replace_state(
+        &self,
+        entries: impl Iterator<Item = (Vec<u8>, Vec<u8>)>,
+    ) -> Result<Recovered> {
+        let mut index = self.index.write();
+        self.tree.clear()?;
+        let mut batch = sled::Batch::default();
+        for (key, value) in entries {
+            batch.insert(key, value);
+        }
+        self.tree.apply_batch(batch)?;
+        let (loaded, recovered) = load(&self.tree)?;
+        *index = loaded.index;
+        self.current_rev.store(loaded.revision, Ordering::Release);
+        self.compact_rev
+            .store(loaded.compact_scheduled, Ordering::Release);
+        self.applied_index.store(loaded.applied, Ordering::Release);
+        self.compact_finished.send_replace(loaded.compact_finished);
+        Ok(recovered)
+    }
+}
+
+/// The state `load` read from a tree.
+struct Loaded {
+    index: TreeIndex,
+    revision: i64,
+    applied: u64,
+    compact_scheduled: i64,
+    compact_finished: i64,
+}
+
+/// Reads the metadata, leases and membership of `tree` and rebuilds the
+/// key index from its records.
+fn load(tree: &sled::Tree) -> Result<(Loaded, Recovered)> {
+    {
         let applied = meta_i64(&tree, META_APPLIED_INDEX)? as u64;
         let rev = meta_i64(&tree, META_REVISION)?;
         let scheduled = meta_i64(&tree, META_COMPACT_SCHEDULED)?;
@@ -137,17 +186,18 @@ impl KvStore {
         }
         recovered.lease_keys = key_lease.into_iter().map(|(k, l)| (l, k)).collect();
         recovered.conf_state = tree.get(META_CONF_STATE)?.map(|v| v.to_vec());
-
-        let store = KvStore {
-            tree,
-            index: RwLock::new(index),
-            current_rev: AtomicI64::new(rev),
-            compact_rev: AtomicI64::new(scheduled),
-            applied_index: AtomicU64::new(applied),
-            compact_finished: watch::channel(finished).0,
+        let loaded = Loaded {
+            index,
+            revision: rev,
+            applied,
+            compact_scheduled: scheduled,
+            compact_finished: finished,
         };
-        Ok((store, recovered))
+        Ok((loaded, recovered))
     }
+}
+
+impl KvStore {
 
     pub fn current_revision(&self) -> i64 {
         self.current_rev.load(Ordering::Acquire)

@@ -9,6 +9,7 @@ mod key_range;
 pub mod kvstore;
 mod record;
 mod revision;
+pub mod snapshot;
 #[cfg(test)]
 mod tests;
 

@@ -14,7 +14,7 @@ use crate::error::{Result, StoreError};
 use crate::lease::Lessor;
 use crate::mvcc::compaction::Compactor;
 use crate::mvcc::CommandResult;
-use crate::raft::transport::Transport;
+use crate::raft::transport::{SnapshotReport, Transport};
 use crate::raft::RaftCore;
 use crate::watch::Notifier;
 use raft::eraftpb::Message;
@@ -77,6 +77,8 @@ pub(crate) struct Driver {
     leadership: Arc<Leadership>,
     transport: Option<Transport>,
     inbound: Option<mpsc::Receiver<Message>>,
+    /// Whether snapshots sent reached their member.
+    snapshot_reports: Option<mpsc::UnboundedReceiver<SnapshotReport>>,
     /// Readers waiting for the quorum to confirm a read index, by read id.
     reads_asked: HashMap<u64, Vec<oneshot::Sender<Result<()>>>>,
     /// Readers whose read index is known, waiting for it to be applied.
@@ -106,6 +108,7 @@ impl Driver {
             leadership,
             transport: None,
             inbound: None,
+            snapshot_reports: None,
             reads_asked: HashMap::new(),
             reads_confirmed: Vec::new(),
             membership_waiting: HashMap::new(),
@@ -114,9 +117,15 @@ impl Driver {
 
     /// Connects the member to its peers: messages out through `transport`,
     /// messages in from `inbound`.
-    pub fn with_peers(mut self, transport: Transport, inbound: mpsc::Receiver<Message>) -> Self {
+    pub fn with_peers(
+        mut self,
+        transport: Transport,
+        inbound: mpsc::Receiver<Message>,
+        snapshot_reports: mpsc::UnboundedReceiver<SnapshotReport>,
+    ) -> Self {
         self.transport = Some(transport);
         self.inbound = Some(inbound);
+        self.snapshot_reports = Some(snapshot_reports);
         self
     }
 
@@ -146,15 +155,21 @@ impl Driver {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(self.max_batch);
         let mut inbound = self.inbound.take();
+        let mut reports = self.snapshot_reports.take();
         loop {
             tokio::select! {
+                report = next_report(&mut reports) => match report {
+                    Some((to, delivered)) => self.core.report_snapshot(to, delivered),
+                    None => reports = None,
+                },
                 request = requests.recv() => match request {
                     Some(request) => batch.push(request),
                     None => return Ok(()),
                 },
                 message = next_message(&mut inbound) => {
-                    if let Some(message) = message {
-                        self.core.step(message);
+                    match message {
+                        Some(message) => self.core.step(message),
+                        None => inbound = None,
                     }
                     if let Some(inbound) = inbound.as_mut() {
                         while let Ok(message) = inbound.try_recv() {
@@ -309,6 +324,9 @@ impl Driver {
                 .entries
                 .fetch_add(advanced.persisted_entries as u64, Ordering::Relaxed);
         }
+        if let Some(revision) = advanced.installed_snapshot {
+            self.notifier.resync(revision);
+        }
         if let Some(committed) = advanced.committed {
             // The core has published the revision to readers already: an
             // acknowledged write is always readable.
@@ -374,6 +392,15 @@ impl Driver {
         for (_, waiting) in self.waiting.drain() {
             let _ = waiting.reply.send(Err(error()));
         }
+    }
+}
+
+async fn next_report(
+    reports: &mut Option<mpsc::UnboundedReceiver<SnapshotReport>>,
+) -> Option<SnapshotReport> {
+    match reports {
+        Some(reports) => reports.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -50,7 +50,7 @@ pub(crate) fn flush_state(db: &sled::Db, db_path: &Path) -> Result<()> {
     fsync_tree(db_path).map_err(|e| StoreError::storage("syncing the state database", e))
 }
 
-fn fsync_tree(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn fsync_tree(dir: &Path) -> std::io::Result<()> {
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let path = entry.path();

@@ -5,7 +5,7 @@
 mod auto_compaction;
 pub mod cluster;
 mod driver;
-mod durability;
+pub(crate) mod durability;
 mod lease_expiry;
 mod members;
 
@@ -156,12 +156,7 @@ impl Store {
         let (kv, recovered) = KvStore::open(db.open_tree("mvcc")?)?;
         let kv = Arc::new(kv);
         let lessor = Arc::new(Lessor::new(config.lessor.clone()));
-        for &(id, ttl, remaining) in &recovered.leases {
-            lessor.grant(id, ttl, remaining);
-        }
-        for (id, key) in &recovered.lease_keys {
-            lessor.attach(*id, key);
-        }
+        lessor.replace_all(&recovered.leases, &recovered.lease_keys);
         let compactor = Compactor::start(Arc::clone(&kv))
             .map_err(|e| StoreError::storage("starting the compactor", e))?;
         if let Some((revision, keep)) = recovered.unfinished_compaction {
@@ -181,10 +176,12 @@ impl Store {
                 heartbeat_tick: 1,
                 fixed_election_timeout: false,
                 wal_dir: config.data_dir.join("wal"),
+                data_dir: config.data_dir.clone(),
                 wal: WalOptions {
                     segment_size: config.wal_segment_size,
                 },
                 proposal_epoch: rand::random(),
+                catch_up_entries: crate::raft::CATCH_UP_ENTRIES,
             },
             Arc::clone(&kv),
             Arc::clone(&lessor),
@@ -211,12 +208,14 @@ impl Store {
         let mut tasks = Vec::new();
         if let (Some(cluster), Some(identity)) = (&config.cluster, &identity) {
             let (inbound, inbound_rx) = mpsc::channel(PEER_INBOUND_QUEUE);
+            let (reports, reports_rx) = mpsc::unbounded_channel();
             let mut transport = Transport::start(
                 cluster.peer_listen,
                 identity.cluster_id,
                 identity.member_id,
                 &identity.peers,
                 inbound,
+                reports,
                 shutdown.subscribe(),
             )
             .await
@@ -227,7 +226,7 @@ impl Store {
                 )
             })?;
             tasks.extend(transport.take_tasks());
-            driver = driver.with_peers(transport, inbound_rx);
+            driver = driver.with_peers(transport, inbound_rx, reports_rx);
         }
         if voters == [member_id] {
             driver = tokio::task::spawn_blocking(move || driver.lead_alone().map(|()| driver))

@@ -35,7 +35,13 @@ pub struct CoreConfig {
     /// raft-rs's random pick, so a simulation is decided by its own seed.
     pub fixed_election_timeout: bool,
     pub wal_dir: PathBuf,
+    /// The member's data directory: the state database is in `db/`, a
+    /// snapshot being installed in `snap/`.
+    pub data_dir: PathBuf,
     pub wal: WalOptions,
+    /// Entries a leader keeps for a follower that is behind before it
+    /// compacts past it (that follower then gets a snapshot).
+    pub catch_up_entries: u64,
     /// Distinguishes this run's proposals from an earlier run's entries that
     /// are replayed after a restart.
     pub proposal_epoch: u64,
@@ -60,9 +66,14 @@ pub struct Advanced {
     pub persisted_entries: usize,
     /// The applied batch: its revision and watch events.
     pub committed: Option<Committed>,
+    /// A snapshot from the leader replaced the state; its revision.
+    /// Watchers must catch up from the new state.
+    pub installed_snapshot: Option<i64>,
 }
 
 pub struct RaftCore {
+    data_dir: PathBuf,
+    catch_up_entries: u64,
     id: u64,
     epoch: u64,
     node: RawNode<LogStore>,
@@ -71,12 +82,11 @@ pub struct RaftCore {
     lessor: Arc<Lessor>,
     next_proposal: u64,
     next_read: u64,
-    /// Warned that a lagging follower holds the log back.
-    warned_lagging: bool,
 }
 
-/// Entries held for a lagging follower before the leader says so.
-const LAGGING_FOLLOWER_WARNING: u64 = 100_000;
+/// Entries a leader keeps for a follower that is behind before it lets
+/// the log go and sends that follower a snapshot instead (etcd: 5 000).
+pub const CATCH_UP_ENTRIES: u64 = 10_000;
 
 /// Marks a read index request's context (proposals' contexts are 24 bytes).
 const READ_CONTEXT: u8 = b'r';
@@ -92,6 +102,14 @@ impl RaftCore {
         conf_state: Option<ConfState>,
     ) -> Result<RaftCore> {
         let (wal, replayed) = replay_wal(&config)?;
+        if kv.applied_index() < replayed.compacted.0 {
+            // A snapshot was being installed when the member stopped.
+            finish_install(&config, &kv, &lessor, replayed.compacted.0)?;
+        }
+        let conf_state = match kv.tree.get(crate::mvcc::kvstore::META_CONF_STATE)? {
+            Some(bytes) => Some(decode_conf_state(&bytes)?),
+            None => conf_state,
+        };
         let bootstrap = conf_state.is_none() && replayed.entries.is_empty();
         let conf_state = conf_state.unwrap_or_else(|| ConfState {
             voters: config.initial_voters.clone(),
@@ -105,7 +123,8 @@ impl RaftCore {
         // Everything applied was committed, even if the commit index on disk
         // is older (raft-rs does not persist every commit advance).
         hard_state.commit = hard_state.commit.max(applied);
-        let mut store = LogStore::new(hard_state, conf_state, replayed.compacted);
+        let mut store = LogStore::new(hard_state, conf_state, replayed.compacted)
+            .with_engine(Arc::clone(&kv));
         let entries: Vec<Entry> = replayed.entries.into_values().collect();
         store.append(&entries);
         check_log_covers_state(&config, &store, applied)?;
@@ -137,6 +156,8 @@ impl RaftCore {
         let node = RawNode::new(&raft_config, store, &raft_logger(config.id))
             .map_err(|e| StoreError::storage("starting raft", e))?;
         Ok(RaftCore {
+            data_dir: config.data_dir.clone(),
+            catch_up_entries: config.catch_up_entries,
             id: config.id,
             epoch: config.proposal_epoch,
             node,
@@ -145,7 +166,6 @@ impl RaftCore {
             lessor,
             next_proposal: 1,
             next_read: 1,
-            warned_lagging: false,
         })
     }
 
@@ -205,30 +225,21 @@ impl RaftCore {
     }
 
     /// Drops the log up to `index`, whose effects are durable in the engine,
-    /// and releases the WAL segments that held it. A leader keeps what a
-    /// follower still needs (until snapshots can be streamed to it).
+    /// and releases the WAL segments that held it. A leader keeps the
+    /// entries a follower a little behind still needs; one further behind
+    /// gets a snapshot instead.
     pub fn compact_log(&mut self, index: u64) -> Result<()> {
         let mut upto = index.min(self.kv.applied_index());
         if self.is_leader() {
-            let (slowest_id, slowest) = self
+            let slowest = self
                 .node
                 .raft
                 .prs()
                 .iter()
-                .map(|(id, progress)| (*id, progress.matched))
-                .min_by_key(|(_, matched)| *matched)
-                .unwrap_or((self.id, upto));
-            let held = upto.saturating_sub(slowest);
-            if held > LAGGING_FOLLOWER_WARNING && !self.warned_lagging {
-                // Until snapshots can be sent, the log is kept for it.
-                tracing::warn!(
-                    follower = format_args!("{slowest_id:x}"),
-                    entries_held = held,
-                    "a follower is far behind; the leader keeps its log (and memory) growing until it catches up"
-                );
-            }
-            self.warned_lagging = held > LAGGING_FOLLOWER_WARNING;
-            upto = upto.min(slowest);
+                .map(|(_, progress)| progress.matched)
+                .min()
+                .unwrap_or(upto);
+            upto = upto.min(slowest.max(upto.saturating_sub(self.catch_up_entries)));
         }
         let store = self.node.mut_store();
         if upto <= store.compacted_index() {
@@ -241,6 +252,11 @@ impl RaftCore {
         self.wal.sync()?;
         self.wal.release_to(upto)?;
         Ok(())
+    }
+
+    /// The first index still in the log (after the last compaction).
+    pub fn first_index(&self) -> u64 {
+        self.node.raft.raft_log.first_index()
     }
 
     /// The last index in the log.
@@ -340,10 +356,8 @@ impl RaftCore {
             }
         }
         if !ready.snapshot().is_empty() {
-            return Err(StoreError::storage(
-                "applying a raft snapshot",
-                "installing snapshots is not supported yet",
-            ));
+            let revision = self.install_snapshot(ready.snapshot().clone(), ready.hs())?;
+            out.installed_snapshot = Some(revision);
         }
 
         for entry in ready.entries() {
@@ -394,6 +408,57 @@ impl RaftCore {
         self.kv.publish_revision(committed.revision);
         out.committed = Some(committed);
         Ok(out)
+    }
+
+    /// Tells raft whether a snapshot reached member `to`; after a failure
+    /// it is sent again.
+    pub fn report_snapshot(&mut self, to: u64, delivered: bool) {
+        let status = if delivered {
+            raft::SnapshotStatus::Finish
+        } else {
+            raft::SnapshotStatus::Failure
+        };
+        self.node.report_snapshot(to, status);
+    }
+
+    /// Replaces the state with a snapshot from the leader: the blob is
+    /// kept in `snap/` and the log marked before the state changes, so a
+    /// crash in between finishes the install on the next start.
+    fn install_snapshot(
+        &mut self,
+        snapshot: raft::eraftpb::Snapshot,
+        hard_state: Option<&HardState>,
+    ) -> Result<i64> {
+        let meta = snapshot.get_metadata().clone();
+        crate::mvcc::snapshot::decode(&snapshot.data)?;
+        let path = snap_path(&self.data_dir, meta.index);
+        write_durably(&path, &snapshot.data)
+            .map_err(|e| StoreError::storage("keeping a received snapshot", e))?;
+        if let Some(hs) = hard_state {
+            self.wal.append(&WalRecord::HardState {
+                term: hs.term,
+                vote: hs.vote,
+                commit: hs.commit.max(meta.index),
+            });
+        }
+        self.wal.append(&WalRecord::Snapshot {
+            index: meta.index,
+            term: meta.term,
+        });
+        self.wal.sync()?;
+        let revision = install_from(&self.data_dir, &self.kv, &self.lessor, &snapshot.data)?;
+        let _ = std::fs::remove_file(&path);
+        self.wal.release_to(meta.index)?;
+        self.node.mut_store().apply_snapshot(&meta);
+        tracing::info!(
+            member = format_args!("{:x}", self.id),
+            index = meta.index,
+            term = meta.term,
+            revision,
+            bytes = snapshot.data.len(),
+            "installed a snapshot from the leader"
+        );
+        Ok(revision)
     }
 
     fn apply_entries(
@@ -550,4 +615,53 @@ fn replay_wal(config: &CoreConfig) -> Result<(Wal, Replayed)> {
     let compacted = replayed.compacted.0;
     replayed.entries.retain(|&index, _| index > compacted);
     Ok((wal, replayed))
+}
+
+fn snap_path(data_dir: &std::path::Path, index: u64) -> PathBuf {
+    data_dir.join("snap").join(format!("{index:016x}.snap"))
+}
+
+/// Writes `bytes` to `path` through a temporary file, fsyncing the file
+/// and its directory.
+fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let partial = path.with_extension("partial");
+    let mut file = std::fs::File::create(&partial)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&partial, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Puts a snapshot's state in the engine and the lessor and makes it
+/// durable. Returns the state's revision.
+fn install_from(
+    data_dir: &std::path::Path,
+    kv: &KvStore,
+    lessor: &Lessor,
+    snapshot: &[u8],
+) -> Result<i64> {
+    let recovered = kv.install(snapshot)?;
+    lessor.replace_all(&recovered.leases, &recovered.lease_keys);
+    kv.tree.flush()?;
+    crate::node::durability::fsync_tree(&data_dir.join("db"))
+        .map_err(|e| StoreError::storage("syncing the installed snapshot", e))?;
+    Ok(kv.current_revision())
+}
+
+/// On open: the log says a snapshot at `index` replaced the state, but
+/// the state is older; the snapshot kept in `snap/` finishes the job.
+fn finish_install(config: &CoreConfig, kv: &KvStore, lessor: &Lessor, index: u64) -> Result<()> {
+    let path = snap_path(&config.data_dir, index);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(StoreError::storage("reading a kept snapshot", err)),
+    };
+    install_from(&config.data_dir, kv, lessor, &bytes)?;
+    let _ = std::fs::remove_file(&path);
+    tracing::info!(index, "finished installing a snapshot interrupted by a stop");
+    Ok(())
 }

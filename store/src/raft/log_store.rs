@@ -3,10 +3,15 @@
 //! makes every change durable in the write-ahead log before raft-rs relies
 //! on it; this type only answers raft-rs's questions.
 
+use std::cell::RefCell;
+use std::sync::Arc;
+
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 
-#[derive(Debug, Default)]
+use crate::mvcc::KvStore;
+
+#[derive(Default)]
 pub struct LogStore {
     hard_state: HardState,
     conf_state: ConfState,
@@ -14,6 +19,10 @@ pub struct LogStore {
     compacted: SnapshotMetadata,
     /// Entries after `compacted.index`, contiguous.
     entries: Vec<Entry>,
+    /// The engine whose state a snapshot holds (none: no snapshots).
+    engine: Option<Arc<KvStore>>,
+    /// The last snapshot made, sent again while the log still follows it.
+    made: RefCell<Option<Snapshot>>,
 }
 
 impl LogStore {
@@ -29,7 +38,35 @@ impl LogStore {
             conf_state,
             compacted: meta,
             entries: Vec::new(),
+            engine: None,
+            made: RefCell::new(None),
         }
+    }
+
+    /// Lets raft-rs ask for snapshots of `engine` for lagging followers.
+    /// Its applied index must only move on the thread that drives raft.
+    pub fn with_engine(mut self, engine: Arc<KvStore>) -> Self {
+        self.engine = Some(engine);
+        self
+    }
+
+    /// After a snapshot is installed: the log restarts after it.
+    pub fn apply_snapshot(&mut self, meta: &SnapshotMetadata) {
+        let index = meta.index;
+        if index <= self.compacted.index {
+            return;
+        }
+        // Entries after the snapshot are kept only if they agree with it.
+        if index <= self.last() && self.term_of(index) == Some(meta.term) {
+            let drop = (index - self.compacted.index) as usize;
+            self.entries.drain(..drop);
+        } else {
+            self.entries.clear();
+        }
+        self.compacted = meta.clone();
+        self.conf_state = meta.get_conf_state().clone();
+        self.hard_state.commit = self.hard_state.commit.max(index);
+        self.hard_state.term = self.hard_state.term.max(meta.term);
     }
 
     pub fn hard_state(&self) -> &HardState {
@@ -146,12 +183,40 @@ impl Storage for LogStore {
         Ok(self.last())
     }
 
-    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        // Streaming the engine to a lagging follower is not built yet: the
-        // log is only compacted to what every member has (see RaftCore).
-        Err(raft::Error::Store(
-            StorageError::SnapshotTemporarilyUnavailable,
-        ))
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        let unavailable = || raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable);
+        let engine = self.engine.as_ref().ok_or_else(unavailable)?;
+        if let Some(made) = self.made.borrow().as_ref() {
+            // Still good if the log goes on from it and it is new enough.
+            let index = made.get_metadata().index;
+            if index >= self.compacted.index && index >= request_index {
+                return Ok(made.clone());
+            }
+        }
+        let applied = engine.applied_index();
+        if applied < request_index || applied < self.compacted.index {
+            return Err(unavailable());
+        }
+        let term = self.term_of(applied).ok_or_else(unavailable)?;
+        let data = engine.dump().map_err(|err| {
+            tracing::warn!(error = %err, "could not make a snapshot");
+            unavailable()
+        })?;
+        let mut snapshot = Snapshot::default();
+        snapshot.data = data.into();
+        let meta = snapshot.mut_metadata();
+        meta.index = applied;
+        meta.term = term;
+        meta.set_conf_state(self.conf_state.clone());
+        tracing::info!(
+            index = applied,
+            term,
+            bytes = snapshot.data.len(),
+            to = format_args!("{to:x}"),
+            "made a snapshot for a lagging member"
+        );
+        *self.made.borrow_mut() = Some(snapshot.clone());
+        Ok(snapshot)
     }
 }
 

@@ -13,6 +13,6 @@ mod sim;
 mod tests;
 pub mod transport;
 
-pub use self::core::{decode_conf_state, Advanced, CoreConfig, RaftCore};
+pub use self::core::{decode_conf_state, Advanced, CoreConfig, RaftCore, CATCH_UP_ENTRIES};
 pub use log_store::LogStore;
 pub use logger::raft_logger;

@@ -45,6 +45,8 @@ pub struct Sim {
 
 const ELECTION_TICK: usize = 10;
 const HEARTBEAT_TICK: usize = 2;
+/// Small, so a test needs few writes to leave a follower to a snapshot.
+pub const CATCH_UP_ENTRIES: u64 = 5;
 
 impl Sim {
     /// A new member with an empty directory, started knowing the founding
@@ -119,8 +121,10 @@ impl Sim {
             heartbeat_tick: HEARTBEAT_TICK,
             fixed_election_timeout: true,
             wal_dir: member.dir.path().join("wal"),
+            data_dir: member.dir.path().to_path_buf(),
             wal: WalOptions::default(),
             proposal_epoch: member.restarts,
+            catch_up_entries: CATCH_UP_ENTRIES,
         };
         let lessor = Arc::new(Lessor::new(LessorConfig::default()));
         let core = RaftCore::open(config, Arc::new(kv), lessor, conf_state).expect("open core");
@@ -175,11 +179,19 @@ impl Sim {
         for key in due {
             let message = self.in_flight.remove(&key).expect("due message");
             let (from, to) = (message.from, message.to);
-            if self.cut.contains(&(from, to)) {
-                continue;
+            let snapshot = message.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot;
+            let mut delivered = false;
+            if !self.cut.contains(&(from, to)) {
+                if let Some(core) = self.members.get_mut(&to).and_then(|m| m.core.as_mut()) {
+                    core.step(message);
+                    delivered = true;
+                }
             }
-            if let Some(core) = self.members.get_mut(&to).and_then(|m| m.core.as_mut()) {
-                core.step(message);
+            if snapshot {
+                // As the transport does: the sender learns how it went.
+                if let Some(core) = self.members.get_mut(&from).and_then(|m| m.core.as_mut()) {
+                    core.report_snapshot(to, delivered);
+                }
             }
         }
         let ids: Vec<u64> = self.members.keys().copied().collect();
@@ -227,6 +239,11 @@ impl Sim {
 
     fn send(&mut self, message: Message) {
         if self.rng.gen_range(0..1000) < self.loss_per_mille {
+            if message.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot {
+                if let Some(core) = self.members.get_mut(&message.from).and_then(|m| m.core.as_mut()) {
+                    core.report_snapshot(message.to, false);
+                }
+            }
             return;
         }
         let delay = self.rng.gen_range(1..=self.max_delay);
@@ -376,6 +393,14 @@ impl Sim {
                 .collect();
             revs.len() == 1
         })
+    }
+
+    /// Compacts member `id`'s log up to what it has applied (its engine
+    /// state stands in for the dropped entries).
+    pub fn compact_log(&mut self, id: u64) {
+        let core = self.core_mut(id);
+        let applied = core.kv().applied_index();
+        core.compact_log(applied).expect("compact log");
     }
 
     pub fn ids(&self) -> Vec<u64> {

@@ -4,6 +4,12 @@
 //! outbound queue drained by its own task, which reconnects after a peer
 //! restarts; a full queue drops messages (raft resends), so a slow or dead
 //! peer never blocks the Raft loop.
+//!
+//! A snapshot (the whole engine state for a member too far behind) does not
+//! go through the peer's queue: it gets a connection of its own, opened with
+//! another magic, and is streamed in chunks; the receiver answers one byte
+//! once it has handed the snapshot to raft, and the sender reports the
+//! outcome so raft sends it again after a failure.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -17,15 +23,37 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 const MAGIC: &[u8; 8] = b"SKIFFRFT";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"SKIFFSNP";
+/// Bytes of snapshot data per write.
+const SNAPSHOT_CHUNK: usize = 1024 * 1024;
+/// The largest snapshot accepted.
+const MAX_SNAPSHOT: u64 = 64 * 1024 * 1024 * 1024;
+/// How long a snapshot may take to arrive and be taken by raft.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Messages waiting for one peer before new ones are dropped.
 const PEER_QUEUE: usize = 4096;
 /// The largest message accepted (a batch of entries or a snapshot chunk).
 const MAX_FRAME: u32 = 64 * 1024 * 1024;
 
+/// Whether a snapshot reached a member: (member ID, delivered).
+pub type SnapshotReport = (u64, bool);
+
 pub struct Transport {
-    peers: HashMap<u64, mpsc::Sender<Message>>,
+    peers: HashMap<u64, Peer>,
     local_addr: SocketAddr,
+    cluster_id: u64,
+    member_id: u64,
+    reports: mpsc::UnboundedSender<SnapshotReport>,
+    shutdown: watch::Receiver<bool>,
+    runtime: tokio::runtime::Handle,
     tasks: Vec<JoinHandle<()>>,
+}
+
+struct Peer {
+    addr: SocketAddr,
+    queue: mpsc::Sender<Message>,
+    /// Stops this peer's sender when the peer is removed.
+    stop: watch::Sender<bool>,
 }
 
 impl Transport {
@@ -37,33 +65,65 @@ impl Transport {
         member_id: u64,
         peers: &[(u64, SocketAddr)],
         inbound: mpsc::Sender<Message>,
+        reports: mpsc::UnboundedSender<SnapshotReport>,
         shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<Transport> {
         let listener = TcpListener::bind(listen).await?;
         let local_addr = listener.local_addr()?;
-        let mut tasks = vec![tokio::spawn(accept_loop(
+        let tasks = vec![tokio::spawn(accept_loop(
             listener,
             cluster_id,
             inbound,
             shutdown.clone(),
         ))];
-        let mut senders = HashMap::new();
-        for &(id, addr) in peers.iter().filter(|(id, _)| *id != member_id) {
-            let (tx, rx) = mpsc::channel(PEER_QUEUE);
-            senders.insert(id, tx);
-            tasks.push(tokio::spawn(send_loop(
-                addr,
-                cluster_id,
-                member_id,
-                rx,
-                shutdown.clone(),
-            )));
-        }
-        Ok(Transport {
-            peers: senders,
+        let mut transport = Transport {
+            peers: HashMap::new(),
             local_addr,
+            cluster_id,
+            member_id,
+            reports,
+            shutdown,
+            runtime: tokio::runtime::Handle::current(),
             tasks,
-        })
+        };
+        for &(id, addr) in peers {
+            transport.add_peer(id, addr);
+        }
+        Ok(transport)
+    }
+
+    /// Starts sending to member `id` at `addr` (a member added to the
+    /// cluster); a known member's address is updated.
+    pub fn add_peer(&mut self, id: u64, addr: SocketAddr) {
+        if id == self.member_id || self.peers.get(&id).is_some_and(|p| p.addr == addr) {
+            return;
+        }
+        self.remove_peer(id);
+        let (queue, rx) = mpsc::channel(PEER_QUEUE);
+        let (stop, stopped) = watch::channel(false);
+        let task = self.runtime.spawn(send_loop(
+            addr,
+            self.cluster_id,
+            self.member_id,
+            rx,
+            self.shutdown.clone(),
+            stopped,
+        ));
+        self.tasks.retain(|t| !t.is_finished());
+        self.tasks.push(task);
+        self.peers.insert(id, Peer { addr, queue, stop });
+    }
+
+    /// Stops sending to member `id` (removed from the cluster).
+    pub fn remove_peer(&mut self, id: u64) {
+        if let Some(peer) = self.peers.remove(&id) {
+            peer.stop.send_replace(true);
+        }
+    }
+
+    /// The peer address of member `id`, if it is a peer.
+    pub fn peer_addr(&self, id: u64) -> Option<SocketAddr> {
+        self.peers.get(&id).map(|p| p.addr)
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -73,10 +133,20 @@ impl Transport {
     /// Queues a message for its peer without waiting. Returns false when it
     /// was dropped (unknown peer, or its queue is full).
     pub fn send(&self, message: Message) -> bool {
-        match self.peers.get(&message.to) {
-            Some(queue) => queue.try_send(message).is_ok(),
-            None => false,
+        let Some(peer) = self.peers.get(&message.to) else {
+            return false;
+        };
+        if message.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot {
+            self.runtime.spawn(send_snapshot(
+                peer.addr,
+                self.cluster_id,
+                self.member_id,
+                message,
+                self.reports.clone(),
+            ));
+            return true;
         }
+        peer.queue.try_send(message).is_ok()
     }
 
     pub fn take_tasks(&mut self) -> Vec<JoinHandle<()>> {
@@ -125,7 +195,8 @@ async fn receive(
     reader.read_exact(&mut hello).await?;
     let their_cluster = u64::from_le_bytes(hello[8..16].try_into().unwrap_or_default());
     let from = u64::from_le_bytes(hello[16..24].try_into().unwrap_or_default());
-    if &hello[..8] != MAGIC || their_cluster != cluster_id {
+    let snapshot = &hello[..8] == SNAPSHOT_MAGIC;
+    if (&hello[..8] != MAGIC && !snapshot) || their_cluster != cluster_id {
         tracing::warn!(
             from,
             cluster = format_args!("{their_cluster:x}"),
@@ -133,6 +204,9 @@ async fn receive(
             "refused a peer connection from another cluster"
         );
         return Ok(());
+    }
+    if snapshot {
+        return receive_snapshot(reader, from, inbound).await;
     }
     let mut frame = Vec::new();
     loop {
@@ -164,12 +238,14 @@ async fn send_loop(
     member_id: u64,
     mut queue: mpsc::Receiver<Message>,
     mut shutdown: watch::Receiver<bool>,
+    mut removed: watch::Receiver<bool>,
 ) {
     let mut backoff = Duration::from_millis(50);
     loop {
         let connected = tokio::select! {
             c = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)) => c,
             _ = shutdown.changed() => return,
+            _ = removed.changed() => return,
         };
         let mut stream = match connected {
             Ok(Ok(stream)) => stream,
@@ -179,6 +255,7 @@ async fn send_loop(
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
                     _ = shutdown.changed() => return,
+                    _ = removed.changed() => return,
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
@@ -198,6 +275,7 @@ async fn send_loop(
             let first = tokio::select! {
                 m = queue.recv() => match m { Some(m) => m, None => return },
                 _ = shutdown.changed() => return,
+                _ = removed.changed() => return,
             };
             buffer.clear();
             frame_into(&first, &mut buffer);
@@ -216,6 +294,88 @@ async fn send_loop(
     }
 }
 
+/// Streams a snapshot message on a connection of its own and reports
+/// whether the peer took it.
+async fn send_snapshot(
+    addr: SocketAddr,
+    cluster_id: u64,
+    member_id: u64,
+    mut message: Message,
+    reports: mpsc::UnboundedSender<SnapshotReport>,
+) {
+    let to = message.to;
+    let data = std::mem::take(&mut message.mut_snapshot().data);
+    let sent = tokio::time::timeout(SNAPSHOT_TIMEOUT, async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let mut head = Vec::with_capacity(64);
+        head.extend_from_slice(SNAPSHOT_MAGIC);
+        head.extend_from_slice(&cluster_id.to_le_bytes());
+        head.extend_from_slice(&member_id.to_le_bytes());
+        frame_into(&message, &mut head);
+        head.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        stream.write_all(&head).await?;
+        for chunk in data.chunks(SNAPSHOT_CHUNK) {
+            stream.write_all(chunk).await?;
+        }
+        stream.write_all(&crc32fast::hash(&data).to_le_bytes()).await?;
+        stream.flush().await?;
+        match stream.read_u8().await? {
+            1 => Ok(()),
+            _ => Err(std::io::Error::other("the peer refused the snapshot")),
+        }
+    })
+    .await
+    .unwrap_or_else(|_| Err(std::io::Error::other("timed out")));
+    match &sent {
+        Ok(()) => tracing::info!(to = format_args!("{to:x}"), bytes = data.len(), "sent a snapshot"),
+        Err(err) => tracing::warn!(to = format_args!("{to:x}"), error = %err, "sending a snapshot failed; raft will send it again"),
+    }
+    let _ = reports.send((to, sent.is_ok()));
+}
+
+/// Takes a streamed snapshot: the message, then its data in chunks and a
+/// checksum; hands it to raft and answers one byte.
+async fn receive_snapshot(
+    mut reader: BufReader<TcpStream>,
+    from: u64,
+    inbound: mpsc::Sender<Message>,
+) -> std::io::Result<()> {
+    let len = reader.read_u32_le().await?;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::other("snapshot message too large"));
+    }
+    let mut frame = vec![0u8; len as usize];
+    reader.read_exact(&mut frame).await?;
+    let mut message = Message::default();
+    if message.merge_from_bytes(&frame).is_err()
+        || message.from != from
+        || message.get_msg_type() != raft::eraftpb::MessageType::MsgSnapshot
+    {
+        return Err(std::io::Error::other(format!(
+            "bad snapshot message from member {from:x}"
+        )));
+    }
+    let size = reader.read_u64_le().await?;
+    if size > MAX_SNAPSHOT {
+        return Err(std::io::Error::other(format!("snapshot of {size} bytes")));
+    }
+    let mut data = vec![0u8; size as usize];
+    reader.read_exact(&mut data).await?;
+    let crc = reader.read_u32_le().await?;
+    let ok = crc32fast::hash(&data) == crc;
+    if ok {
+        message.mut_snapshot().data = data.into();
+        let delivered = tokio::time::timeout(SNAPSHOT_TIMEOUT, inbound.send(message)).await;
+        let ok = matches!(delivered, Ok(Ok(())));
+        reader.get_mut().write_all(&[u8::from(ok)]).await?;
+    } else {
+        tracing::warn!(from = format_args!("{from:x}"), "a snapshot arrived damaged");
+        reader.get_mut().write_all(&[0]).await?;
+    }
+    Ok(())
+}
+
 fn frame_into(message: &Message, buffer: &mut Vec<u8>) {
     let Ok(bytes) = message.write_to_bytes() else {
         return;
@@ -227,6 +387,13 @@ fn frame_into(message: &Message, buffer: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reports() -> (
+        mpsc::UnboundedSender<SnapshotReport>,
+        mpsc::UnboundedReceiver<SnapshotReport>,
+    ) {
+        mpsc::unbounded_channel()
+    }
 
     fn message(from: u64, to: u64, index: u64) -> Message {
         Message {
@@ -249,12 +416,12 @@ mod tests {
         let (stop, shutdown) = watch::channel(false);
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let (b_in, b_rx) = mpsc::channel(1024);
-        let b = Transport::start(any, cluster_b, 2, &[], b_in, shutdown.clone())
+        let b = Transport::start(any, cluster_b, 2, &[], b_in, reports().0, shutdown.clone())
             .await
             .unwrap();
         let (a_in, _a_rx) = mpsc::channel(16);
         let peers = [(1, any), (2, b.local_addr())];
-        let a = Transport::start(any, cluster_a, 1, &peers, a_in, shutdown)
+        let a = Transport::start(any, cluster_a, 1, &peers, a_in, reports().0, shutdown)
             .await
             .unwrap();
         (a, b, b_rx, stop)
@@ -290,12 +457,12 @@ mod tests {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let (b_in, mut b_rx) = mpsc::channel(16);
         let (stop_b, shutdown_b) = watch::channel(false);
-        let mut b = Transport::start(any, 7, 2, &[], b_in, shutdown_b)
+        let mut b = Transport::start(any, 7, 2, &[], b_in, reports().0, shutdown_b)
             .await
             .unwrap();
         let b_addr = b.local_addr();
         let (a_in, _a_rx) = mpsc::channel(16);
-        let a = Transport::start(any, 7, 1, &[(2, b_addr)], a_in, shutdown)
+        let a = Transport::start(any, 7, 1, &[(2, b_addr)], a_in, reports().0, shutdown)
             .await
             .unwrap();
         a.send(message(1, 2, 1));
@@ -309,7 +476,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let (b_in, mut b_rx) = mpsc::channel(16);
         let (_stop_b2, shutdown_b2) = watch::channel(false);
-        let _b2 = Transport::start(b_addr, 7, 2, &[], b_in, shutdown_b2)
+        let _b2 = Transport::start(b_addr, 7, 2, &[], b_in, reports().0, shutdown_b2)
             .await
             .unwrap();
         // Keep sending until one arrives over the new connection.

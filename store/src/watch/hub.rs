@@ -208,6 +208,32 @@ impl WatchHub {
         }
     }
 
+    /// The state jumped to `revision` (a snapshot was installed): every
+    /// synced watcher becomes unsynced from the first revision it was not
+    /// sent, and the syncer catches it up from disk.
+    pub(crate) fn resync(&self, revision: i64) {
+        let mut state = self.state.lock();
+        let next = state.current_rev + 1;
+        let synced: Vec<i64> = state
+            .watchers
+            .iter()
+            .filter(|(_, w)| w.synced)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in synced {
+            if let Some(entry) = state.watchers.get_mut(&id) {
+                entry.synced = false;
+                entry.next_rev = next;
+                let range = entry.range.clone();
+                state.synced.remove(id, &range);
+                state.unsynced_count += 1;
+            }
+        }
+        state.current_rev = state.current_rev.max(revision);
+        drop(state);
+        self.wake_syncer();
+    }
+
     pub(crate) fn cancel(&self, id: i64) {
         let mut state = self.state.lock();
         if let Some(entry) = state.watchers.remove(&id) {

@@ -21,6 +21,9 @@ pub(crate) enum Notice {
     /// A watcher asked for progress: answered after every batch queued
     /// before it, so it never reports less than a reader has seen.
     Progress(i64),
+    /// A snapshot replaced the state at this revision: every watcher
+    /// catches up from the new state (or learns it was compacted).
+    Resync(i64),
 }
 
 pub struct Notifier {
@@ -41,6 +44,7 @@ impl Notifier {
                     match notice {
                         Notice::Batch { revision, events } => hub.publish(revision, &events),
                         Notice::Progress(watch_id) => hub.send_progress(watch_id),
+                        Notice::Resync(revision) => hub.resync(revision),
                     }
                 }
             })?;
@@ -49,6 +53,14 @@ impl Notifier {
             queue: Some(queue),
             thread: Some(thread),
         })
+    }
+
+    /// After a snapshot replaced the state at `revision`: watchers catch
+    /// up from it, in order after the batches queued before.
+    pub fn resync(&self, revision: i64) {
+        if let Some(queue) = &self.queue {
+            let _ = queue.send(Notice::Resync(revision));
+        }
     }
 
     /// Queues a committed batch (already visible to readers). Blocks only
