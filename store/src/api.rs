@@ -267,3 +267,14 @@ impl WatchResponse {
         self.events.is_empty() && !self.canceled && self.compact_revision == 0
     }
 }
+
+/// A member of the cluster (`etcdserverpb.Member`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Member {
+    pub id: u64,
+    /// Empty until the member has started and told the cluster its name.
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub client_urls: Vec<String>,
+    pub is_learner: bool,
+}

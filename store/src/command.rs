@@ -37,6 +37,13 @@ pub enum Command {
     LeaseRenew {
         id: i64,
     },
+    /// A member tells the cluster its name and client URLs once started
+    /// (etcd's attribute publication); applied only to a current member.
+    PublishMember {
+        id: u64,
+        name: String,
+        client_urls: Vec<String>,
+    },
 }
 
 impl Command {

@@ -50,6 +50,10 @@ pub enum StoreError {
     NoLeader,
     #[error("etcdserver: request timed out")]
     Timeout,
+    #[error("etcdserver: member not found")]
+    MemberNotFound,
+    #[error("etcdserver: Peer URLs already exists ({0})")]
+    PeerUrlExists(String),
 }
 
 impl StoreError {

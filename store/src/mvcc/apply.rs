@@ -35,6 +35,7 @@ pub enum CommandResult {
     LeaseRevoke(LeaseRevokeResponse),
     LeaseCheckpoint,
     LeaseRenew(LeaseKeepAliveResponse),
+    PublishMember,
 }
 
 /// A compaction to carry out on disk once its batch has committed.
@@ -62,6 +63,10 @@ pub struct Applier<'a> {
     rev: i64,
     applied_index: u64,
     committed: Committed,
+    /// Member attributes written by this batch (None: removed).
+    pending_members: std::collections::HashMap<u64, Option<crate::api::Member>>,
+    /// The membership written by this batch, if it changed.
+    pending_conf_state: Option<Vec<u8>>,
 }
 
 /// One command's write transaction: its main revision and changes so far.
@@ -99,6 +104,8 @@ impl<'a> Applier<'a> {
             rev: kv.current_revision(),
             applied_index: kv.applied_index(),
             committed: Committed::default(),
+            pending_members: Default::default(),
+            pending_conf_state: None,
         }
     }
 
@@ -152,6 +159,25 @@ impl<'a> Applier<'a> {
                 }
                 CommandResult::LeaseCheckpoint
             }
+            Command::PublishMember {
+                id,
+                name,
+                client_urls,
+            } => {
+                // A member removed meanwhile stays removed; a founding
+                // member has no entry yet and gets one.
+                let known = self.member(*id)?;
+                let founding = known.is_none() && self.is_voter_or_learner(*id)?;
+                if let Some(mut member) = known.or(founding.then(|| crate::api::Member {
+                    id: *id,
+                    ..Default::default()
+                })) {
+                    member.name = name.clone();
+                    member.client_urls = client_urls.clone();
+                    self.set_member(&member);
+                }
+                CommandResult::PublishMember
+            }
             Command::LeaseRenew { id } => {
                 // Renewal is time on this member's clock, not stored state.
                 let (ttl, _) = self.lessor.renew(*id)?;
@@ -174,6 +200,34 @@ impl<'a> Applier<'a> {
     pub fn set_conf_state(&mut self, conf_state: &[u8]) {
         self.batch
             .insert(super::kvstore::META_CONF_STATE, conf_state);
+        self.pending_conf_state = Some(conf_state.to_vec());
+    }
+
+    /// Records a member's attributes with the batch (a member added).
+    pub fn set_member(&mut self, member: &crate::api::Member) {
+        if let Ok(bytes) = bincode::serialize(member) {
+            self.batch
+                .insert(super::kvstore::member_key(member.id), bytes);
+        }
+        self.pending_members.insert(member.id, Some(member.clone()));
+    }
+
+    /// Forgets a removed member's attributes.
+    pub fn remove_member(&mut self, id: u64) {
+        self.batch.remove(super::kvstore::member_key(id));
+        self.pending_members.insert(id, None);
+    }
+
+    fn member(&self, id: u64) -> Result<Option<crate::api::Member>> {
+        if let Some(pending) = self.pending_members.get(&id) {
+            return Ok(pending.clone());
+        }
+        match self.kv.tree.get(super::kvstore::member_key(id))? {
+            Some(bytes) => bincode::deserialize(&bytes)
+                .map(Some)
+                .map_err(|e| StoreError::storage("reading a member", e)),
+            None => Ok(None),
+        }
     }
 
     /// Writes the batch with its applied index; the caller then publishes
@@ -189,6 +243,17 @@ impl<'a> Applier<'a> {
         self.committed.revision = self.rev;
         self.committed.applied_index = self.applied_index;
         Ok(self.committed)
+    }
+
+    /// Whether `id` is in the membership as of this batch.
+    fn is_voter_or_learner(&self, id: u64) -> Result<bool> {
+        let bytes = match &self.pending_conf_state {
+            Some(bytes) => Some(bytes.clone()),
+            None => self.kv.conf_state_bytes()?,
+        };
+        let Some(bytes) = bytes else { return Ok(false) };
+        let conf_state = crate::raft::decode_conf_state(&bytes)?;
+        Ok(conf_state.voters.contains(&id) || conf_state.learners.contains(&id))
     }
 
     fn key_at(&self, key: &[u8], at: i64) -> Option<super::key_index::KeyAt> {
@@ -512,6 +577,7 @@ fn with_header(result: CommandResult, header: ResponseHeader) -> CommandResult {
         }
         CommandResult::LeaseRevoke(_) => CommandResult::LeaseRevoke(LeaseRevokeResponse { header }),
         CommandResult::LeaseCheckpoint => CommandResult::LeaseCheckpoint,
+        CommandResult::PublishMember => CommandResult::PublishMember,
         CommandResult::LeaseRenew(r) => {
             CommandResult::LeaseRenew(LeaseKeepAliveResponse { header, ..r })
         }

@@ -22,6 +22,14 @@ pub(crate) const META_COMPACT_FINISHED: &[u8] = b"m/compact_finished";
 pub(crate) const LEASE_PREFIX: u8 = b'l';
 /// The Raft membership as of the applied index (protobuf `ConfState`).
 pub(crate) const META_CONF_STATE: &[u8] = b"m/conf_state";
+/// Members' attributes (bincode `Member`), under this prefix + BE ID.
+pub(crate) const META_MEMBER_PREFIX: &[u8] = b"m/member/";
+
+pub(crate) fn member_key(id: u64) -> Vec<u8> {
+    let mut key = META_MEMBER_PREFIX.to_vec();
+    key.extend_from_slice(&id.to_be_bytes());
+    key
+}
 
 /// Records written by the batch being applied, not yet in sled.
 pub(crate) type Pending = HashMap<Revision, KeyValue>;
@@ -198,7 +206,6 @@ fn load(tree: &sled::Tree) -> Result<(Loaded, Recovered)> {
 }
 
 impl KvStore {
-
     pub fn current_revision(&self) -> i64 {
         self.current_rev.load(Ordering::Acquire)
     }
@@ -229,6 +236,24 @@ impl KvStore {
 
     pub(crate) fn set_compact_revision(&self, rev: i64) {
         self.compact_rev.store(rev, Ordering::Release);
+    }
+
+    /// Members' attributes as applied (who is a member is the membership's
+    /// say; this holds names and URLs).
+    pub fn member_registry(&self) -> Result<Vec<crate::api::Member>> {
+        let mut members = Vec::new();
+        for item in self.tree.scan_prefix(META_MEMBER_PREFIX) {
+            let (_, value) = item?;
+            let member: crate::api::Member = bincode::deserialize(&value)
+                .map_err(|e| StoreError::storage("reading the member list", e))?;
+            members.push(member);
+        }
+        Ok(members)
+    }
+
+    /// The membership as applied (protobuf `ConfState`), if any.
+    pub fn conf_state_bytes(&self) -> Result<Option<Vec<u8>>> {
+        Ok(self.tree.get(META_CONF_STATE)?.map(|v| v.to_vec()))
     }
 
     /// The key count of the index (live and recently deleted keys).

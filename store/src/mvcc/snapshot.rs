@@ -92,7 +92,11 @@ mod tests {
     use crate::mvcc::{Applier, KvStore};
 
     fn engine(dir: &std::path::Path) -> KvStore {
-        let db = sled::Config::new().path(dir).temporary(true).open().unwrap();
+        let db = sled::Config::new()
+            .path(dir)
+            .temporary(true)
+            .open()
+            .unwrap();
         KvStore::open(db.open_tree("mvcc").unwrap()).unwrap().0
     }
 
@@ -127,9 +131,19 @@ mod tests {
             .map(|i| Command::Put(PutRequest::new(format!("k{i:02}"), format!("v{i}"))))
             .collect();
         apply(&leader, &lessor, 1, &puts);
-        apply(&leader, &lessor, 51, &[Command::LeaseGrant { id: 7, ttl: 30 }]);
+        apply(
+            &leader,
+            &lessor,
+            51,
+            &[Command::LeaseGrant { id: 7, ttl: 30 }],
+        );
         // The follower has a different, older state that must go.
-        apply(&follower, &Lessor::new(LessorConfig::default()), 1, &puts[..3]);
+        apply(
+            &follower,
+            &Lessor::new(LessorConfig::default()),
+            1,
+            &puts[..3],
+        );
         apply(
             &follower,
             &Lessor::new(LessorConfig::default()),
@@ -142,7 +156,10 @@ mod tests {
         assert_eq!(everything(&follower), everything(&leader));
         assert_eq!(follower.applied_index(), 51);
         assert_eq!(follower.current_revision(), leader.current_revision());
-        assert_eq!(recovered.leases.iter().map(|l| l.0).collect::<Vec<_>>(), [7]);
+        assert_eq!(
+            recovered.leases.iter().map(|l| l.0).collect::<Vec<_>>(),
+            [7]
+        );
         // History came along: an old revision reads as on the leader.
         assert_eq!(
             follower.get_at(b"k00", 1).unwrap().map(|kv| kv.value),
@@ -155,8 +172,18 @@ mod tests {
         let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let (leader, follower) = (engine(dirs.0.path()), engine(dirs.1.path()));
         let lessor = Lessor::new(LessorConfig::default());
-        apply(&leader, &lessor, 1, &[Command::Put(PutRequest::new("a", "1"))]);
-        apply(&follower, &lessor, 1, &[Command::Put(PutRequest::new("b", "2"))]);
+        apply(
+            &leader,
+            &lessor,
+            1,
+            &[Command::Put(PutRequest::new("a", "1"))],
+        );
+        apply(
+            &follower,
+            &lessor,
+            1,
+            &[Command::Put(PutRequest::new("b", "2"))],
+        );
         let before = everything(&follower);
         let mut blob = leader.dump().unwrap();
         let middle = blob.len() / 2;

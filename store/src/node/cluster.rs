@@ -65,6 +65,19 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     hash.max(1)
 }
 
+/// The ID MemberAdd gives a new member: from the cluster, its peer URL
+/// and the time, so a member added again after a removal is a new one.
+pub fn new_member_id(cluster_id: u64, peer_url: &str) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let mut bytes = cluster_id.to_le_bytes().to_vec();
+    bytes.extend_from_slice(peer_url.as_bytes());
+    bytes.extend_from_slice(&nanos.to_le_bytes());
+    fnv1a(&bytes)
+}
+
 pub fn member_id(name: &str) -> u64 {
     fnv1a(name.as_bytes())
 }
@@ -131,6 +144,96 @@ impl ClusterConfig {
 }
 
 const IDENTITY_FILE: &str = "member";
+
+/// (cluster ID, member ID, name) recorded in a data directory.
+fn recorded_identity(dir: &Path) -> Result<Option<(u64, u64, String)>> {
+    let text = match fs::read_to_string(dir.join(IDENTITY_FILE)) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(StoreError::storage("reading the member identity", err)),
+    };
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
+            .map(str::to_string)
+    };
+    let hex = |name: &str| field(name).and_then(|v| u64::from_str_radix(&v, 16).ok());
+    match (hex("cluster_id"), hex("member_id"), field("name")) {
+        (Some(cluster), Some(member), Some(name)) => Ok(Some((cluster, member, name))),
+        _ => Err(StoreError::storage(
+            "reading the member identity",
+            format!("{} is damaged", dir.join(IDENTITY_FILE).display()),
+        )),
+    }
+}
+
+/// Who this member is. A new cluster's members derive their IDs from the
+/// initial cluster; a member joining an existing cluster asks its peers
+/// for the member list and finds itself by its peer URL (the cluster added
+/// it with MemberAdd). Once recorded in the data directory, the identity
+/// is kept.
+pub async fn resolve_identity(dir: &Path, cluster: &ClusterConfig) -> Result<Identity> {
+    if cluster.initial_cluster_state == InitialClusterState::New {
+        let identity = cluster.identity()?;
+        check_data_dir(dir, &cluster.name, &identity)?;
+        return Ok(identity);
+    }
+    let founders: Vec<(u64, SocketAddr)> = cluster
+        .initial_cluster
+        .iter()
+        .map(|(n, a)| (member_id(n), *a))
+        .collect();
+    if let Some((cluster_id, member_id, name)) = recorded_identity(dir)? {
+        if name != cluster.name {
+            return Err(StoreError::InvalidConfig(format!(
+                "data directory {} belongs to member {name:?}, not {:?}; start it with its own --data-dir or --name {name}",
+                dir.display(),
+                cluster.name
+            )));
+        }
+        return Ok(Identity {
+            cluster_id,
+            member_id,
+            peers: founders,
+        });
+    }
+    let ours = super::members::peer_url(cluster.peer_listen);
+    let mut last_error = String::from("no peer in --initial-cluster other than this member");
+    for &(name_id, addr) in &founders {
+        if addr == cluster.peer_listen || name_id == member_id(&cluster.name) {
+            continue;
+        }
+        let (cluster_id, members) = match crate::raft::transport::ask_members(addr).await {
+            Ok(answer) => answer,
+            Err(err) => {
+                last_error = format!("{addr}: {err}");
+                continue;
+            }
+        };
+        let Some(me) = members.iter().find(|m| m.peer_urls.contains(&ours)) else {
+            return Err(StoreError::InvalidConfig(format!(
+                "the cluster at {addr} has no member with peer URL {ours}; add it first (skiff member add {} --peer-urls {ours}), then start it with --initial-cluster-state existing",
+                cluster.name
+            )));
+        };
+        let identity = Identity {
+            cluster_id,
+            member_id: me.id,
+            peers: members
+                .iter()
+                .filter_map(|m| {
+                    let addr = m.peer_urls.first()?;
+                    Some((m.id, super::members::parse_peer_url(addr).ok()?))
+                })
+                .collect(),
+        };
+        check_data_dir(dir, &cluster.name, &identity)?;
+        return Ok(identity);
+    }
+    Err(StoreError::InvalidConfig(format!(
+        "cannot join the existing cluster: no member of --initial-cluster answered ({last_error})"
+    )))
+}
 
 /// Records the identity in a new data directory, or checks it against the
 /// one recorded.

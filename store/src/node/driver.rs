@@ -15,7 +15,7 @@ use crate::lease::Lessor;
 use crate::mvcc::compaction::Compactor;
 use crate::mvcc::CommandResult;
 use crate::raft::transport::{SnapshotReport, Transport};
-use crate::raft::RaftCore;
+use crate::raft::{PeerChange, RaftCore};
 use crate::watch::Notifier;
 use raft::eraftpb::Message;
 
@@ -37,8 +37,12 @@ pub(crate) enum DriverRequest {
     ReadIndex(oneshot::Sender<Result<()>>),
     /// Hand leadership to this member (only a leader can).
     TransferLeader(u64, oneshot::Sender<Result<()>>),
-    /// Remove a member; answered with the voters once the change is applied.
-    RemoveMember(u64, oneshot::Sender<Result<Vec<u64>>>),
+    /// Add or remove a member; answered with the voters once the change is
+    /// applied.
+    ChangeMembership(
+        raft::eraftpb::ConfChangeV2,
+        oneshot::Sender<Result<Vec<u64>>>,
+    ),
     /// Finish what is queued before this, then stop.
     Stop,
 }
@@ -58,6 +62,8 @@ pub struct Leadership {
     pub leader_id: AtomicU64,
     pub term: AtomicU64,
     pub commit_index: AtomicU64,
+    /// This member was removed from the cluster.
+    pub removed: AtomicBool,
 }
 
 /// A proposal raft has taken, waiting to be applied.
@@ -238,18 +244,7 @@ impl Driver {
                     };
                     let _ = reply.send(result);
                 }
-                DriverRequest::RemoveMember(id, reply) => {
-                    if !self.core.voters().contains(&id) {
-                        let _ = reply.send(Err(StoreError::InvalidConfig(format!(
-                            "member {id:x} is not a voter"
-                        ))));
-                        continue;
-                    }
-                    let mut single = raft::eraftpb::ConfChangeSingle::default();
-                    single.set_change_type(raft::eraftpb::ConfChangeType::RemoveNode);
-                    single.node_id = id;
-                    let mut change = raft::eraftpb::ConfChangeV2::default();
-                    change.mut_changes().push(single);
+                DriverRequest::ChangeMembership(change, reply) => {
                     match self.core.propose_conf_change(change) {
                         Ok(proposal) => {
                             self.membership_waiting.insert(proposal, reply);
@@ -340,6 +335,9 @@ impl Driver {
                 let _ = waiting.reply.send(result);
             }
         }
+        for change in advanced.peer_changes {
+            self.change_peer(change);
+        }
         for (id, conf_state) in advanced.conf_changes {
             if let Some(reply) = self.membership_waiting.remove(&id) {
                 let _ = reply.send(Ok(conf_state.voters.clone()));
@@ -362,6 +360,36 @@ impl Driver {
         });
         self.note_leadership();
         Ok(())
+    }
+
+    /// Starts or stops sending to a member added or removed.
+    fn change_peer(&mut self, change: PeerChange) {
+        let me = self.core.id();
+        match change {
+            PeerChange::Added(member) => {
+                tracing::info!(member = format_args!("{:x}", member.id), peer_urls = ?member.peer_urls, "member added");
+                let addr = member
+                    .peer_urls
+                    .iter()
+                    .find_map(|url| super::members::parse_peer_url(url).ok());
+                if let (Some(transport), Some(addr)) = (self.transport.as_mut(), addr) {
+                    transport.add_peer(member.id, addr);
+                }
+            }
+            PeerChange::Removed(id) if id == me => {
+                tracing::error!(
+                    member = format_args!("{id:x}"),
+                    "this member was removed from the cluster; it takes no part any more (stop it, and add it again to bring it back)"
+                );
+                self.leadership.removed.store(true, Ordering::Release);
+            }
+            PeerChange::Removed(id) => {
+                tracing::info!(member = format_args!("{id:x}"), "member removed");
+                if let Some(transport) = self.transport.as_mut() {
+                    transport.remove_peer(id);
+                }
+            }
+        }
     }
 
     fn note_leadership(&mut self) {

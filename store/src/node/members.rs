@@ -1,24 +1,20 @@
 //! Who is in the cluster and how this member is doing: the member list
-//! (etcd's Cluster service) and the status (etcd's Maintenance.Status).
+//! (etcd's Cluster service), adding members, and the status (etcd's
+//! Maintenance.Status).
+//!
+//! Who is a member is the Raft membership's say; names and URLs are kept
+//! beside it in the engine: an added member's peer URLs come with the
+//! change that adds it, and every member publishes its name and client
+//! URLs through the log once it runs.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
-use serde::{Deserialize, Serialize};
-
+use super::driver::DriverRequest;
 use super::Store;
-use crate::error::Result;
-use crate::mvcc::kvstore::META_CONF_STATE;
-
-/// A member of the cluster, as `MemberList` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Member {
-    pub id: u64,
-    /// Empty until the member has started and told the cluster its name.
-    pub name: String,
-    pub peer_urls: Vec<String>,
-    pub client_urls: Vec<String>,
-    pub is_learner: bool,
-}
+use crate::api::Member;
+use crate::error::{Result, StoreError};
+use crate::mvcc::KvStore;
 
 /// This member's view of itself and the cluster.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -36,6 +32,59 @@ pub struct StoreStatus {
     /// Bytes the state machine takes on disk.
     pub db_size: u64,
     pub is_learner: bool,
+}
+
+/// `http://HOST:PORT` → the socket address (the scheme is optional).
+pub fn parse_peer_url(url: &str) -> Result<SocketAddr> {
+    let addr = url
+        .strip_prefix("http://")
+        .unwrap_or(url)
+        .trim_end_matches('/');
+    addr.parse().map_err(|e| {
+        StoreError::InvalidConfig(format!("peer URL {url:?} is not http://IP:PORT ({e})"))
+    })
+}
+
+pub fn peer_url(addr: SocketAddr) -> String {
+    format!("http://{addr}")
+}
+
+/// Every member as of what `kv` has applied: the membership, with the
+/// attributes recorded for each, or (for a founding member that has not
+/// published yet) its name and address from the initial cluster.
+pub(crate) fn list_members(kv: &KvStore, founders: &[(String, SocketAddr)]) -> Result<Vec<Member>> {
+    let conf_state = match kv.conf_state_bytes()? {
+        Some(bytes) => crate::raft::decode_conf_state(&bytes)?,
+        None => raft::eraftpb::ConfState::default(),
+    };
+    let registry = kv.member_registry()?;
+    let mut ids: Vec<(u64, bool)> = conf_state.voters.iter().map(|&id| (id, false)).collect();
+    ids.extend(conf_state.learners.iter().map(|&id| (id, true)));
+    let mut members = Vec::with_capacity(ids.len());
+    for (id, is_learner) in ids {
+        let mut member = registry
+            .iter()
+            .find(|m| m.id == id)
+            .cloned()
+            .unwrap_or(Member {
+                id,
+                ..Member::default()
+            });
+        member.is_learner = is_learner;
+        if let Some((name, addr)) = founders
+            .iter()
+            .find(|(name, _)| super::cluster::member_id(name) == id)
+        {
+            if member.name.is_empty() {
+                member.name = name.clone();
+            }
+            if member.peer_urls.is_empty() {
+                member.peer_urls = vec![peer_url(*addr)];
+            }
+        }
+        members.push(member);
+    }
+    Ok(members)
 }
 
 impl Store {
@@ -71,61 +120,131 @@ impl Store {
 
     /// Every member of the cluster as of what this member has applied.
     pub fn members(&self) -> Result<Vec<Member>> {
-        let conf_state = match self.inner.kv.tree.get(META_CONF_STATE)? {
-            Some(bytes) => crate::raft::decode_conf_state(&bytes)?,
-            None => raft::eraftpb::ConfState::default(),
-        };
-        let founders = self
-            .inner
+        let mut members = list_members(&self.inner.kv, &self.founders())?;
+        if members.is_empty() {
+            // A store alone has no membership entries of its own.
+            members.push(Member {
+                id: self.member_id(),
+                ..Member::default()
+            });
+        }
+        for member in &mut members {
+            if member.id == self.member_id() {
+                if member.name.is_empty() {
+                    member.name = self.inner.config.name.clone();
+                }
+                if member.client_urls.is_empty() {
+                    member.client_urls = self.inner.config.client_urls.clone();
+                }
+            }
+        }
+        Ok(members)
+    }
+
+    fn founders(&self) -> Vec<(String, SocketAddr)> {
+        self.inner
             .config
             .cluster
             .as_ref()
             .map(|c| c.initial_cluster.clone())
-            .unwrap_or_default();
-        let mut voters: Vec<(u64, bool)> = conf_state.voters.iter().map(|&id| (id, false)).collect();
-        voters.extend(conf_state.learners.iter().map(|&id| (id, true)));
-        if voters.is_empty() {
-            voters.push((self.member_id(), false));
-        }
-        let mut members = Vec::new();
-        for (id, is_learner) in voters {
-            let founder = founders
-                .iter()
-                .find(|(name, _)| super::cluster::member_id(name) == id);
-            let mut member = Member {
-                id,
-                is_learner,
-                ..Member::default()
-            };
-            if let Some((name, addr)) = founder {
-                member.name = name.clone();
-                member.peer_urls = vec![format!("http://{addr}")];
-            }
-            if id == self.member_id() {
-                member.client_urls = self.inner.config.client_urls.clone();
-                if member.name.is_empty() {
-                    member.name = self.inner.config.name.clone();
-                }
-            }
-            members.push(member);
-        }
-        Ok(members)
+            .unwrap_or_default()
     }
-}
 
-impl Store {
-    /// Adds a member that will listen for peers at `peer_urls`; answers
-    /// with the new member (its ID assigned here) and every member after
-    /// the change. The new member then starts with the cluster's
-    /// `--initial-cluster` plus itself, joining an existing cluster.
+    /// Adds a member that will listen for peers at `peer_urls` (etcd's
+    /// MemberAdd); answers with the new member, its ID assigned here, and
+    /// every member after the change. The new member then starts with
+    /// `--initial-cluster-state existing` and learns its ID from its peers.
     pub async fn add_member(
         &self,
         peer_urls: Vec<String>,
         is_learner: bool,
     ) -> Result<(Member, Vec<Member>)> {
-        let _ = (peer_urls, is_learner);
-        Err(crate::error::StoreError::InvalidConfig(
-            "adding members is being built".into(),
-        ))
+        if self.inner.config.cluster.is_none() {
+            return Err(StoreError::InvalidConfig(
+                "this store runs alone (no --initial-cluster): it has no peers to add members to"
+                    .into(),
+            ));
+        }
+        let Some(first) = peer_urls.first() else {
+            return Err(StoreError::InvalidConfig(
+                "a member needs at least one peer URL".into(),
+            ));
+        };
+        let mut urls = Vec::with_capacity(peer_urls.len());
+        for url in &peer_urls {
+            urls.push(peer_url(parse_peer_url(url)?));
+        }
+        for member in self.members()? {
+            if let Some(url) = member.peer_urls.iter().find(|u| urls.contains(u)) {
+                return Err(StoreError::PeerUrlExists(url.clone()));
+            }
+        }
+        let id = super::cluster::new_member_id(self.cluster_id(), first);
+        let member = Member {
+            id,
+            name: String::new(),
+            peer_urls: urls,
+            client_urls: Vec::new(),
+            is_learner,
+        };
+        let change = crate::raft::membership_change(&member, true)?;
+        self.ask_driver(|reply| DriverRequest::ChangeMembership(change, reply))
+            .await?;
+        let members = self.members()?;
+        Ok((member, members))
+    }
+
+    /// Removes member `id` from the cluster (on any member; it is
+    /// forwarded to the leader). Returns the voters after the change.
+    pub async fn remove_member(&self, id: u64) -> Result<Vec<u64>> {
+        if !self.members()?.iter().any(|m| m.id == id) {
+            return Err(StoreError::MemberNotFound);
+        }
+        let member = Member {
+            id,
+            ..Member::default()
+        };
+        let change = crate::raft::membership_change(&member, false)?;
+        self.ask_driver(|reply| DriverRequest::ChangeMembership(change, reply))
+            .await
+    }
+}
+
+/// Tells the cluster this member's name and client URLs once a leader is
+/// known, and again whenever the member list shows something else.
+pub(crate) async fn publish_loop(
+    inner: std::sync::Weak<super::Inner>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut interval = tokio::time::interval(std::time::Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        let store = Store { inner };
+        if store.leader_id() == 0 || store.inner.leadership.removed.load(Ordering::Acquire) {
+            continue;
+        }
+        let name = store.inner.config.name.clone();
+        let client_urls = store.inner.config.client_urls.clone();
+        let recorded = store
+            .inner
+            .kv
+            .member_registry()
+            .ok()
+            .and_then(|r| r.into_iter().find(|m| m.id == store.member_id()));
+        if recorded.is_some_and(|m| m.name == name && m.client_urls == client_urls) {
+            continue;
+        }
+        let command = crate::command::Command::PublishMember {
+            id: store.member_id(),
+            name,
+            client_urls,
+        };
+        if let Err(err) = store.propose(command).await {
+            tracing::debug!(error = %err, "publishing this member's attributes; will retry");
+        }
     }
 }

@@ -19,6 +19,7 @@ use crate::raft::{CoreConfig, RaftCore};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub use crate::api::Member;
 use crate::api::*;
 use crate::command::{self, Command, MAX_REQUEST_BYTES, MAX_TXN_OPS};
 use crate::error::{Result, StoreError};
@@ -30,8 +31,8 @@ use crate::watch::{Notifier, WatchConfig, WatchHub, Watcher};
 pub use auto_compaction::AutoCompaction;
 pub use cluster::{ClusterConfig, InitialClusterState};
 pub use driver::WriterStats;
-pub use members::{Member, StoreStatus};
 use driver::{Driver, DriverRequest, Leadership, Proposal};
+pub use members::StoreStatus;
 
 /// The Raft ID of a store that runs alone.
 const SINGLE_MEMBER_ID: u64 = 1;
@@ -64,6 +65,9 @@ pub struct StoreConfig {
     pub auto_compaction: AutoCompaction,
     /// Replication: this member and its peers. `None`: a store alone.
     pub cluster: Option<ClusterConfig>,
+    /// Log entries a leader keeps for a follower that is behind before it
+    /// sends that follower a snapshot instead.
+    pub catch_up_entries: u64,
     /// This member's name (the cluster config's when there is one).
     pub name: String,
     /// Where clients reach this member, as the member list shows it.
@@ -87,6 +91,7 @@ impl StoreConfig {
             proposal_queue_bytes: 64 * 1024 * 1024,
             auto_compaction: AutoCompaction::Off,
             cluster: None,
+            catch_up_entries: crate::raft::CATCH_UP_ENTRIES,
             name: "default".into(),
             client_urls: Vec::new(),
         }
@@ -99,7 +104,7 @@ pub struct Store {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     config: StoreConfig,
     kv: Arc<KvStore>,
     lessor: Arc<Lessor>,
@@ -132,11 +137,7 @@ impl Store {
     pub async fn open(config: StoreConfig) -> Result<Store> {
         let lock = durability::lock_data_dir(&config.data_dir)?;
         let identity = match &config.cluster {
-            Some(cluster) => {
-                let identity = cluster.identity()?;
-                cluster::check_data_dir(&config.data_dir, &cluster.name, &identity)?;
-                Some(identity)
-            }
+            Some(cluster) => Some(cluster::resolve_identity(&config.data_dir, cluster).await?),
             None => None,
         };
         let (member_id, voters): (u64, Vec<u64>) = match &identity {
@@ -181,7 +182,7 @@ impl Store {
                     segment_size: config.wal_segment_size,
                 },
                 proposal_epoch: rand::random(),
-                catch_up_entries: crate::raft::CATCH_UP_ENTRIES,
+                catch_up_entries: config.catch_up_entries,
             },
             Arc::clone(&kv),
             Arc::clone(&lessor),
@@ -209,13 +210,37 @@ impl Store {
         if let (Some(cluster), Some(identity)) = (&config.cluster, &identity) {
             let (inbound, inbound_rx) = mpsc::channel(PEER_INBOUND_QUEUE);
             let (reports, reports_rx) = mpsc::unbounded_channel();
+            let directory: crate::raft::transport::Directory = {
+                let kv = Arc::clone(&kv);
+                let founders = cluster.initial_cluster.clone();
+                let cluster_id = identity.cluster_id;
+                Arc::new(move || {
+                    let members = members::list_members(&kv, &founders).unwrap_or_default();
+                    (cluster_id, members)
+                })
+            };
+            // Peers as the applied membership knows them (members added
+            // since the start included); a member that has applied
+            // nothing yet goes by what it was told.
+            let mut peers: Vec<(u64, std::net::SocketAddr)> =
+                members::list_members(&kv, &cluster.initial_cluster)?
+                    .iter()
+                    .filter_map(|m| {
+                        let url = m.peer_urls.first()?;
+                        Some((m.id, members::parse_peer_url(url).ok()?))
+                    })
+                    .collect();
+            if peers.is_empty() {
+                peers = identity.peers.clone();
+            }
             let mut transport = Transport::start(
                 cluster.peer_listen,
                 identity.cluster_id,
                 identity.member_id,
-                &identity.peers,
+                &peers,
                 inbound,
                 reports,
+                directory,
                 shutdown.subscribe(),
             )
             .await
@@ -256,7 +281,9 @@ impl Store {
                 stats,
                 leadership,
                 member_id,
-                cluster_id: identity.as_ref().map_or(SINGLE_CLUSTER_ID, |i| i.cluster_id),
+                cluster_id: identity
+                    .as_ref()
+                    .map_or(SINGLE_CLUSTER_ID, |i| i.cluster_id),
                 shutdown,
                 driver: parking_lot::Mutex::new(Some(driver)),
                 syncer: parking_lot::Mutex::new(Some(syncer)),
@@ -291,6 +318,13 @@ impl Store {
             inner.shutdown.subscribe(),
         ));
         inner.tasks.lock().extend([flush, leases, compaction]);
+        if inner.config.cluster.is_some() {
+            let publish = tokio::spawn(members::publish_loop(
+                Arc::downgrade(&self.inner),
+                inner.shutdown.subscribe(),
+            ));
+            inner.tasks.lock().push(publish);
+        }
     }
 
     pub fn kv(&self) -> &Arc<KvStore> {
@@ -304,16 +338,9 @@ impl Store {
             .await
     }
 
-    /// Removes member `id` from the cluster (on any member; it is
-    /// forwarded to the leader). Returns the voters after the change.
-    pub async fn remove_member(&self, id: u64) -> Result<Vec<u64>> {
-        self.ask_driver(|reply| DriverRequest::RemoveMember(id, reply))
-            .await
-    }
-
     /// Sends the Raft driver a request and waits, at most the request
     /// timeout, for its answer.
-    async fn ask_driver<T>(
+    pub(crate) async fn ask_driver<T>(
         &self,
         request: impl FnOnce(oneshot::Sender<Result<T>>) -> DriverRequest,
     ) -> Result<T> {
@@ -596,6 +623,7 @@ pub(crate) mod testing {
         let mut config = StoreConfig::new(dir);
         config.lessor.min_ttl = 1;
         config.flush_interval = Duration::from_millis(100);
+        config.catch_up_entries = 10;
         config.watch.sync_interval = Duration::from_millis(10);
         config
     }

@@ -404,12 +404,121 @@ async fn leadership_is_handed_over_and_a_member_removed() {
     cluster.converge(last).await;
     let bogus = cluster.member(target).remove_member(12345).await;
     assert!(
-        matches!(bogus, Err(StoreError::InvalidConfig(_))),
+        matches!(bogus, Err(StoreError::MemberNotFound)),
         "{bogus:?}"
     );
     for i in 0..3 {
         if i != removed {
             cluster.stop(i).await;
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_is_added_joins_by_snapshot_and_is_listed() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let mut last = 0;
+    for i in 0..40 {
+        last = cluster.put(leader, &format!("before-{i}")).await;
+    }
+    cluster.converge(last).await;
+
+    // Add n4 (through a follower: forwarded), then start it empty.
+    let follower = (leader + 1) % 3;
+    let addr = free_addr();
+    let url = format!("http://{addr}");
+    let (added, members) = cluster
+        .member(follower)
+        .add_member(vec![url.clone()], false)
+        .await
+        .unwrap();
+    assert_eq!(members.len(), 4);
+    assert!(members
+        .iter()
+        .any(|m| m.id == added.id && m.peer_urls == [url.clone()]));
+    let again = cluster
+        .member(leader)
+        .add_member(vec![url.clone()], false)
+        .await;
+    assert!(
+        matches!(again, Err(StoreError::PeerUrlExists(_))),
+        "{again:?}"
+    );
+
+    // The leader's log no longer holds what n4 needs: a snapshot it is.
+    let keep = cluster.member(leader).config().catch_up_entries;
+    assert!(keep < 40, "the test config keeps few entries for laggards");
+    let dir = tempfile::tempdir().unwrap();
+    let mut initial = cluster.initial.clone();
+    initial.push(("n4".into(), addr));
+    let mut config = test_config(dir.path());
+    config.name = "n4".into();
+    config.cluster = Some(ClusterConfig {
+        name: "n4".into(),
+        peer_listen: addr,
+        initial_cluster: initial,
+        initial_cluster_state: super::InitialClusterState::Existing,
+    });
+    let joined = Store::open(config).await.expect("n4 joins");
+    assert_eq!(joined.member_id(), added.id);
+    assert_eq!(joined.cluster_id(), cluster.member(leader).cluster_id());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while joined.kv().current_revision() < last {
+        assert!(tokio::time::Instant::now() < deadline, "n4 never caught up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = cluster.put(leader, "after-join").await;
+    cluster.converge(after).await;
+    while joined.kv().current_revision() < after {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "n4 stopped following"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let on_n4 = joined
+        .range(RangeRequest {
+            key: vec![0],
+            range_end: vec![0],
+            serializable: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(on_n4.count, 41);
+    // n4 published its name: every member lists it.
+    while !cluster
+        .member(leader)
+        .members()
+        .unwrap()
+        .iter()
+        .any(|m| m.id == added.id && m.name == "n4")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "n4 never published its name"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Removing it takes it out of the list; the others go on.
+    let voters = cluster
+        .member(leader)
+        .remove_member(added.id)
+        .await
+        .unwrap();
+    assert_eq!(voters.len(), 3);
+    assert!(!cluster
+        .member(leader)
+        .members()
+        .unwrap()
+        .iter()
+        .any(|m| m.id == added.id));
+    joined.close().await.unwrap();
+    let last = cluster.put(leader, "after-remove").await;
+    cluster.converge(last).await;
+    for i in 0..3 {
+        cluster.stop(i).await;
     }
 }

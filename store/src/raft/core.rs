@@ -66,12 +66,23 @@ pub struct Advanced {
     pub persisted_entries: usize,
     /// The applied batch: its revision and watch events.
     pub committed: Option<Committed>,
+    /// Members added or removed by the changes applied.
+    pub peer_changes: Vec<PeerChange>,
     /// A snapshot from the leader replaced the state; its revision.
     /// Watchers must catch up from the new state.
     pub installed_snapshot: Option<i64>,
 }
 
+/// A member added to or removed from the cluster, for the transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerChange {
+    Added(crate::api::Member),
+    Removed(u64),
+}
+
 pub struct RaftCore {
+    /// Changes applied and not yet handed out by `advance`.
+    peer_changes: Vec<PeerChange>,
     data_dir: PathBuf,
     catch_up_entries: u64,
     id: u64,
@@ -123,8 +134,8 @@ impl RaftCore {
         // Everything applied was committed, even if the commit index on disk
         // is older (raft-rs does not persist every commit advance).
         hard_state.commit = hard_state.commit.max(applied);
-        let mut store = LogStore::new(hard_state, conf_state, replayed.compacted)
-            .with_engine(Arc::clone(&kv));
+        let mut store =
+            LogStore::new(hard_state, conf_state, replayed.compacted).with_engine(Arc::clone(&kv));
         let entries: Vec<Entry> = replayed.entries.into_values().collect();
         store.append(&entries);
         check_log_covers_state(&config, &store, applied)?;
@@ -156,6 +167,7 @@ impl RaftCore {
         let node = RawNode::new(&raft_config, store, &raft_logger(config.id))
             .map_err(|e| StoreError::storage("starting raft", e))?;
         Ok(RaftCore {
+            peer_changes: Vec::new(),
             data_dir: config.data_dir.clone(),
             catch_up_entries: config.catch_up_entries,
             id: config.id,
@@ -407,6 +419,7 @@ impl RaftCore {
         let committed = applier.commit()?;
         self.kv.publish_revision(committed.revision);
         out.committed = Some(committed);
+        out.peer_changes = std::mem::take(&mut self.peer_changes);
         Ok(out)
     }
 
@@ -513,6 +526,24 @@ impl RaftCore {
             .node
             .apply_conf_change(&change)
             .map_err(|e| StoreError::storage("applying a membership change", e))?;
+        let added: Option<crate::api::Member> = (!change.context.is_empty())
+            .then(|| bincode::deserialize(&change.context).ok())
+            .flatten();
+        for single in change.get_changes() {
+            use raft::eraftpb::ConfChangeType::*;
+            match single.get_change_type() {
+                AddNode | AddLearnerNode => {
+                    if let Some(member) = added.as_ref().filter(|m| m.id == single.node_id) {
+                        applier.set_member(member);
+                        self.peer_changes.push(PeerChange::Added(member.clone()));
+                    }
+                }
+                RemoveNode => {
+                    applier.remove_member(single.node_id);
+                    self.peer_changes.push(PeerChange::Removed(single.node_id));
+                }
+            }
+        }
         let bytes = conf_state
             .write_to_bytes()
             .map_err(|e| StoreError::storage("encoding the membership", e))?;
@@ -662,6 +693,30 @@ fn finish_install(config: &CoreConfig, kv: &KvStore, lessor: &Lessor, index: u64
     };
     install_from(&config.data_dir, kv, lessor, &bytes)?;
     let _ = std::fs::remove_file(&path);
-    tracing::info!(index, "finished installing a snapshot interrupted by a stop");
+    tracing::info!(
+        index,
+        "finished installing a snapshot interrupted by a stop"
+    );
     Ok(())
+}
+
+/// A single-member change (add as voter or learner, or remove) carrying the
+/// member's attributes, so every member learns where to reach it.
+pub fn membership_change(member: &crate::api::Member, add: bool) -> Result<ConfChangeV2> {
+    use raft::eraftpb::{ConfChangeSingle, ConfChangeType};
+    let mut single = ConfChangeSingle::default();
+    single.set_change_type(match (add, member.is_learner) {
+        (false, _) => ConfChangeType::RemoveNode,
+        (true, false) => ConfChangeType::AddNode,
+        (true, true) => ConfChangeType::AddLearnerNode,
+    });
+    single.node_id = member.id;
+    let mut change = ConfChangeV2::default();
+    change.mut_changes().push(single);
+    if add {
+        change.context = bincode::serialize(member)
+            .map_err(|e| StoreError::storage("encoding a member", e))?
+            .into();
+    }
+    Ok(change)
 }

@@ -13,6 +13,9 @@ mod sim;
 mod tests;
 pub mod transport;
 
-pub use self::core::{decode_conf_state, Advanced, CoreConfig, RaftCore, CATCH_UP_ENTRIES};
+pub use self::core::{
+    decode_conf_state, membership_change, Advanced, CoreConfig, PeerChange, RaftCore,
+    CATCH_UP_ENTRIES,
+};
 pub use log_store::LogStore;
 pub use logger::raft_logger;

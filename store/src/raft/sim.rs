@@ -240,7 +240,11 @@ impl Sim {
     fn send(&mut self, message: Message) {
         if self.rng.gen_range(0..1000) < self.loss_per_mille {
             if message.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot {
-                if let Some(core) = self.members.get_mut(&message.from).and_then(|m| m.core.as_mut()) {
+                if let Some(core) = self
+                    .members
+                    .get_mut(&message.from)
+                    .and_then(|m| m.core.as_mut())
+                {
                     core.report_snapshot(message.to, false);
                 }
             }

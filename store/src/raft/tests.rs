@@ -327,9 +327,15 @@ fn a_lost_snapshot_is_sent_again() {
     sim.compact_log(leader);
     sim.restart(behind);
     sim.loss_per_mille = 300;
-    assert!(sim.converge(20_000), "the follower caught up over a lossy network");
+    assert!(
+        sim.converge(20_000),
+        "the follower caught up over a lossy network"
+    );
     sim.loss_per_mille = 0;
     assert!(sim.converge(2000));
     assert_all_equal(&sim, &[1, 2, 3]);
-    assert!(sim.core(behind).first_index() > 30, "it caught up by snapshot");
+    assert!(
+        sim.core(behind).first_index() > 30,
+        "it caught up by snapshot"
+    );
 }

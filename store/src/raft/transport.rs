@@ -24,6 +24,8 @@ use tokio::task::JoinHandle;
 
 const MAGIC: &[u8; 8] = b"SKIFFRFT";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"SKIFFSNP";
+/// A member about to join asks for the member list (it has no ID yet).
+const MEMBERS_MAGIC: &[u8; 8] = b"SKIFFMBR";
 /// Bytes of snapshot data per write.
 const SNAPSHOT_CHUNK: usize = 1024 * 1024;
 /// The largest snapshot accepted.
@@ -37,6 +39,29 @@ const MAX_FRAME: u32 = 64 * 1024 * 1024;
 
 /// Whether a snapshot reached a member: (member ID, delivered).
 pub type SnapshotReport = (u64, bool);
+
+/// Answers a joining member: the cluster ID and the member list.
+pub type Directory = std::sync::Arc<dyn Fn() -> (u64, Vec<crate::api::Member>) + Send + Sync>;
+
+/// Asks the member listening for peers at `addr` for the cluster ID and
+/// the member list.
+pub async fn ask_members(addr: SocketAddr) -> std::io::Result<(u64, Vec<crate::api::Member>)> {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        let mut stream = TcpStream::connect(addr).await?;
+        let mut hello = [0u8; 24];
+        hello[..8].copy_from_slice(MEMBERS_MAGIC);
+        stream.write_all(&hello).await?;
+        let len = stream.read_u32_le().await?;
+        if len > MAX_FRAME {
+            return Err(std::io::Error::other("member list too large"));
+        }
+        let mut bytes = vec![0u8; len as usize];
+        stream.read_exact(&mut bytes).await?;
+        bincode::deserialize(&bytes).map_err(std::io::Error::other)
+    })
+    .await
+    .unwrap_or_else(|_| Err(std::io::Error::other("timed out")))
+}
 
 pub struct Transport {
     peers: HashMap<u64, Peer>,
@@ -66,6 +91,7 @@ impl Transport {
         peers: &[(u64, SocketAddr)],
         inbound: mpsc::Sender<Message>,
         reports: mpsc::UnboundedSender<SnapshotReport>,
+        directory: Directory,
         shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<Transport> {
         let listener = TcpListener::bind(listen).await?;
@@ -74,6 +100,7 @@ impl Transport {
             listener,
             cluster_id,
             inbound,
+            directory,
             shutdown.clone(),
         ))];
         let mut transport = Transport {
@@ -158,6 +185,7 @@ async fn accept_loop(
     listener: TcpListener,
     cluster_id: u64,
     inbound: mpsc::Sender<Message>,
+    directory: Directory,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -169,8 +197,11 @@ async fn accept_loop(
             Ok((stream, addr)) => {
                 let inbound = inbound.clone();
                 let shutdown = shutdown.clone();
+                let directory = directory.clone();
                 tokio::spawn(async move {
-                    if let Err(err) = receive(stream, cluster_id, inbound, shutdown).await {
+                    if let Err(err) =
+                        receive(stream, cluster_id, inbound, directory, shutdown).await
+                    {
                         tracing::debug!(peer = %addr, error = %err, "peer connection closed");
                     }
                 });
@@ -187,12 +218,22 @@ async fn receive(
     stream: TcpStream,
     cluster_id: u64,
     inbound: mpsc::Sender<Message>,
+    directory: Directory,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let mut reader = BufReader::new(stream);
     let mut hello = [0u8; 24];
     reader.read_exact(&mut hello).await?;
+    if &hello[..8] == MEMBERS_MAGIC {
+        let bytes = bincode::serialize(&directory()).map_err(std::io::Error::other)?;
+        let stream = reader.get_mut();
+        stream
+            .write_all(&(bytes.len() as u32).to_le_bytes())
+            .await?;
+        stream.write_all(&bytes).await?;
+        return Ok(());
+    }
     let their_cluster = u64::from_le_bytes(hello[8..16].try_into().unwrap_or_default());
     let from = u64::from_le_bytes(hello[16..24].try_into().unwrap_or_default());
     let snapshot = &hello[..8] == SNAPSHOT_MAGIC;
@@ -318,7 +359,9 @@ async fn send_snapshot(
         for chunk in data.chunks(SNAPSHOT_CHUNK) {
             stream.write_all(chunk).await?;
         }
-        stream.write_all(&crc32fast::hash(&data).to_le_bytes()).await?;
+        stream
+            .write_all(&crc32fast::hash(&data).to_le_bytes())
+            .await?;
         stream.flush().await?;
         match stream.read_u8().await? {
             1 => Ok(()),
@@ -328,8 +371,14 @@ async fn send_snapshot(
     .await
     .unwrap_or_else(|_| Err(std::io::Error::other("timed out")));
     match &sent {
-        Ok(()) => tracing::info!(to = format_args!("{to:x}"), bytes = data.len(), "sent a snapshot"),
-        Err(err) => tracing::warn!(to = format_args!("{to:x}"), error = %err, "sending a snapshot failed; raft will send it again"),
+        Ok(()) => tracing::info!(
+            to = format_args!("{to:x}"),
+            bytes = data.len(),
+            "sent a snapshot"
+        ),
+        Err(err) => {
+            tracing::warn!(to = format_args!("{to:x}"), error = %err, "sending a snapshot failed; raft will send it again")
+        }
     }
     let _ = reports.send((to, sent.is_ok()));
 }
@@ -370,7 +419,10 @@ async fn receive_snapshot(
         let ok = matches!(delivered, Ok(Ok(())));
         reader.get_mut().write_all(&[u8::from(ok)]).await?;
     } else {
-        tracing::warn!(from = format_args!("{from:x}"), "a snapshot arrived damaged");
+        tracing::warn!(
+            from = format_args!("{from:x}"),
+            "a snapshot arrived damaged"
+        );
         reader.get_mut().write_all(&[0]).await?;
     }
     Ok(())
@@ -395,6 +447,10 @@ mod tests {
         mpsc::unbounded_channel()
     }
 
+    fn no_directory() -> Directory {
+        std::sync::Arc::new(|| (0, Vec::new()))
+    }
+
     fn message(from: u64, to: u64, index: u64) -> Message {
         Message {
             from,
@@ -416,14 +472,32 @@ mod tests {
         let (stop, shutdown) = watch::channel(false);
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let (b_in, b_rx) = mpsc::channel(1024);
-        let b = Transport::start(any, cluster_b, 2, &[], b_in, reports().0, shutdown.clone())
-            .await
-            .unwrap();
+        let b = Transport::start(
+            any,
+            cluster_b,
+            2,
+            &[],
+            b_in,
+            reports().0,
+            no_directory(),
+            shutdown.clone(),
+        )
+        .await
+        .unwrap();
         let (a_in, _a_rx) = mpsc::channel(16);
         let peers = [(1, any), (2, b.local_addr())];
-        let a = Transport::start(any, cluster_a, 1, &peers, a_in, reports().0, shutdown)
-            .await
-            .unwrap();
+        let a = Transport::start(
+            any,
+            cluster_a,
+            1,
+            &peers,
+            a_in,
+            reports().0,
+            no_directory(),
+            shutdown,
+        )
+        .await
+        .unwrap();
         (a, b, b_rx, stop)
     }
 
@@ -444,6 +518,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_joining_member_gets_the_member_list() {
+        let (_stop, shutdown) = watch::channel(false);
+        let (inbound, _rx) = mpsc::channel(1);
+        let member = crate::api::Member {
+            id: 9,
+            name: "n9".into(),
+            peer_urls: vec!["http://127.0.0.1:1".into()],
+            ..Default::default()
+        };
+        let listed = member.clone();
+        let directory: Directory = std::sync::Arc::new(move || (77, vec![listed.clone()]));
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let t = Transport::start(any, 77, 1, &[], inbound, reports().0, directory, shutdown)
+            .await
+            .unwrap();
+        let (cluster, members) = ask_members(t.local_addr()).await.unwrap();
+        assert_eq!((cluster, members), (77, vec![member]));
+    }
+
+    #[tokio::test]
     async fn another_clusters_messages_are_refused() {
         let (a, _b, mut b_rx, _stop) = pair(7, 8).await;
         a.send(message(1, 2, 1));
@@ -457,14 +551,32 @@ mod tests {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let (b_in, mut b_rx) = mpsc::channel(16);
         let (stop_b, shutdown_b) = watch::channel(false);
-        let mut b = Transport::start(any, 7, 2, &[], b_in, reports().0, shutdown_b)
-            .await
-            .unwrap();
+        let mut b = Transport::start(
+            any,
+            7,
+            2,
+            &[],
+            b_in,
+            reports().0,
+            no_directory(),
+            shutdown_b,
+        )
+        .await
+        .unwrap();
         let b_addr = b.local_addr();
         let (a_in, _a_rx) = mpsc::channel(16);
-        let a = Transport::start(any, 7, 1, &[(2, b_addr)], a_in, reports().0, shutdown)
-            .await
-            .unwrap();
+        let a = Transport::start(
+            any,
+            7,
+            1,
+            &[(2, b_addr)],
+            a_in,
+            reports().0,
+            no_directory(),
+            shutdown,
+        )
+        .await
+        .unwrap();
         a.send(message(1, 2, 1));
         assert_eq!(b_rx.recv().await.unwrap().index, 1);
 
@@ -476,9 +588,18 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let (b_in, mut b_rx) = mpsc::channel(16);
         let (_stop_b2, shutdown_b2) = watch::channel(false);
-        let _b2 = Transport::start(b_addr, 7, 2, &[], b_in, reports().0, shutdown_b2)
-            .await
-            .unwrap();
+        let _b2 = Transport::start(
+            b_addr,
+            7,
+            2,
+            &[],
+            b_in,
+            reports().0,
+            no_directory(),
+            shutdown_b2,
+        )
+        .await
+        .unwrap();
         // Keep sending until one arrives over the new connection.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let mut i = 2;
