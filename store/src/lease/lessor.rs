@@ -42,9 +42,13 @@ struct Lease {
     revoke_retry_at: Option<Instant>,
 }
 
+/// Where the lessor reads the time: the real clock, or a simulated one.
+pub type Clock = std::sync::Arc<dyn Fn() -> Instant + Send + Sync>;
+
 pub struct Lessor {
     config: LessorConfig,
     leases: Mutex<HashMap<i64, Lease>>,
+    clock: Clock,
 }
 
 /// How long a proposed revoke may take before the lessor proposes it again.
@@ -52,10 +56,20 @@ const REVOKE_RETRY: Duration = Duration::from_secs(3);
 
 impl Lessor {
     pub fn new(config: LessorConfig) -> Self {
+        Self::with_clock(config, std::sync::Arc::new(Instant::now))
+    }
+
+    pub fn with_clock(config: LessorConfig, clock: Clock) -> Self {
         Lessor {
             config,
             leases: Mutex::new(HashMap::new()),
+            clock,
         }
+    }
+
+    /// The time on the lessor's clock.
+    pub fn now(&self) -> Instant {
+        (self.clock)()
     }
 
     pub fn config(&self) -> &LessorConfig {
@@ -85,7 +99,7 @@ impl Lessor {
         let lease = Lease {
             ttl,
             remaining_checkpoint: remaining,
-            expiry: Instant::now() + secs(left),
+            expiry: self.now() + secs(left),
             keys: BTreeSet::new(),
             revoke_retry_at: None,
         };
@@ -132,11 +146,11 @@ impl Lessor {
     pub fn renew(&self, id: i64) -> Result<(i64, bool)> {
         let mut leases = self.leases.lock();
         let lease = leases.get_mut(&id).ok_or(StoreError::LeaseNotFound)?;
-        if lease.expiry <= Instant::now() {
+        if lease.expiry <= self.now() {
             // Expired but not yet revoked: too late to keep it.
             return Err(StoreError::LeaseNotFound);
         }
-        lease.expiry = Instant::now() + secs(lease.ttl);
+        lease.expiry = self.now() + secs(lease.ttl);
         Ok((lease.ttl, lease.remaining_checkpoint > 0))
     }
 
@@ -144,7 +158,7 @@ impl Lessor {
     pub fn time_to_live(&self, id: i64) -> Option<(i64, i64, Vec<Vec<u8>>)> {
         let leases = self.leases.lock();
         let lease = leases.get(&id)?;
-        let left = lease.expiry.saturating_duration_since(Instant::now());
+        let left = lease.expiry.saturating_duration_since(self.now());
         let remaining = left.as_secs_f64().ceil() as i64;
         Some((lease.ttl, remaining, lease.keys.iter().cloned().collect()))
     }
@@ -202,7 +216,7 @@ impl Lessor {
     }
 
     pub fn promote(&self, extend: Duration) {
-        let now = Instant::now();
+        let now = self.now();
         for lease in self.leases.lock().values_mut() {
             let left = if lease.remaining_checkpoint > 0 {
                 lease.remaining_checkpoint

@@ -11,7 +11,6 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Result, StoreError};
-use crate::lease::Lessor;
 use crate::mvcc::compaction::Compactor;
 use crate::mvcc::CommandResult;
 use crate::raft::transport::{SnapshotReport, Transport};
@@ -79,7 +78,6 @@ pub(crate) struct Driver {
     pub max_batch: usize,
     pub stats: Arc<WriterStats>,
     waiting: HashMap<u64, Waiting>,
-    lessor: Arc<Lessor>,
     leadership: Arc<Leadership>,
     transport: Option<Transport>,
     inbound: Option<mpsc::Receiver<Message>>,
@@ -100,7 +98,6 @@ impl Driver {
         notifier: Notifier,
         max_batch: usize,
         stats: Arc<WriterStats>,
-        lessor: Arc<Lessor>,
         leadership: Arc<Leadership>,
     ) -> Self {
         Driver {
@@ -110,7 +107,6 @@ impl Driver {
             max_batch,
             stats,
             waiting: HashMap::new(),
-            lessor,
             leadership,
             transport: None,
             inbound: None,
@@ -405,9 +401,7 @@ impl Driver {
             .commit_index
             .store(self.core.commit_index(), Ordering::Release);
         if is_leader && !was_leader {
-            // The old leader's clock is gone with it: every lease gets its
-            // whole remaining TTL, plus an election's worth, from now.
-            self.lessor.promote(TICK * 10);
+            // The core has extended every lease as it took the lead.
             tracing::info!(
                 member = format_args!("{:x}", self.core.id()),
                 term = self.core.term(),

@@ -3,7 +3,7 @@
 //! nothing itself; the log carries every change.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
@@ -22,7 +22,7 @@ pub(crate) async fn run(
 ) {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let checkpoint_every = lessor.config().checkpoint_interval;
-    let mut next_checkpoint = Instant::now() + checkpoint_every;
+    let mut next_checkpoint = lessor.now() + checkpoint_every;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -36,7 +36,7 @@ pub(crate) async fn run(
             continue;
         }
         // etcd revokes at most 1000 leases per second; half that per tick.
-        for id in lessor.take_expired(Instant::now(), 500) {
+        for id in lessor.take_expired(lessor.now(), 500) {
             let command = Command::LeaseRevoke { id };
             let requests = requests.clone();
             tokio::spawn(async move {
@@ -48,9 +48,10 @@ pub(crate) async fn run(
                 }
             });
         }
-        if Instant::now() >= next_checkpoint {
-            next_checkpoint = Instant::now() + checkpoint_every;
-            let checkpoints = lessor.checkpoints_due(Instant::now());
+        let now = lessor.now();
+        if now >= next_checkpoint {
+            next_checkpoint = now + checkpoint_every;
+            let checkpoints = lessor.checkpoints_due(now);
             if !checkpoints.is_empty() {
                 let command = Command::LeaseCheckpoint { checkpoints };
                 if let Err(err) = propose_to(&requests, command).await {

@@ -175,6 +175,7 @@ impl Store {
                 initial_voters: voters.clone(),
                 election_tick: 10,
                 heartbeat_tick: 1,
+                tick: driver::TICK,
                 fixed_election_timeout: false,
                 wal_dir: config.data_dir.join("wal"),
                 data_dir: config.data_dir.clone(),
@@ -203,7 +204,6 @@ impl Store {
             notifier,
             config.max_batch,
             Arc::clone(&stats),
-            Arc::clone(&lessor),
             Arc::clone(&leadership),
         );
         let mut tasks = Vec::new();

@@ -31,6 +31,9 @@ pub struct CoreConfig {
     pub initial_voters: Vec<u64>,
     pub election_tick: usize,
     pub heartbeat_tick: usize,
+    /// How long one tick is: a new leader extends every lease by an
+    /// election timeout (`election_tick` ticks).
+    pub tick: std::time::Duration,
     /// Pins the election timeout to exactly `election_tick` ticks instead of
     /// raft-rs's random pick, so a simulation is decided by its own seed.
     pub fixed_election_timeout: bool,
@@ -81,6 +84,10 @@ pub enum PeerChange {
 }
 
 pub struct RaftCore {
+    /// Whether this member led as of the last `advance`.
+    was_leader: bool,
+    /// What a new leader adds to every lease's remaining TTL.
+    lease_extension: std::time::Duration,
     /// Changes applied and not yet handed out by `advance`.
     peer_changes: Vec<PeerChange>,
     data_dir: PathBuf,
@@ -167,6 +174,8 @@ impl RaftCore {
         let node = RawNode::new(&raft_config, store, &raft_logger(config.id))
             .map_err(|e| StoreError::storage("starting raft", e))?;
         Ok(RaftCore {
+            was_leader: false,
+            lease_extension: config.tick * config.election_tick as u32,
             peer_changes: Vec::new(),
             data_dir: config.data_dir.clone(),
             catch_up_entries: config.catch_up_entries,
@@ -187,6 +196,10 @@ impl RaftCore {
 
     pub fn kv(&self) -> &Arc<KvStore> {
         &self.kv
+    }
+
+    pub fn lessor(&self) -> &Arc<Lessor> {
+        &self.lessor
     }
 
     /// The leader this member knows of (0: none).
@@ -420,6 +433,13 @@ impl RaftCore {
         self.kv.publish_revision(committed.revision);
         out.committed = Some(committed);
         out.peer_changes = std::mem::take(&mut self.peer_changes);
+        let is_leader = self.is_leader();
+        if is_leader && !self.was_leader {
+            // The old leader's clock is gone with it: every lease gets its
+            // whole remaining TTL, plus an election's worth, from now.
+            self.lessor.promote(self.lease_extension);
+        }
+        self.was_leader = is_leader;
         Ok(out)
     }
 

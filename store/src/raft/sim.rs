@@ -41,12 +41,17 @@ pub struct Sim {
     reads: HashMap<(u64, u64), u64>,
     /// One line per step: who leads, and each member's commit and revision.
     pub trace: Vec<String>,
+    /// The simulated clock every member's lessor reads: `base` plus this.
+    clock_ms: Arc<std::sync::atomic::AtomicU64>,
+    base: std::time::Instant,
 }
 
 const ELECTION_TICK: usize = 10;
 const HEARTBEAT_TICK: usize = 2;
 /// Small, so a test needs few writes to leave a follower to a snapshot.
 pub const CATCH_UP_ENTRIES: u64 = 5;
+/// Simulated milliseconds per step (a tick, when a member ticks).
+pub const STEP_MS: u64 = 10;
 
 impl Sim {
     /// A new member with an empty directory, started knowing the founding
@@ -87,6 +92,8 @@ impl Sim {
             answers: HashMap::new(),
             reads: HashMap::new(),
             trace: Vec::new(),
+            clock_ms: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            base: std::time::Instant::now(),
         };
         for id in voters {
             let dir = tempfile::tempdir().expect("temp dir");
@@ -119,6 +126,7 @@ impl Sim {
             initial_voters: self.voters.clone(),
             election_tick: ELECTION_TICK,
             heartbeat_tick: HEARTBEAT_TICK,
+            tick: std::time::Duration::from_millis(STEP_MS),
             fixed_election_timeout: true,
             wal_dir: member.dir.path().join("wal"),
             data_dir: member.dir.path().to_path_buf(),
@@ -126,7 +134,17 @@ impl Sim {
             proposal_epoch: member.restarts,
             catch_up_entries: CATCH_UP_ENTRIES,
         };
-        let lessor = Arc::new(Lessor::new(LessorConfig::default()));
+        let clock = Arc::clone(&self.clock_ms);
+        let base = self.base;
+        let lessor = Arc::new(Lessor::with_clock(
+            LessorConfig::default(),
+            Arc::new(move || {
+                base + std::time::Duration::from_millis(
+                    clock.load(std::sync::atomic::Ordering::Relaxed),
+                )
+            }),
+        ));
+        lessor.replace_all(&recovered.leases, &recovered.lease_keys);
         let core = RaftCore::open(config, Arc::new(kv), lessor, conf_state).expect("open core");
         member.core = Some(core);
     }
@@ -171,6 +189,9 @@ impl Sim {
     /// One unit of simulated time.
     pub fn step(&mut self) {
         self.now += 1;
+        self.clock_ms
+            .store(self.now * STEP_MS, std::sync::atomic::Ordering::Relaxed);
+        self.expire_leases();
         let due: Vec<(u64, u64)> = self
             .in_flight
             .range(..(self.now + 1, 0))
@@ -235,6 +256,20 @@ impl Sim {
             .collect::<Vec<_>>()
             .join(" ");
         self.trace.push(format!("{} {line}", self.now));
+    }
+
+    /// As the lease loop does on a real leader: expired leases are
+    /// proposed for revocation (only by a leader).
+    fn expire_leases(&mut self) {
+        for member in self.members.values_mut() {
+            let Some(core) = member.core.as_mut().filter(|c| c.is_leader()) else {
+                continue;
+            };
+            let now = core.lessor().now();
+            for id in core.lessor().take_expired(now, 100) {
+                let _ = core.propose(Command::LeaseRevoke { id }.encode());
+            }
+        }
     }
 
     fn send(&mut self, message: Message) {

@@ -339,3 +339,75 @@ fn a_lost_snapshot_is_sent_again() {
         "it caught up by snapshot"
     );
 }
+
+#[test]
+fn a_lease_outlives_a_leader_change_and_then_expires_once() {
+    use super::sim::STEP_MS;
+    use crate::api::PutRequest;
+    use crate::command::Command;
+    let mut sim = Sim::new(21, 3);
+    let leader = sim.wait_for_leader();
+    let ttl_ms = 3_000;
+    let grant = sim
+        .propose(
+            leader,
+            &Command::LeaseGrant {
+                id: 7,
+                ttl: ttl_ms as i64 / 1000,
+            },
+        )
+        .unwrap();
+    assert!(matches!(sim.answer(leader, grant, 500), Some(Ok(_))));
+    let granted_at = sim.now() * STEP_MS;
+    let mut put = PutRequest::new("leased", "v");
+    put.lease = 7;
+    let put = sim.propose(leader, &Command::Put(put)).unwrap();
+    assert!(matches!(sim.answer(leader, put, 500), Some(Ok(_))));
+    assert!(sim.converge(500));
+    let revision = sim.core(leader).kv().current_revision();
+
+    // A second later a keep-alive reaches the leader (its own clock only,
+    // as in etcd), and half a second after that the leader dies.
+    sim.run_until(1_000 / STEP_MS, |_| false);
+    sim.core(leader).lessor().renew(7).unwrap();
+    let renewed_at = sim.now() * STEP_MS;
+    sim.run_until(500 / STEP_MS, |_| false);
+    sim.crash(leader);
+    let new_leader = sim.wait_for_leader();
+    let promoted_at = sim.now() * STEP_MS;
+    let running: Vec<u64> = [1, 2, 3].into_iter().filter(|&id| id != leader).collect();
+
+    // Never early: the key lives at least its TTL from the last
+    // keep-alive, which only the dead leader saw, and the election does
+    // not eat into it.
+    assert!(renewed_at > granted_at);
+    while sim.now() * STEP_MS < renewed_at + ttl_ms {
+        for &id in &running {
+            assert!(
+                sim.local_get(id, b"leased").is_some(),
+                "the lease expired early on {id} at {} ms (renewed at {renewed_at} ms)",
+                sim.now() * STEP_MS
+            );
+        }
+        sim.step();
+    }
+    // Then it expires on the new leader's clock, within its full TTL and
+    // an election's grace from the promotion, in one revision.
+    let deadline = promoted_at + ttl_ms + 2_000;
+    assert!(
+        sim.run_until((deadline - sim.now() * STEP_MS) / STEP_MS, |s| running
+            .iter()
+            .all(|&id| s.local_get(id, b"leased").is_none())),
+        "the lease never expired after the leader change"
+    );
+    assert!(sim.converge(500));
+    for &id in &running {
+        assert_eq!(
+            sim.core(id).kv().current_revision(),
+            revision + 1,
+            "one revoke"
+        );
+        assert!(!sim.core(id).lessor().contains(7));
+    }
+    assert!(sim.core(new_leader).is_leader() || sim.leader().is_some());
+}
