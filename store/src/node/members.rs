@@ -92,6 +92,12 @@ impl Store {
         self.inner.cluster_id
     }
 
+    /// Whether this member has been removed from the cluster (it should
+    /// stop; it takes no part any more).
+    pub fn is_removed(&self) -> bool {
+        self.inner.leadership.removed.load(Ordering::Acquire)
+    }
+
     /// The Raft term this member is in.
     pub fn raft_term(&self) -> u64 {
         self.inner.leadership.term.load(Ordering::Acquire)
@@ -174,6 +180,9 @@ impl Store {
         for url in &peer_urls {
             urls.push(peer_url(parse_peer_url(url)?));
         }
+        // Check against every change committed so far, not just those
+        // this member has applied.
+        self.linearize().await?;
         for member in self.members()? {
             if let Some(url) = member.peer_urls.iter().find(|u| urls.contains(u)) {
                 return Err(StoreError::PeerUrlExists(url.clone()));

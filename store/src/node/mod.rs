@@ -134,7 +134,10 @@ impl Drop for Inner {
 impl Store {
     /// Opens (or creates) the store in `config.data_dir`, replaying the log
     /// from the applied index. Must be called inside a tokio runtime.
-    pub async fn open(config: StoreConfig) -> Result<Store> {
+    pub async fn open(mut config: StoreConfig) -> Result<Store> {
+        if let Some(cluster) = &config.cluster {
+            config.name = cluster.name.clone();
+        }
         let lock = durability::lock_data_dir(&config.data_dir)?;
         let identity = match &config.cluster {
             Some(cluster) => Some(cluster::resolve_identity(&config.data_dir, cluster).await?),
@@ -396,7 +399,7 @@ impl Store {
         self.inner.kv.range(&req)
     }
 
-    async fn linearize(&self) -> Result<()> {
+    pub(crate) async fn linearize(&self) -> Result<()> {
         self.ask_driver(DriverRequest::ReadIndex).await
     }
 
