@@ -266,6 +266,17 @@ impl RaftCore {
                 .unwrap_or(upto);
             upto = upto.min(slowest.max(upto.saturating_sub(self.catch_up_entries)));
         }
+        let sending_snapshot = self
+            .node
+            .raft
+            .prs()
+            .iter()
+            .any(|(_, progress)| progress.state == raft::ProgressState::Snapshot);
+        if !sending_snapshot {
+            // A snapshot is a copy of the whole state: keep it no longer
+            // than someone needs it.
+            self.node.mut_store().forget_snapshot();
+        }
         let store = self.node.mut_store();
         if upto <= store.compacted_index() {
             return Ok(());

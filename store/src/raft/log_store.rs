@@ -50,6 +50,11 @@ impl LogStore {
         self
     }
 
+    /// Lets the last snapshot made go (no member is waiting for one).
+    pub fn forget_snapshot(&mut self) {
+        self.made.get_mut().take();
+    }
+
     /// After a snapshot is installed: the log restarts after it.
     pub fn apply_snapshot(&mut self, meta: &SnapshotMetadata) {
         let index = meta.index;
