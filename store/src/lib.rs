@@ -32,6 +32,7 @@
 pub mod api;
 pub mod command;
 pub mod error;
+pub mod grpc;
 pub mod lease;
 pub mod mvcc;
 pub mod node;
@@ -42,5 +43,7 @@ pub mod watch;
 
 pub use api::*;
 pub use error::{Result, StoreError};
-pub use node::{AutoCompaction, ClusterConfig, InitialClusterState, Member, Store, StoreConfig, StoreStatus};
+pub use node::{
+    AutoCompaction, ClusterConfig, InitialClusterState, Member, Store, StoreConfig, StoreStatus,
+};
 pub use watch::Watcher;

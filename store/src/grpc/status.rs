@@ -1,0 +1,68 @@
+//! Store errors as the gRPC statuses etcd answers with: the same code and
+//! the same message, because etcd clients recognise errors by their
+//! message (`rpctypes.Error`). Our extra detail goes to the log, not the
+//! client.
+
+use tonic::{Code, Status};
+
+use crate::error::StoreError;
+
+pub(crate) const EMPTY_KEY: &str = "etcdserver: key is not provided";
+pub(crate) const COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted";
+pub(crate) const FUTURE_REVISION: &str = "etcdserver: mvcc: required revision is a future revision";
+pub(crate) const NOT_LEADER: &str = "etcdserver: not leader";
+pub(crate) const BAD_LEADER_TRANSFEREE: &str = "etcdserver: bad leader transferee";
+pub(crate) const LEADER_TRANSFER_TIMEOUT: &str =
+    "etcdserver: request timed out, leader transfer took too long";
+pub(crate) const MEMBER_NOT_FOUND: &str = "etcdserver: member not found";
+pub(crate) const NO_LEADER: &str = "etcdserver: no leader";
+pub(crate) const STOPPED: &str = "etcdserver: server stopped";
+
+/// The status etcd answers for `err`.
+pub(crate) fn from_store(err: StoreError) -> Status {
+    let (code, message): (Code, &str) = match &err {
+        StoreError::EmptyKey => (Code::InvalidArgument, EMPTY_KEY),
+        StoreError::KeyNotFound => (Code::InvalidArgument, "etcdserver: key not found"),
+        StoreError::ValueProvided => (Code::InvalidArgument, "etcdserver: value is provided"),
+        StoreError::LeaseProvided => (Code::InvalidArgument, "etcdserver: lease is provided"),
+        StoreError::TooManyOps { .. } => (
+            Code::InvalidArgument,
+            "etcdserver: too many operations in txn request",
+        ),
+        StoreError::DuplicateKey => (
+            Code::InvalidArgument,
+            "etcdserver: duplicate key given in txn request",
+        ),
+        StoreError::RequestTooLarge { .. } => {
+            (Code::InvalidArgument, "etcdserver: request is too large")
+        }
+        StoreError::Compacted { .. } => (Code::OutOfRange, COMPACTED),
+        StoreError::FutureRevision { .. } => (Code::OutOfRange, FUTURE_REVISION),
+        StoreError::LeaseNotFound => (Code::NotFound, "etcdserver: requested lease not found"),
+        StoreError::LeaseExists => (Code::FailedPrecondition, "etcdserver: lease already exists"),
+        StoreError::LeaseTtlTooLarge { .. } => {
+            (Code::OutOfRange, "etcdserver: too large lease TTL")
+        }
+        StoreError::Stopped => (Code::Unavailable, STOPPED),
+        StoreError::NoLeader => (Code::Unavailable, NO_LEADER),
+        StoreError::Timeout => (Code::Unavailable, "etcdserver: request timed out"),
+        StoreError::MemberNotFound => (Code::NotFound, MEMBER_NOT_FOUND),
+        StoreError::PeerUrlExists(_) => (
+            Code::FailedPrecondition,
+            "etcdserver: Peer URLs already exists",
+        ),
+        // The cluster's state does not allow the request (a member change
+        // or a leader transfer asked of the wrong member).
+        StoreError::InvalidConfig(_) => return Status::failed_precondition(err.to_string()),
+        // etcd answers errors it has no status for with Unknown and the
+        // error's text.
+        StoreError::DataDirLocked { .. } | StoreError::Storage { .. } | StoreError::Wal(_) => {
+            tracing::warn!(error = %err, "store error answered to a client");
+            return Status::unknown(err.to_string());
+        }
+    };
+    if matches!(code, Code::Unavailable) {
+        tracing::debug!(error = %err, "request not served");
+    }
+    Status::new(code, message)
+}
