@@ -141,68 +141,66 @@ struct Loaded {
 /// Reads the metadata, leases and membership of `tree` and rebuilds the
 /// key index from its records.
 fn load(tree: &sled::Tree) -> Result<(Loaded, Recovered)> {
-    {
-        let applied = meta_i64(&tree, META_APPLIED_INDEX)? as u64;
-        let rev = meta_i64(&tree, META_REVISION)?;
-        let scheduled = meta_i64(&tree, META_COMPACT_SCHEDULED)?;
-        let finished = meta_i64(&tree, META_COMPACT_FINISHED)?;
+    let applied = meta_i64(tree, META_APPLIED_INDEX)? as u64;
+    let rev = meta_i64(tree, META_REVISION)?;
+    let scheduled = meta_i64(tree, META_COMPACT_SCHEDULED)?;
+    let finished = meta_i64(tree, META_COMPACT_FINISHED)?;
 
-        let mut index = TreeIndex::default();
-        let mut key_lease: HashMap<Vec<u8>, i64> = HashMap::new();
-        for item in tree.scan_prefix([RECORD_PREFIX]) {
-            let (k, v) = item?;
-            let (Some(at), Some(record)) = (Revision::from_key(&k), RecordView::parse(&v)) else {
-                return Err(StoreError::storage(
-                    "rebuilding the key index",
-                    format!("unreadable record under {k:?}"),
-                ));
-            };
-            if record.tombstone {
-                // A tombstone whose put was already compacted away is only
-                // watch history; the key is not alive in the index.
-                index.tombstone(record.key, at);
-                key_lease.remove(record.key);
-            } else {
-                index.put(record.key, at, 0);
-                if record.lease != 0 {
-                    key_lease.insert(record.key.to_vec(), record.lease);
-                } else if !key_lease.is_empty() {
-                    key_lease.remove(record.key);
-                }
-            }
-        }
-
-        let mut recovered = Recovered::default();
-        if scheduled > 0 {
-            let keep = index.compact(scheduled);
-            if finished < scheduled {
-                recovered.unfinished_compaction = Some((scheduled, keep));
-            }
-        }
-        for item in tree.scan_prefix([LEASE_PREFIX]) {
-            let (k, v) = item?;
-            if k.len() != 9 || v.len() != 16 {
-                return Err(StoreError::storage(
-                    "loading leases",
-                    format!("bad lease record under {k:?}"),
-                ));
-            }
-            let id = i64::from_be_bytes(k[1..9].try_into().unwrap_or_default());
-            let ttl = i64::from_le_bytes(v[..8].try_into().unwrap_or_default());
-            let remaining = i64::from_le_bytes(v[8..].try_into().unwrap_or_default());
-            recovered.leases.push((id, ttl, remaining));
-        }
-        recovered.lease_keys = key_lease.into_iter().map(|(k, l)| (l, k)).collect();
-        recovered.conf_state = tree.get(META_CONF_STATE)?.map(|v| v.to_vec());
-        let loaded = Loaded {
-            index,
-            revision: rev,
-            applied,
-            compact_scheduled: scheduled,
-            compact_finished: finished,
+    let mut index = TreeIndex::default();
+    let mut key_lease: HashMap<Vec<u8>, i64> = HashMap::new();
+    for item in tree.scan_prefix([RECORD_PREFIX]) {
+        let (k, v) = item?;
+        let (Some(at), Some(record)) = (Revision::from_key(&k), RecordView::parse(&v)) else {
+            return Err(StoreError::storage(
+                "rebuilding the key index",
+                format!("unreadable record under {k:?}"),
+            ));
         };
-        Ok((loaded, recovered))
+        if record.tombstone {
+            // A tombstone whose put was already compacted away is only
+            // watch history; the key is not alive in the index.
+            index.tombstone(record.key, at);
+            key_lease.remove(record.key);
+        } else {
+            index.put(record.key, at, 0);
+            if record.lease != 0 {
+                key_lease.insert(record.key.to_vec(), record.lease);
+            } else if !key_lease.is_empty() {
+                key_lease.remove(record.key);
+            }
+        }
     }
+
+    let mut recovered = Recovered::default();
+    if scheduled > 0 {
+        let keep = index.compact(scheduled);
+        if finished < scheduled {
+            recovered.unfinished_compaction = Some((scheduled, keep));
+        }
+    }
+    for item in tree.scan_prefix([LEASE_PREFIX]) {
+        let (k, v) = item?;
+        if k.len() != 9 || v.len() != 16 {
+            return Err(StoreError::storage(
+                "loading leases",
+                format!("bad lease record under {k:?}"),
+            ));
+        }
+        let id = i64::from_be_bytes(k[1..9].try_into().unwrap_or_default());
+        let ttl = i64::from_le_bytes(v[..8].try_into().unwrap_or_default());
+        let remaining = i64::from_le_bytes(v[8..].try_into().unwrap_or_default());
+        recovered.leases.push((id, ttl, remaining));
+    }
+    recovered.lease_keys = key_lease.into_iter().map(|(k, l)| (l, k)).collect();
+    recovered.conf_state = tree.get(META_CONF_STATE)?.map(|v| v.to_vec());
+    let loaded = Loaded {
+        index,
+        revision: rev,
+        applied,
+        compact_scheduled: scheduled,
+        compact_finished: finished,
+    };
+    Ok((loaded, recovered))
 }
 
 impl KvStore {

@@ -241,9 +241,11 @@ impl Store {
                 identity.cluster_id,
                 identity.member_id,
                 &peers,
-                inbound,
-                reports,
-                directory,
+                crate::raft::transport::Hooks {
+                    inbound,
+                    reports,
+                    directory,
+                },
                 shutdown.subscribe(),
             )
             .await

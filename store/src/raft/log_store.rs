@@ -207,8 +207,10 @@ impl Storage for LogStore {
             tracing::warn!(error = %err, "could not make a snapshot");
             unavailable()
         })?;
-        let mut snapshot = Snapshot::default();
-        snapshot.data = data.into();
+        let mut snapshot = Snapshot {
+            data: data.into(),
+            ..Default::default()
+        };
         let meta = snapshot.mut_metadata();
         meta.index = applied;
         meta.term = term;

@@ -63,6 +63,16 @@ pub async fn ask_members(addr: SocketAddr) -> std::io::Result<(u64, Vec<crate::a
     .unwrap_or_else(|_| Err(std::io::Error::other("timed out")))
 }
 
+/// Where the transport hands what arrives, and what it answers.
+pub struct Hooks {
+    /// Raft messages from members of this cluster.
+    pub inbound: mpsc::Sender<Message>,
+    /// Whether snapshots sent reached their member.
+    pub reports: mpsc::UnboundedSender<SnapshotReport>,
+    /// The member list for a member about to join.
+    pub directory: Directory,
+}
+
 pub struct Transport {
     peers: HashMap<u64, Peer>,
     local_addr: SocketAddr,
@@ -89,11 +99,14 @@ impl Transport {
         cluster_id: u64,
         member_id: u64,
         peers: &[(u64, SocketAddr)],
-        inbound: mpsc::Sender<Message>,
-        reports: mpsc::UnboundedSender<SnapshotReport>,
-        directory: Directory,
+        hooks: Hooks,
         shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<Transport> {
+        let Hooks {
+            inbound,
+            reports,
+            directory,
+        } = hooks;
         let listener = TcpListener::bind(listen).await?;
         let local_addr = listener.local_addr()?;
         let tasks = vec![tokio::spawn(accept_loop(
@@ -447,6 +460,14 @@ mod tests {
         mpsc::unbounded_channel()
     }
 
+    fn hooks(inbound: mpsc::Sender<Message>, directory: Directory) -> Hooks {
+        Hooks {
+            inbound,
+            reports: reports().0,
+            directory,
+        }
+    }
+
     fn no_directory() -> Directory {
         std::sync::Arc::new(|| (0, Vec::new()))
     }
@@ -477,9 +498,7 @@ mod tests {
             cluster_b,
             2,
             &[],
-            b_in,
-            reports().0,
-            no_directory(),
+            hooks(b_in, no_directory()),
             shutdown.clone(),
         )
         .await
@@ -491,9 +510,7 @@ mod tests {
             cluster_a,
             1,
             &peers,
-            a_in,
-            reports().0,
-            no_directory(),
+            hooks(a_in, no_directory()),
             shutdown,
         )
         .await
@@ -530,7 +547,7 @@ mod tests {
         let listed = member.clone();
         let directory: Directory = std::sync::Arc::new(move || (77, vec![listed.clone()]));
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let t = Transport::start(any, 77, 1, &[], inbound, reports().0, directory, shutdown)
+        let t = Transport::start(any, 77, 1, &[], hooks(inbound, directory), shutdown)
             .await
             .unwrap();
         let (cluster, members) = ask_members(t.local_addr()).await.unwrap();
@@ -551,18 +568,9 @@ mod tests {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let (b_in, mut b_rx) = mpsc::channel(16);
         let (stop_b, shutdown_b) = watch::channel(false);
-        let mut b = Transport::start(
-            any,
-            7,
-            2,
-            &[],
-            b_in,
-            reports().0,
-            no_directory(),
-            shutdown_b,
-        )
-        .await
-        .unwrap();
+        let mut b = Transport::start(any, 7, 2, &[], hooks(b_in, no_directory()), shutdown_b)
+            .await
+            .unwrap();
         let b_addr = b.local_addr();
         let (a_in, _a_rx) = mpsc::channel(16);
         let a = Transport::start(
@@ -570,9 +578,7 @@ mod tests {
             7,
             1,
             &[(2, b_addr)],
-            a_in,
-            reports().0,
-            no_directory(),
+            hooks(a_in, no_directory()),
             shutdown,
         )
         .await
@@ -588,18 +594,9 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let (b_in, mut b_rx) = mpsc::channel(16);
         let (_stop_b2, shutdown_b2) = watch::channel(false);
-        let _b2 = Transport::start(
-            b_addr,
-            7,
-            2,
-            &[],
-            b_in,
-            reports().0,
-            no_directory(),
-            shutdown_b2,
-        )
-        .await
-        .unwrap();
+        let _b2 = Transport::start(b_addr, 7, 2, &[], hooks(b_in, no_directory()), shutdown_b2)
+            .await
+            .unwrap();
         // Keep sending until one arrives over the new connection.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let mut i = 2;
