@@ -1,1 +1,34 @@
-//! The `skiff` command line. Its subcommands arrive with the parts they start (see DESIGN.md).
+//! The `skiff` command line: one binary whose subcommands start the parts of
+//! skiff (`store`, `cluster up`) or talk to running members (`member`). Only
+//! the store exists so far; the other commands arrive with their parts.
+
+pub mod cli;
+pub mod client;
+pub mod cluster;
+pub mod member;
+pub mod shutdown;
+pub mod store;
+
+/// The text of an error chain on one line, as the command line prints it:
+/// `context: cause`, with any line breaks of a message folded in.
+pub fn one_line(err: &anyhow::Error) -> String {
+    format!("{err:#}")
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_error_chain_prints_on_one_line() {
+        let err = anyhow::anyhow!("data directory d belongs to another cluster:\nname=n1\n")
+            .context("cannot open store member n1 in d");
+        assert_eq!(
+            super::one_line(&err),
+            "cannot open store member n1 in d: data directory d belongs to another cluster: name=n1"
+        );
+    }
+}

@@ -3,7 +3,12 @@
 //! reopen its data directory in-process and require every printed ack to be there unchanged.
 //! The Raft tests run three `store-member` children as one cluster, printing the same acks.
 
+pub mod etcdctl;
 pub mod line_printer;
 pub mod member_process;
+pub mod skiff_bin;
+pub mod skiff_process;
+pub mod store_client;
+pub mod store_cluster;
 pub mod writer_process;
 pub mod writer_protocol;

@@ -1,0 +1,67 @@
+//! The command tree: which subcommands exist, their flags, and where each
+//! one runs. Every flag has a default that works on one machine.
+
+use std::io::IsTerminal;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+use crate::cluster::ClusterCommand;
+use crate::member::MemberArgs;
+use crate::store::StoreArgs;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "skiff",
+    version,
+    about = "A Kubernetes control plane with its own etcd-compatible store",
+    long_about = "A Kubernetes control plane with its own etcd-compatible store.\n\n\
+        Logs go to stderr; set RUST_LOG (for example RUST_LOG=debug) to change how much."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one store member: an etcd replacement serving etcd's v3 gRPC API.
+    Store(StoreArgs),
+    /// Run a local replicated cluster of store members on this machine.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+    /// List, add and remove store members, or move the leadership.
+    Member(MemberArgs),
+}
+
+impl Command {
+    /// Servers log what they do; client commands print only their answer.
+    pub fn default_log_level(&self) -> &'static str {
+        match self {
+            // raft-rs narrates every election; the store logs leadership itself.
+            Command::Store(_) | Command::Cluster(_) => "info,raft=warn",
+            Command::Member(_) => "warn",
+        }
+    }
+}
+
+impl Cli {
+    pub async fn run(self) -> anyhow::Result<()> {
+        match self.command {
+            Command::Store(args) => crate::store::run(args).await,
+            Command::Cluster(command) => command.run().await,
+            Command::Member(args) => args.run().await,
+        }
+    }
+}
+
+/// Logs to stderr at `RUST_LOG`'s level, or `default_level`.
+pub fn init_logging(default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}

@@ -1,0 +1,46 @@
+//! `skiff`: parse the command line, start logging, run the command; any
+//! error ends the process with one line on stderr and exit code 1.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use skiff::cli::Cli;
+
+/// How long tasks still running after a command returns may take to stop.
+const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(2);
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // --help and --version are not errors; bad flags exit with 1.
+            let _ = err.print();
+            return if err.use_stderr() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    skiff::cli::init_logging(cli.command.default_log_level());
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(cli.run());
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {}", skiff::one_line(&err));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! `skiff store`: one store member, an etcd replacement serving etcd's v3
+//! gRPC API. Alone without `--initial-cluster`; otherwise one member of a
+//! Raft cluster that talks to its peers on `--peer-listen`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use skiff_store::{ClusterConfig, InitialClusterState, Store, StoreConfig};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::shutdown::StopSignals;
+
+/// How long open client streams (watches, keep-alives) may hold up a stop
+/// before the store is closed under them.
+const CLIENT_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Debug, Clone, Args)]
+#[command(
+    after_help = "Alone (no --initial-cluster), the member listens for clients only. \
+    For a cluster, start one member per name with the same --initial-cluster, e.g.\n  \
+    skiff store --name n1 --data-dir n1 --client-listen 127.0.0.1:2379 \
+    --initial-cluster n1=127.0.0.1:2380,n2=127.0.0.1:22380,n3=127.0.0.1:32380"
+)]
+pub struct StoreArgs {
+    /// This member's name; with --initial-cluster, one of the names there.
+    #[arg(long, env = "SKIFF_NAME", default_value = "default")]
+    pub name: String,
+    /// Where the member keeps its write-ahead log, state and identity (created if absent).
+    #[arg(long, env = "SKIFF_DATA_DIR", default_value = "./skiff-data")]
+    pub data_dir: PathBuf,
+    /// Address (host:port) clients and etcdctl reach the etcd v3 gRPC API at.
+    #[arg(long, env = "SKIFF_CLIENT_LISTEN", default_value = "127.0.0.1:2379")]
+    pub client_listen: String,
+    /// Address to listen on for peers [default: this member's address in
+    /// --initial-cluster; alone, a member has no peers and does not listen].
+    #[arg(long, env = "SKIFF_PEER_LISTEN")]
+    pub peer_listen: Option<SocketAddr>,
+    /// Every founding member as name=host:port (their peer addresses),
+    /// the same on every member; with "existing", the running cluster's
+    /// members and this one.
+    #[arg(long, env = "SKIFF_INITIAL_CLUSTER", value_parser = parse_initial_cluster)]
+    pub initial_cluster: Option<InitialCluster>,
+    /// "new" to found a cluster, "existing" to join one that has added this
+    /// member (`skiff member add`).
+    #[arg(long, env = "SKIFF_INITIAL_CLUSTER_STATE", default_value = "new", value_parser = parse_state)]
+    pub initial_cluster_state: InitialClusterState,
+}
+
+/// `--initial-cluster`, parsed: (name, peer address) of every member.
+#[derive(Debug, Clone)]
+pub struct InitialCluster(pub Vec<(String, SocketAddr)>);
+
+fn parse_initial_cluster(spec: &str) -> Result<InitialCluster, String> {
+    ClusterConfig::parse_initial_cluster(spec)
+        .map(InitialCluster)
+        .map_err(|err| err.to_string())
+}
+
+fn parse_state(state: &str) -> Result<InitialClusterState, String> {
+    state
+        .parse()
+        .map_err(|err: skiff_store::StoreError| err.to_string())
+}
+
+impl StoreArgs {
+    /// The cluster this member belongs to, checked before anything is opened.
+    fn cluster_config(&self) -> Result<Option<ClusterConfig>> {
+        let Some(InitialCluster(members)) = &self.initial_cluster else {
+            if let Some(peer) = self.peer_listen {
+                tracing::warn!(%peer, "--peer-listen is ignored without --initial-cluster: a member alone has no peers");
+            }
+            return Ok(None);
+        };
+        let Some(advertised) = members.iter().find(|(name, _)| *name == self.name) else {
+            let names: Vec<&str> = members.iter().map(|(name, _)| name.as_str()).collect();
+            bail!(
+                "member name {:?} is not in --initial-cluster ({}); pass --name with one of those names",
+                self.name,
+                names.join(", ")
+            );
+        };
+        let cluster = ClusterConfig {
+            name: self.name.clone(),
+            peer_listen: self.peer_listen.unwrap_or(advertised.1),
+            initial_cluster: members.clone(),
+            initial_cluster_state: self.initial_cluster_state,
+        };
+        cluster.identity()?;
+        Ok(Some(cluster))
+    }
+}
+
+/// Runs the member until SIGINT or SIGTERM, then closes it cleanly.
+pub async fn run(args: StoreArgs) -> Result<()> {
+    let cluster = args.cluster_config()?;
+    let mut signals = StopSignals::register()?;
+    let listener = TcpListener::bind(&args.client_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen for clients on {}; is another store or etcd running there? \
+                 choose another --client-listen",
+                args.client_listen
+            )
+        })?;
+    let client_addr = listener
+        .local_addr()
+        .context("reading the client listener's address")?;
+    let peer_addr = cluster.as_ref().map(|c| c.peer_listen);
+
+    let mut config = StoreConfig::new(&args.data_dir);
+    config.name = args.name.clone();
+    config.client_urls = vec![format!("http://{client_addr}")];
+    config.cluster = cluster;
+    let store = Store::open(config).await.with_context(|| {
+        format!(
+            "cannot open store member {} in {}",
+            args.name,
+            args.data_dir.display()
+        )
+    })?;
+
+    let (stop_serving, stopped) = oneshot::channel::<()>();
+    let mut serving = tokio::spawn(skiff_store::grpc::serve(
+        store.clone(),
+        listener,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    print_ready(&args.name, &store, client_addr, peer_addr);
+
+    let outcome = tokio::select! {
+        name = signals.recv() => {
+            tracing::info!(signal = name, "stopping: no new clients, then closing the store");
+            Ok(())
+        }
+        served = &mut serving => Err(match served {
+            Ok(Ok(())) => anyhow::anyhow!("the client API stopped by itself"),
+            Ok(Err(err)) => anyhow::Error::new(err).context("serving clients failed"),
+            Err(err) => anyhow::Error::new(err).context("the client API task failed"),
+        }),
+    };
+    signals.exit_on_next("closing the store");
+    let _ = stop_serving.send(());
+    if !serving.is_finished()
+        && tokio::time::timeout(CLIENT_DRAIN_TIMEOUT, &mut serving)
+            .await
+            .is_err()
+    {
+        tracing::info!(timeout = ?CLIENT_DRAIN_TIMEOUT, "clients still connected; closing the store under them");
+        serving.abort();
+    }
+    store.close().await.context("closing the store")?;
+    tracing::info!(name = %args.name, "store closed");
+    outcome
+}
+
+/// One line on stdout that says the member serves, and where.
+fn print_ready(name: &str, store: &Store, client: SocketAddr, peer: Option<SocketAddr>) {
+    let peer = match peer {
+        Some(peer) => format!("peer {peer}"),
+        None => "alone (no peers)".to_string(),
+    };
+    let line = format!(
+        "skiff store {name} ready: client {client}, {peer}, member id {:x}, cluster id {:x}",
+        store.member_id(),
+        store.cluster_id()
+    );
+    // A closed stdout must not stop the member.
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+}

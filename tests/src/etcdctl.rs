@@ -1,0 +1,298 @@
+//! The real `etcdctl` (ETCDCTL_API=3) as a client of skiff: find it (or
+//! skip, or fail under CI), run one command against one endpoint, feed a
+//! txn on stdin, and run a watch whose printed events are collected until
+//! it is killed. Parsers for the outputs the tests check.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+
+const INSTALL_HINT: &str = "apt-get install -y etcd-client";
+const POLL: Duration = Duration::from_millis(20);
+
+/// The etcdctl on PATH. Missing: under CI=true a panic that says how to
+/// install it; otherwise a note that the test is skipped, and `None`.
+pub fn etcdctl_or_skip(test: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("etcdctl"))
+            .find(|candidate| candidate.is_file())
+    });
+    if found.is_none() {
+        if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+            panic!("etcdctl is not installed, and CI must run {test}: {INSTALL_HINT}");
+        }
+        // Straight to stderr: the test harness captures eprintln! of passing tests.
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: etcdctl is not installed (install it with `{INSTALL_HINT}`)"
+        );
+    }
+    found
+}
+
+/// etcdctl pointed at some endpoints.
+#[derive(Clone)]
+pub struct Etcdctl {
+    binary: PathBuf,
+    endpoints: String,
+}
+
+impl Etcdctl {
+    pub fn new(binary: PathBuf, endpoints: impl Into<String>) -> Etcdctl {
+        Etcdctl {
+            binary,
+            endpoints: endpoints.into(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.binary);
+        command
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.endpoints])
+            .args(["--dial-timeout", "5s", "--command-timeout", "20s"])
+            .args(args);
+        command
+    }
+
+    /// Runs `etcdctl ARGS` to its end.
+    pub fn run(&self, args: &[&str]) -> Result<Output> {
+        self.command(args)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("running etcdctl {}", args.join(" ")))
+    }
+
+    /// Runs `etcdctl ARGS`, which must succeed; returns its stdout.
+    pub fn ok(&self, args: &[&str]) -> Result<String> {
+        let output = self.run(args)?;
+        check_success(args, &output)
+    }
+
+    /// Runs `etcdctl ARGS`, which must fail; returns its stderr.
+    pub fn fails(&self, args: &[&str]) -> Result<String> {
+        let output = self.run(args)?;
+        ensure!(
+            !output.status.success(),
+            "etcdctl {} succeeded; stdout:\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stdout)
+        );
+        Ok(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+
+    /// Runs `etcdctl ARGS` with `input` on stdin; it must succeed.
+    pub fn ok_with_stdin(&self, args: &[&str], input: &str) -> Result<String> {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("running etcdctl {}", args.join(" ")))?;
+        child
+            .stdin
+            .take()
+            .context("etcdctl has no stdin")?
+            .write_all(input.as_bytes())?;
+        let output = child.wait_with_output()?;
+        check_success(args, &output)
+    }
+
+    /// Starts `etcdctl watch ARGS`; its events are collected as it prints them.
+    pub fn watch(&self, args: &[&str]) -> Result<WatchProcess> {
+        let mut all = vec!["watch"];
+        all.extend_from_slice(args);
+        let mut child = self
+            .command(&all)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("running etcdctl watch")?;
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let stdout = child.stdout.take().context("etcdctl has no stdout")?;
+        let err = child.stderr.take().context("etcdctl has no stderr")?;
+        let sink = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let sink = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                let mut text = sink.lock().unwrap();
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
+        Ok(WatchProcess {
+            child,
+            lines,
+            stderr,
+        })
+    }
+}
+
+fn check_success(args: &[&str], output: &Output) -> Result<String> {
+    ensure!(
+        output.status.success(),
+        "etcdctl {} failed ({}); stderr:\n{}",
+        args.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// One event as `etcdctl watch` prints it: type, key, value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchEvent {
+    pub kind: String,
+    pub key: String,
+    pub value: String,
+}
+
+impl WatchEvent {
+    pub fn put(key: &str, value: &str) -> WatchEvent {
+        WatchEvent {
+            kind: "PUT".into(),
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+
+    pub fn delete(key: &str) -> WatchEvent {
+        WatchEvent {
+            kind: "DELETE".into(),
+            key: key.into(),
+            value: String::new(),
+        }
+    }
+}
+
+/// A running `etcdctl watch`, killed on drop.
+pub struct WatchProcess {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl WatchProcess {
+    /// The events printed so far (each is three lines; a partial one is left out).
+    pub fn events(&self) -> Vec<WatchEvent> {
+        let lines = self.lines.lock().unwrap();
+        lines
+            .chunks_exact(3)
+            .map(|event| WatchEvent {
+                kind: event[0].clone(),
+                key: event[1].clone(),
+                value: event[2].clone(),
+            })
+            .collect()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until at least `count` events are printed, at most `timeout`.
+    pub async fn wait_for_events(
+        &mut self,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<WatchEvent>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let events = self.events();
+            if events.len() >= count {
+                return Ok(events);
+            }
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "etcdctl watch exited ({status}) after {} of {count} events; stderr:\n{}",
+                    events.len(),
+                    self.stderr()
+                );
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "etcdctl watch printed {} of {count} events within {timeout:?}: {events:?}; stderr:\n{}",
+                    events.len(),
+                    self.stderr()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Waits for etcdctl to exit by itself (a watch the server cancelled).
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Result<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                // Let the reader threads drain the pipes.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "etcdctl watch still runs after {timeout:?}; stdout: {:?}; stderr:\n{}",
+                    self.lines.lock().unwrap(),
+                    self.stderr()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+impl Drop for WatchProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Standard base64 (as etcdctl's JSON output encodes keys and values).
+pub fn base64_decode(text: &str) -> Result<Vec<u8>> {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let mut buffer = 0u32;
+    let mut bits = 0;
+    for byte in text.bytes().filter(|&b| b != b'=') {
+        let Some(sextet) = ALPHABET.iter().position(|&a| a == byte) else {
+            bail!("{text:?} is not base64");
+        };
+        buffer = (buffer << 6) | sextet as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((buffer >> bits) as u8);
+            buffer &= (1 << bits) - 1;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base64_decode;
+
+    #[test]
+    fn base64_round_trips_etcdctl_output() {
+        assert_eq!(base64_decode("L3QvYQ==").unwrap(), b"/t/a");
+        assert_eq!(base64_decode("YWJj").unwrap(), b"abc");
+        assert_eq!(base64_decode("YWI=").unwrap(), b"ab");
+        assert!(base64_decode("!!").is_err());
+    }
+}
