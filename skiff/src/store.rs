@@ -48,6 +48,11 @@ pub struct StoreArgs {
     /// member (`skiff member add`).
     #[arg(long, env = "SKIFF_INITIAL_CLUSTER_STATE", default_value = "new", value_parser = parse_state)]
     pub initial_cluster_state: InitialClusterState,
+    /// Raft log entries a leader keeps for a follower that is behind; one
+    /// further behind (or new) is sent a snapshot of the whole state instead
+    /// (etcd's --experimental-snapshot-catchup-entries).
+    #[arg(long, default_value_t = skiff_store::raft::CATCH_UP_ENTRIES)]
+    pub snapshot_catch_up_entries: u64,
 }
 
 /// `--initial-cluster`, parsed: (name, peer address) of every member.
@@ -115,6 +120,7 @@ pub async fn run(args: StoreArgs) -> Result<()> {
     let mut config = StoreConfig::new(&args.data_dir);
     config.name = args.name.clone();
     config.client_urls = vec![format!("http://{client_addr}")];
+    config.catch_up_entries = args.snapshot_catch_up_entries;
     config.cluster = cluster;
     let store = Store::open(config).await.with_context(|| {
         format!(
@@ -134,9 +140,21 @@ pub async fn run(args: StoreArgs) -> Result<()> {
     ));
     print_ready(&args.name, &store, client_addr, peer_addr);
 
+    let removed = {
+        let store = store.clone();
+        async move {
+            while !store.is_removed() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
     let outcome = tokio::select! {
         name = signals.recv() => {
             tracing::info!(signal = name, "stopping: no new clients, then closing the store");
+            Ok(())
+        }
+        () = removed => {
+            tracing::error!("this member was removed from the cluster; stopping (to bring it back, add it again and start it with an empty --data-dir and --initial-cluster-state existing)");
             Ok(())
         }
         served = &mut serving => Err(match served {

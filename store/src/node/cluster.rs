@@ -197,10 +197,17 @@ pub async fn resolve_identity(dir: &Path, cluster: &ClusterConfig) -> Result<Ide
             peers: founders,
         });
     }
-    let ours = super::members::peer_url(cluster.peer_listen);
+    // Found by the address the cluster was told (MemberAdd), which is this
+    // member's entry in --initial-cluster, not necessarily where it listens.
+    let advertised = cluster
+        .initial_cluster
+        .iter()
+        .find(|(name, _)| *name == cluster.name)
+        .map_or(cluster.peer_listen, |(_, addr)| *addr);
+    let ours = super::members::peer_url(advertised);
     let mut last_error = String::from("no peer in --initial-cluster other than this member");
     for &(name_id, addr) in &founders {
-        if addr == cluster.peer_listen || name_id == member_id(&cluster.name) {
+        if addr == advertised || name_id == member_id(&cluster.name) {
             continue;
         }
         let (cluster_id, members) = match crate::raft::transport::ask_members(addr).await {
