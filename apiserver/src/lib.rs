@@ -1,1 +1,5 @@
-//! The Kubernetes REST API over the store. Not built yet: see the apiserver issues.
+//! skiff-apiserver: the Kubernetes REST API over the store.
+
+pub mod resources;
+pub mod status;
+pub mod storage;

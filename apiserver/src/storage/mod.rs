@@ -1,0 +1,160 @@
+//! What the registry needs from a store, with etcd's semantics only:
+//! get, a range at a revision, create-if-absent, compare-and-swap on the
+//! mod revision, delete, and a watch from a revision. Two backends answer
+//! it: the skiff store in this process, and any etcd v3 endpoint (real etcd
+//! included) over gRPC.
+
+mod etcd;
+mod local;
+
+use bytes::Bytes;
+
+pub use etcd::EtcdStorage;
+
+/// One key as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kv {
+    pub key: String,
+    pub value: Bytes,
+    pub create_revision: i64,
+    pub mod_revision: i64,
+}
+
+/// A page of a range read.
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    pub kvs: Vec<Kv>,
+    /// The revision the page was read at.
+    pub revision: i64,
+    /// More keys follow the last one returned.
+    pub more: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Put,
+    Delete,
+}
+
+/// One change seen by a watch.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub kind: ChangeKind,
+    pub key: String,
+    /// The new value (empty for a delete).
+    pub value: Bytes,
+    /// The revision of the change.
+    pub revision: i64,
+    /// The value before the change, if there was one.
+    pub prev: Option<Bytes>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    #[error("the key already exists")]
+    AlreadyExists,
+    #[error("the key does not exist")]
+    NotFound,
+    /// A compare-and-swap found another revision (or no key).
+    #[error("the object has been modified")]
+    Conflict,
+    #[error("required revision {requested} has been compacted (compacted revision {compacted})")]
+    Compacted { requested: i64, compacted: i64 },
+    #[error("required revision is a future revision")]
+    FutureRevision,
+    #[error("the store is unavailable: {0}")]
+    Unavailable(String),
+    #[error("the store failed: {0}")]
+    Internal(String),
+}
+
+pub type StorageResult<T> = Result<T, StorageError>;
+
+/// The store behind the registry. Cheap to clone.
+#[derive(Clone)]
+pub enum Storage {
+    /// The skiff store member in this process.
+    Local(skiff_store::Store),
+    /// An etcd v3 endpoint (skiff or etcd) over gRPC.
+    Etcd(EtcdStorage),
+}
+
+/// A watch's changes, a response (one or more revisions) at a time.
+pub enum ChangeStream {
+    Local(local::LocalWatch),
+    Etcd(etcd::EtcdWatch),
+}
+
+impl ChangeStream {
+    /// The next changes, in revision order; `None` when the watch ended.
+    pub async fn next(&mut self) -> Option<StorageResult<Vec<Change>>> {
+        match self {
+            ChangeStream::Local(w) => w.next().await,
+            ChangeStream::Etcd(w) => w.next().await,
+        }
+    }
+}
+
+impl Storage {
+    pub async fn get(&self, key: &str) -> StorageResult<Option<Kv>> {
+        match self {
+            Storage::Local(s) => local::get(s, key).await,
+            Storage::Etcd(e) => e.get(key).await,
+        }
+    }
+
+    /// Keys in `[start, end)` at `revision` (0: the newest), at most
+    /// `limit` of them (0: all).
+    pub async fn list(&self, start: &str, end: &str, revision: i64, limit: i64) -> StorageResult<Page> {
+        match self {
+            Storage::Local(s) => local::list(s, start, end, revision, limit).await,
+            Storage::Etcd(e) => e.list(start, end, revision, limit).await,
+        }
+    }
+
+    /// Puts `value` at `key` if it does not exist; its revision.
+    pub async fn create(&self, key: &str, value: Vec<u8>) -> StorageResult<i64> {
+        match self {
+            Storage::Local(s) => local::create(s, key, value).await,
+            Storage::Etcd(e) => e.create(key, value).await,
+        }
+    }
+
+    /// Puts `value` at `key` if its mod revision is `expected`; the new
+    /// revision, or `Conflict`.
+    pub async fn update(&self, key: &str, value: Vec<u8>, expected: i64) -> StorageResult<i64> {
+        match self {
+            Storage::Local(s) => local::update(s, key, value, expected).await,
+            Storage::Etcd(e) => e.update(key, value, expected).await,
+        }
+    }
+
+    /// Deletes `key` if its mod revision is `expected`; the deletion's
+    /// revision, or `Conflict`.
+    pub async fn delete(&self, key: &str, expected: i64) -> StorageResult<i64> {
+        match self {
+            Storage::Local(s) => local::delete(s, key, expected).await,
+            Storage::Etcd(e) => e.delete(key, expected).await,
+        }
+    }
+
+    /// Changes to keys in `[start, end)` from revision `from` on (with the
+    /// previous value of each).
+    pub async fn watch(&self, start: &str, end: &str, from: i64) -> StorageResult<ChangeStream> {
+        match self {
+            Storage::Local(s) => local::watch(s, start, end, from).map(ChangeStream::Local),
+            Storage::Etcd(e) => e.watch(start, end, from).await.map(ChangeStream::Etcd),
+        }
+    }
+
+    /// The store's newest revision.
+    pub async fn revision(&self) -> StorageResult<i64> {
+        Ok(self.list("\0", "\0", 0, 1).await?.revision)
+    }
+}
+
+/// The end of the range of every key starting with `prefix`.
+pub fn prefix_end(prefix: &str) -> String {
+    String::from_utf8(skiff_store::mvcc::prefix_end(prefix.as_bytes()))
+        .unwrap_or_else(|_| "\0".to_string())
+}
