@@ -1,5 +1,36 @@
-//! skiff-apiserver: the Kubernetes REST API over the store.
+//! skiff-apiserver: the Kubernetes REST API over the store — a resource
+//! table from k8s-openapi, one generic registry for every resource, watch
+//! as newline-delimited JSON, discovery and OpenAPI for kubectl, and
+//! Kubernetes `Status` errors. The store is the skiff store in the same
+//! process or any etcd v3 endpoint.
 
+pub mod discovery;
+pub mod object;
+pub mod openapi;
+pub mod registry;
 pub mod resources;
+pub mod selectors;
+pub mod server;
 pub mod status;
 pub mod storage;
+pub mod validation;
+pub mod watch;
+
+pub use registry::Registry;
+pub use storage::Storage;
+
+/// Serves the API on `listener` until `shutdown` resolves; open watches
+/// are ended then.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    registry: Registry,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    registry
+        .ensure_default_namespaces()
+        .await
+        .map_err(|err| std::io::Error::other(format!("creating the default namespaces: {err}")))?;
+    axum::serve(listener, server::router(registry))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -8,6 +8,7 @@ use k8s_openapi::{ListableResource, NamespaceResourceScope, Resource};
 use serde::de::DeserializeOwned;
 
 /// One resource the API serves.
+#[derive(Debug)]
 pub struct ResourceType {
     /// `""` for the core group.
     pub group: &'static str,
@@ -27,6 +28,10 @@ pub struct ResourceType {
     /// Decodes a JSON object as the k8s-openapi type, so that wrong types
     /// and missing required fields are found. `Err` holds serde's message.
     pub decode: fn(&serde_json::Value) -> Result<(), serde_json::Error>,
+    /// Decodes as the k8s-openapi type and serializes the result back: the
+    /// fields the type knows, which strict field validation compares with
+    /// what was sent. `Err` names the path of the field that failed.
+    pub roundtrip: fn(&serde_json::Value) -> Result<serde_json::Value, RoundtripError>,
     /// The OpenAPI (JSON Schema) of the type, from k8s-openapi's schemars
     /// implementation.
     pub schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
@@ -95,7 +100,19 @@ fn decode_as<T: DeserializeOwned>(value: &serde_json::Value) -> Result<(), serde
     T::deserialize(value).map(|_: T| ())
 }
 
-fn schema_of<T: schemars::JsonSchema>(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+/// A decode failure with the path of the field it happened at.
+pub type RoundtripError = serde_path_to_error::Error<serde_json::Error>;
+
+fn roundtrip_as<T: DeserializeOwned + serde::Serialize>(
+    value: &serde_json::Value,
+) -> Result<serde_json::Value, RoundtripError> {
+    let typed: T = serde_path_to_error::deserialize(value)?;
+    serde_path_to_error::serialize(&typed, serde_json::value::Serializer)
+}
+
+fn schema_of<T: schemars::JsonSchema>(
+    generator: &mut schemars::SchemaGenerator,
+) -> schemars::Schema {
     generator.subschema_for::<T>()
 }
 
@@ -116,7 +133,7 @@ fn entry<T>(
     definition: &'static str,
 ) -> ResourceType
 where
-    T: Resource + ListableResource + DeserializeOwned + schemars::JsonSchema,
+    T: Resource + ListableResource + DeserializeOwned + serde::Serialize + schemars::JsonSchema,
     T::Scope: Scope,
 {
     ResourceType {
@@ -131,6 +148,7 @@ where
         categories,
         subresources,
         decode: decode_as::<T>,
+        roundtrip: roundtrip_as::<T>,
         schema: schema_of::<T>,
         definition,
     }
@@ -143,7 +161,12 @@ static TABLE: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
     const NONE: &[&str] = &[];
     vec![
         entry::<core::v1::Namespace>(&["ns"], NONE, STATUS, "io.k8s.api.core.v1.Namespace"),
-        entry::<core::v1::Pod>(&["po"], ALL, &["status", "binding", "eviction"], "io.k8s.api.core.v1.Pod"),
+        entry::<core::v1::Pod>(
+            &["po"],
+            ALL,
+            &["status", "binding", "eviction"],
+            "io.k8s.api.core.v1.Pod",
+        ),
         entry::<core::v1::Node>(&["no"], NONE, STATUS, "io.k8s.api.core.v1.Node"),
         entry::<core::v1::Service>(&["svc"], ALL, STATUS, "io.k8s.api.core.v1.Service"),
         entry::<core::v1::Endpoints>(&["ep"], NONE, NONE, "io.k8s.api.core.v1.Endpoints"),
@@ -151,19 +174,59 @@ static TABLE: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
         entry::<core::v1::Secret>(NONE, NONE, NONE, "io.k8s.api.core.v1.Secret"),
         entry::<core::v1::Event>(&["ev"], NONE, NONE, "io.k8s.api.core.v1.Event"),
         entry::<core::v1::ServiceAccount>(&["sa"], NONE, NONE, "io.k8s.api.core.v1.ServiceAccount"),
-        entry::<core::v1::PersistentVolume>(&["pv"], NONE, STATUS, "io.k8s.api.core.v1.PersistentVolume"),
-        entry::<core::v1::PersistentVolumeClaim>(&["pvc"], NONE, STATUS, "io.k8s.api.core.v1.PersistentVolumeClaim"),
-        entry::<core::v1::ResourceQuota>(&["quota"], NONE, STATUS, "io.k8s.api.core.v1.ResourceQuota"),
+        entry::<core::v1::PersistentVolume>(
+            &["pv"],
+            NONE,
+            STATUS,
+            "io.k8s.api.core.v1.PersistentVolume",
+        ),
+        entry::<core::v1::PersistentVolumeClaim>(
+            &["pvc"],
+            NONE,
+            STATUS,
+            "io.k8s.api.core.v1.PersistentVolumeClaim",
+        ),
+        entry::<core::v1::ResourceQuota>(
+            &["quota"],
+            NONE,
+            STATUS,
+            "io.k8s.api.core.v1.ResourceQuota",
+        ),
         entry::<core::v1::LimitRange>(&["limits"], NONE, NONE, "io.k8s.api.core.v1.LimitRange"),
-        entry::<apps::v1::Deployment>(&["deploy"], ALL, &["status", "scale"], "io.k8s.api.apps.v1.Deployment"),
-        entry::<apps::v1::ReplicaSet>(&["rs"], ALL, &["status", "scale"], "io.k8s.api.apps.v1.ReplicaSet"),
+        entry::<apps::v1::Deployment>(
+            &["deploy"],
+            ALL,
+            &["status", "scale"],
+            "io.k8s.api.apps.v1.Deployment",
+        ),
+        entry::<apps::v1::ReplicaSet>(
+            &["rs"],
+            ALL,
+            &["status", "scale"],
+            "io.k8s.api.apps.v1.ReplicaSet",
+        ),
         entry::<apps::v1::DaemonSet>(&["ds"], ALL, STATUS, "io.k8s.api.apps.v1.DaemonSet"),
-        entry::<apps::v1::StatefulSet>(&["sts"], ALL, &["status", "scale"], "io.k8s.api.apps.v1.StatefulSet"),
+        entry::<apps::v1::StatefulSet>(
+            &["sts"],
+            ALL,
+            &["status", "scale"],
+            "io.k8s.api.apps.v1.StatefulSet",
+        ),
         entry::<batch::v1::Job>(NONE, ALL, STATUS, "io.k8s.api.batch.v1.Job"),
         entry::<batch::v1::CronJob>(&["cj"], ALL, STATUS, "io.k8s.api.batch.v1.CronJob"),
-        entry::<scheduling::v1::PriorityClass>(&["pc"], NONE, NONE, "io.k8s.api.scheduling.v1.PriorityClass"),
+        entry::<scheduling::v1::PriorityClass>(
+            &["pc"],
+            NONE,
+            NONE,
+            "io.k8s.api.scheduling.v1.PriorityClass",
+        ),
         entry::<coordination::v1::Lease>(NONE, NONE, NONE, "io.k8s.api.coordination.v1.Lease"),
-        entry::<policy::v1::PodDisruptionBudget>(&["pdb"], NONE, STATUS, "io.k8s.api.policy.v1.PodDisruptionBudget"),
+        entry::<policy::v1::PodDisruptionBudget>(
+            &["pdb"],
+            NONE,
+            STATUS,
+            "io.k8s.api.policy.v1.PodDisruptionBudget",
+        ),
     ]
 });
 
@@ -204,14 +267,23 @@ mod tests {
     #[test]
     fn the_table_comes_from_k8s_openapi() {
         let pod = find("", "v1", "pods").unwrap();
-        assert_eq!((pod.kind, pod.list_kind, pod.namespaced), ("Pod", "PodList", true));
+        assert_eq!(
+            (pod.kind, pod.list_kind, pod.namespaced),
+            ("Pod", "PodList", true)
+        );
         assert_eq!(pod.api_version(), "v1");
-        assert_eq!(pod.key(Some("default"), "web"), "/registry/core/pods/default/web");
+        assert_eq!(
+            pod.key(Some("default"), "web"),
+            "/registry/core/pods/default/web"
+        );
         let node = find("", "v1", "nodes").unwrap();
         assert!(!node.namespaced);
         assert_eq!(node.key(Some("ignored"), "n1"), "/registry/core/nodes/n1");
         let deploy = find_kind("apps/v1", "Deployment").unwrap();
-        assert_eq!(deploy.collection_path(Some("ns")), "/apis/apps/v1/namespaces/ns/deployments");
+        assert_eq!(
+            deploy.collection_path(Some("ns")),
+            "/apis/apps/v1/namespaces/ns/deployments"
+        );
         assert_eq!(all().len(), 22);
         assert!(group_versions().contains(&("policy", "v1")));
     }
@@ -219,7 +291,8 @@ mod tests {
     #[test]
     fn decoding_finds_wrong_types() {
         let pod = find("", "v1", "pods").unwrap();
-        let good = serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}});
+        let good =
+            serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}});
         assert!((pod.decode)(&good).is_ok());
         let bad = serde_json::json!({"metadata": {"name": "a"}, "spec": {"containers": "no"}});
         assert!((pod.decode)(&bad).is_err());

@@ -60,14 +60,22 @@ impl ApiError {
 
     /// `pods "web" not found`
     pub fn not_found(group: &str, resource: &str, name: &str) -> Self {
-        Self::new(404, "NotFound", format!("{} \"{name}\" not found", qualified(group, resource)))
-            .with(group, resource, name)
+        Self::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", qualified(group, resource)),
+        )
+        .with(group, resource, name)
     }
 
     /// `pods "web" already exists`
     pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
-        Self::new(409, "AlreadyExists", format!("{} \"{name}\" already exists", qualified(group, resource)))
-            .with(group, resource, name)
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", qualified(group, resource)),
+        )
+        .with(group, resource, name)
     }
 
     /// `Operation cannot be fulfilled on pods "web": <why>`
@@ -75,13 +83,22 @@ impl ApiError {
         Self::new(
             409,
             "Conflict",
-            format!("Operation cannot be fulfilled on {} \"{name}\": {why}", qualified(group, resource)),
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                qualified(group, resource)
+            ),
         )
         .with(group, resource, name)
     }
 
     /// `Pod "Bad" is invalid: metadata.name: Invalid value: "Bad": …`
-    pub fn invalid(group: &str, kind: &str, resource: &str, name: &str, causes: Vec<Cause>) -> Self {
+    pub fn invalid(
+        group: &str,
+        kind: &str,
+        resource: &str,
+        name: &str,
+        causes: Vec<Cause>,
+    ) -> Self {
         let listed: Vec<String> = causes
             .iter()
             .map(|c| format!("{}: {}", c.field, c.message))
@@ -93,7 +110,10 @@ impl ApiError {
         };
         let message = match listed.len() {
             1 => format!("{shown_kind} \"{name}\" is invalid: {}", listed[0]),
-            _ => format!("{shown_kind} \"{name}\" is invalid: [{}]", listed.join(", ")),
+            _ => format!(
+                "{shown_kind} \"{name}\" is invalid: [{}]",
+                listed.join(", ")
+            ),
         };
         let mut err = Self::new(422, "Invalid", message).with(group, resource, name);
         if let Some(details) = err.details.as_mut() {
@@ -207,18 +227,25 @@ mod tests {
     fn statuses_read_as_kubernetes_writes_them() {
         let s = ApiError::not_found("", "pods", "web").to_status();
         assert_eq!(s["message"], "pods \"web\" not found");
-        assert_eq!((s["code"].as_u64(), s["reason"].as_str()), (Some(404), Some("NotFound")));
+        assert_eq!(
+            (s["code"].as_u64(), s["reason"].as_str()),
+            (Some(404), Some("NotFound"))
+        );
         assert_eq!(s["details"]["kind"], "pods");
         let s = ApiError::already_exists("apps", "deployments", "d").to_status();
         assert_eq!(s["message"], "deployments.apps \"d\" already exists");
         let cause = Cause {
             reason: "FieldValueInvalid",
-            message: "Invalid value: \"Bad\": a lowercase RFC 1123 subdomain must consist of …".into(),
+            message: "Invalid value: \"Bad\": a lowercase RFC 1123 subdomain must consist of …"
+                .into(),
             field: "metadata.name".into(),
         };
         let s = ApiError::invalid("", "Pod", "pods", "Bad", vec![cause]).to_status();
         assert_eq!(s["code"], 422);
-        assert!(s["message"].as_str().unwrap().starts_with("Pod \"Bad\" is invalid: metadata.name: Invalid value"));
+        assert!(s["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Pod \"Bad\" is invalid: metadata.name: Invalid value"));
         assert_eq!(s["details"]["causes"][0]["field"], "metadata.name");
         assert_eq!(s["details"]["kind"], "Pod");
     }

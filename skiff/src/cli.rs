@@ -9,6 +9,7 @@ use tracing_subscriber::EnvFilter;
 use crate::cluster::ClusterCommand;
 use crate::member::MemberArgs;
 use crate::store::StoreArgs;
+use crate::up::{ServerArgs, UpArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -25,6 +26,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// The embedded default: a store and the Kubernetes API in this process;
+    /// writes DATA_DIR/kubeconfig for kubectl.
+    Up(UpArgs),
+    /// One member of a replicated cluster: a store member and the Kubernetes API.
+    Server(ServerArgs),
     /// Run one store member: an etcd replacement serving etcd's v3 gRPC API.
     Store(StoreArgs),
     /// Run a local replicated cluster of store members on this machine.
@@ -39,7 +45,9 @@ impl Command {
     pub fn default_log_level(&self) -> &'static str {
         match self {
             // raft-rs narrates every election; the store logs leadership itself.
-            Command::Store(_) | Command::Cluster(_) => "info,raft=warn",
+            Command::Store(_) | Command::Cluster(_) | Command::Up(_) | Command::Server(_) => {
+                "info,raft=warn"
+            }
             Command::Member(_) => "warn",
         }
     }
@@ -48,6 +56,8 @@ impl Command {
 impl Cli {
     pub async fn run(self) -> anyhow::Result<()> {
         match self.command {
+            Command::Up(args) => crate::up::up(args).await,
+            Command::Server(args) => crate::up::server(args).await,
             Command::Store(args) => crate::store::run(args).await,
             Command::Cluster(command) => command.run().await,
             Command::Member(args) => args.run().await,

@@ -1,13 +1,15 @@
 //! The `skiff` command line: one binary whose subcommands start the parts of
-//! skiff (`store`, `cluster up`) or talk to running members (`member`). Only
-//! the store exists so far; the other commands arrive with their parts.
+//! skiff (`up`, `server`, `store`, `cluster up`) or talk to running members
+//! (`member`).
 
 pub mod cli;
 pub mod client;
 pub mod cluster;
+pub mod kubeconfig;
 pub mod member;
 pub mod shutdown;
 pub mod store;
+pub mod up;
 
 /// The text of an error chain on one line, as the command line prints it:
 /// `context: cause`, with any line breaks of a message folded in.

@@ -101,6 +101,20 @@ impl StoreArgs {
 
 /// Runs the member until SIGINT or SIGTERM, then closes it cleanly.
 pub async fn run(args: StoreArgs) -> Result<()> {
+    run_member(args, None).await
+}
+
+/// Where a member also serves the Kubernetes API.
+#[derive(Debug, Clone)]
+pub struct ApiServing {
+    pub listen: String,
+    /// Written once the API listens: a kubeconfig for kubectl.
+    pub kubeconfig: PathBuf,
+}
+
+/// Runs a store member, and the Kubernetes API over it if `api` is given,
+/// until SIGINT or SIGTERM, then closes both cleanly.
+pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> {
     let cluster = args.cluster_config()?;
     let mut signals = StopSignals::register()?;
     let listener = TcpListener::bind(&args.client_listen)
@@ -130,6 +144,35 @@ pub async fn run(args: StoreArgs) -> Result<()> {
         )
     })?;
 
+    let api_listener = match &api {
+        Some(api) => Some(TcpListener::bind(&api.listen).await.with_context(|| {
+            format!(
+                "cannot listen for the Kubernetes API on {}; is another skiff running there? choose another --api-listen",
+                api.listen
+            )
+        })?),
+        None => None,
+    };
+    let (stop_api, api_stopped) = oneshot::channel::<()>();
+    let mut api_task = match (api_listener, &api) {
+        (Some(listener), Some(api)) => {
+            let addr = listener
+                .local_addr()
+                .context("reading the API listener's address")?;
+            crate::kubeconfig::write(&api.kubeconfig, addr)?;
+            let registry =
+                skiff_apiserver::Registry::new(skiff_apiserver::Storage::Local(store.clone()));
+            tracing::info!(%addr, kubeconfig = %api.kubeconfig.display(), "serving the Kubernetes API");
+            Some(tokio::spawn(skiff_apiserver::serve(
+                listener,
+                registry,
+                async move {
+                    let _ = api_stopped.await;
+                },
+            )))
+        }
+        _ => None,
+    };
     let (stop_serving, stopped) = oneshot::channel::<()>();
     let mut serving = tokio::spawn(skiff_store::grpc::serve(
         store.clone(),
@@ -153,6 +196,11 @@ pub async fn run(args: StoreArgs) -> Result<()> {
             tracing::info!(signal = name, "stopping: no new clients, then closing the store");
             Ok(())
         }
+        Some(served) = async { match api_task.as_mut() { Some(task) => Some(task.await), None => None } } => Err(match served {
+            Ok(Ok(())) => anyhow::anyhow!("the Kubernetes API stopped by itself"),
+            Ok(Err(err)) => anyhow::Error::new(err).context("serving the Kubernetes API failed"),
+            Err(err) => anyhow::Error::new(err).context("the Kubernetes API task failed"),
+        }),
         () = removed => {
             tracing::error!("this member was removed from the cluster; stopping (to bring it back, add it again and start it with an empty --data-dir and --initial-cluster-state existing)");
             Ok(())
@@ -164,6 +212,16 @@ pub async fn run(args: StoreArgs) -> Result<()> {
         }),
     };
     signals.exit_on_next("closing the store");
+    let _ = stop_api.send(());
+    if let Some(mut task) = api_task.take() {
+        if !task.is_finished()
+            && tokio::time::timeout(CLIENT_DRAIN_TIMEOUT, &mut task)
+                .await
+                .is_err()
+        {
+            task.abort();
+        }
+    }
     let _ = stop_serving.send(());
     if !serving.is_finished()
         && tokio::time::timeout(CLIENT_DRAIN_TIMEOUT, &mut serving)

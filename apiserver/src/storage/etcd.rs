@@ -9,8 +9,8 @@ use skiff_store::grpc::pb::etcdserverpb::response_op::Response;
 use skiff_store::grpc::pb::etcdserverpb::watch_client::WatchClient;
 use skiff_store::grpc::pb::etcdserverpb::watch_request::RequestUnion;
 use skiff_store::grpc::pb::etcdserverpb::{
-    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, WatchCreateRequest,
-    WatchRequest, WatchResponse,
+    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
+    WatchCreateRequest, WatchRequest, WatchResponse,
 };
 use skiff_store::grpc::pb::mvccpb::event::EventType;
 use tokio::sync::mpsc;
@@ -107,7 +107,13 @@ impl EtcdStorage {
         Ok(resp.kvs.into_iter().next().map(kv))
     }
 
-    pub(super) async fn list(&self, start: &str, end: &str, revision: i64, limit: i64) -> StorageResult<Page> {
+    pub(super) async fn list(
+        &self,
+        start: &str,
+        end: &str,
+        revision: i64,
+        limit: i64,
+    ) -> StorageResult<Page> {
         let resp = self
             .kv_client()
             .range(RangeRequest {
@@ -133,7 +139,11 @@ impl EtcdStorage {
         })
     }
 
-    async fn txn(&self, compare: Compare, op: Request) -> StorageResult<(bool, i64, Vec<Response>)> {
+    async fn txn(
+        &self,
+        compare: Compare,
+        op: Request,
+    ) -> StorageResult<(bool, i64, Vec<Response>)> {
         let resp = self
             .kv_client()
             .txn(TxnRequest {
@@ -144,8 +154,16 @@ impl EtcdStorage {
             .await
             .map_err(convert)?
             .into_inner();
-        let responses = resp.responses.into_iter().filter_map(|r| r.response).collect();
-        Ok((resp.succeeded, resp.header.map_or(0, |h| h.revision), responses))
+        let responses = resp
+            .responses
+            .into_iter()
+            .filter_map(|r| r.response)
+            .collect();
+        Ok((
+            resp.succeeded,
+            resp.header.map_or(0, |h| h.revision),
+            responses,
+        ))
     }
 
     pub(super) async fn create(&self, key: &str, value: Vec<u8>) -> StorageResult<i64> {
@@ -155,7 +173,10 @@ impl EtcdStorage {
             ..Default::default()
         });
         let (ok, revision, _) = self
-            .txn(compare(key, CompareTarget::Create, TargetUnion::CreateRevision(0)), put)
+            .txn(
+                compare(key, CompareTarget::Create, TargetUnion::CreateRevision(0)),
+                put,
+            )
             .await?;
         if !ok {
             return Err(StorageError::AlreadyExists);
@@ -163,14 +184,22 @@ impl EtcdStorage {
         Ok(revision)
     }
 
-    pub(super) async fn update(&self, key: &str, value: Vec<u8>, expected: i64) -> StorageResult<i64> {
+    pub(super) async fn update(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        expected: i64,
+    ) -> StorageResult<i64> {
         let put = Request::RequestPut(PutRequest {
             key: key.as_bytes().to_vec(),
             value,
             ..Default::default()
         });
         let (ok, revision, _) = self
-            .txn(compare(key, CompareTarget::Mod, TargetUnion::ModRevision(expected)), put)
+            .txn(
+                compare(key, CompareTarget::Mod, TargetUnion::ModRevision(expected)),
+                put,
+            )
             .await?;
         if !ok {
             return Err(StorageError::Conflict);
@@ -184,7 +213,10 @@ impl EtcdStorage {
             ..Default::default()
         });
         let (ok, revision, responses) = self
-            .txn(compare(key, CompareTarget::Mod, TargetUnion::ModRevision(expected)), delete)
+            .txn(
+                compare(key, CompareTarget::Mod, TargetUnion::ModRevision(expected)),
+                delete,
+            )
             .await?;
         if !ok {
             return Err(StorageError::Conflict);
@@ -198,7 +230,12 @@ impl EtcdStorage {
         Ok(revision)
     }
 
-    pub(super) async fn watch(&self, start: &str, end: &str, from: i64) -> StorageResult<EtcdWatch> {
+    pub(super) async fn watch(
+        &self,
+        start: &str,
+        end: &str,
+        from: i64,
+    ) -> StorageResult<EtcdWatch> {
         let (requests, rx) = mpsc::channel(4);
         let create = WatchRequest {
             request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {

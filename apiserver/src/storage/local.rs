@@ -36,7 +36,13 @@ pub(super) async fn get(store: &Store, key: &str) -> StorageResult<Option<Kv>> {
     Ok(resp.kvs.into_iter().next().map(kv))
 }
 
-pub(super) async fn list(store: &Store, start: &str, end: &str, revision: i64, limit: i64) -> StorageResult<Page> {
+pub(super) async fn list(
+    store: &Store,
+    start: &str,
+    end: &str,
+    revision: i64,
+    limit: i64,
+) -> StorageResult<Page> {
     let req = RangeRequest {
         key: start.as_bytes().to_vec(),
         range_end: end.as_bytes().to_vec(),
@@ -85,7 +91,12 @@ pub(super) async fn create(store: &Store, key: &str, value: Vec<u8>) -> StorageR
     Ok(resp.header.revision)
 }
 
-pub(super) async fn update(store: &Store, key: &str, value: Vec<u8>, expected: i64) -> StorageResult<i64> {
+pub(super) async fn update(
+    store: &Store,
+    key: &str,
+    value: Vec<u8>,
+    expected: i64,
+) -> StorageResult<i64> {
     let txn = TxnRequest {
         compare: vec![compare_mod(key, expected)],
         success: vec![RequestOp::Put(PutRequest::new(key, value))],
@@ -111,7 +122,10 @@ pub(super) async fn delete(store: &Store, key: &str, expected: i64) -> StorageRe
     if !resp.succeeded {
         return Err(StorageError::Conflict);
     }
-    let deleted = resp.responses.iter().any(|r| matches!(r, ResponseOp::DeleteRange(d) if d.deleted > 0));
+    let deleted = resp
+        .responses
+        .iter()
+        .any(|r| matches!(r, ResponseOp::DeleteRange(d) if d.deleted > 0));
     if !deleted {
         return Err(StorageError::NotFound);
     }

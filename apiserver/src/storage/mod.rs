@@ -105,7 +105,13 @@ impl Storage {
 
     /// Keys in `[start, end)` at `revision` (0: the newest), at most
     /// `limit` of them (0: all).
-    pub async fn list(&self, start: &str, end: &str, revision: i64, limit: i64) -> StorageResult<Page> {
+    pub async fn list(
+        &self,
+        start: &str,
+        end: &str,
+        revision: i64,
+        limit: i64,
+    ) -> StorageResult<Page> {
         match self {
             Storage::Local(s) => local::list(s, start, end, revision, limit).await,
             Storage::Etcd(e) => e.list(start, end, revision, limit).await,

@@ -1,0 +1,466 @@
+//! HTTP: routes every resource path of the table to the registry, plus
+//! discovery, OpenAPI and health. Bodies are read as bytes whatever the
+//! Content-Type (the Python client sends none), up to 3 MiB.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use axum::Router;
+use serde_json::Value;
+use tower::ServiceExt;
+
+use crate::registry::{DeleteOptions, ListOptions, Registry, Target};
+use crate::resources::{self, ResourceType};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::status::{ApiError, ApiResult};
+use crate::watch::WatchOptions;
+
+/// Kubernetes refuses request bodies over 3 MiB.
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+#[derive(Clone)]
+struct App {
+    registry: Registry,
+    discovery: Router,
+}
+
+/// The whole API as one router.
+pub fn router(registry: Registry) -> Router {
+    let discovery = crate::discovery::router();
+    let app = App {
+        registry,
+        discovery: discovery.clone(),
+    };
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/livez", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/api/{*rest}", any(resource))
+        .route("/apis/{*rest}", any(resource))
+        .fallback(fallback)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(app)
+        .merge(discovery_routes(discovery))
+}
+
+/// Discovery answers `/version`, `/api`, `/apis` and `/openapi/…`; the
+/// resource routes hand it the group-version paths under `/api` and `/apis`.
+fn discovery_routes(discovery: Router) -> Router {
+    let mut router = Router::new();
+    for path in [
+        "/version",
+        "/api",
+        "/apis",
+        "/openapi/v3",
+        "/openapi/v3/{*rest}",
+    ] {
+        let discovery = discovery.clone();
+        router = router.route(
+            path,
+            any(move |request: axum::extract::Request| async move {
+                // A fresh request: this router's matched path parameters
+                // must not reach the discovery router's extractors.
+                let (parts, body) = request.into_parts();
+                forward(&discovery, parts.method, parts.uri, parts.headers, body).await
+            }),
+        );
+    }
+    router
+}
+
+async fn forward(
+    router: &Router,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let mut request = axum::extract::Request::new(body);
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.headers_mut() = headers;
+    router.clone().oneshot(request).await.into_response()
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Ready once the store answers a read.
+async fn readyz(State(app): State<App>) -> Response {
+    match tokio::time::timeout(Duration::from_secs(2), app.registry.storage().revision()).await {
+        Ok(Ok(_)) => "ok".into_response(),
+        Ok(Err(err)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("[-]store failed: {err}\nreadyz check failed"),
+        )
+            .into_response(),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "[-]store did not answer within 2s\nreadyz check failed",
+        )
+            .into_response(),
+    }
+}
+
+async fn fallback(uri: Uri) -> Response {
+    ApiError::new(
+        404,
+        "NotFound",
+        format!(
+            "the server could not find the requested resource ({})",
+            uri.path()
+        ),
+    )
+    .into_response()
+}
+
+/// What a resource path names.
+#[derive(Debug)]
+struct Route {
+    resource: &'static ResourceType,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+/// The (group, version) and the segments after it, or `None` when the path
+/// is a discovery path (`/api/v1`, `/apis/{group}/{version}`).
+fn split_group_version(path: &str) -> Option<(String, String, Vec<String>)> {
+    let segments: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .map(str::to_string)
+        .collect();
+    match segments.first().map(String::as_str) {
+        Some("api") if segments.len() > 2 => {
+            Some((String::new(), segments[1].clone(), segments[2..].to_vec()))
+        }
+        Some("apis") if segments.len() > 3 => Some((
+            segments[1].clone(),
+            segments[2].clone(),
+            segments[3..].to_vec(),
+        )),
+        _ => None,
+    }
+}
+
+fn parse_route(group: &str, version: &str, rest: &[String]) -> ApiResult<Route> {
+    let not_found = || {
+        ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource".to_string(),
+        )
+    };
+    let namespaced_collection = rest.len() >= 3
+        && rest[0] == "namespaces"
+        && resources::find(group, version, &rest[2]).is_some_and(|r| r.namespaced);
+    let (namespace, rest) = if namespaced_collection {
+        (Some(rest[1].clone()), &rest[2..])
+    } else {
+        (None, rest)
+    };
+    let resource = resources::find(group, version, &rest[0]).ok_or_else(not_found)?;
+    if rest.len() > 3 {
+        return Err(not_found());
+    }
+    let subresource = rest.get(2).cloned();
+    if let Some(sub) = &subresource {
+        if !resource.has_subresource(sub) {
+            return Err(not_found());
+        }
+    }
+    Ok(Route {
+        resource,
+        namespace,
+        name: rest.get(1).cloned(),
+        subresource,
+    })
+}
+
+fn flag(query: &HashMap<String, String>, name: &str) -> bool {
+    query.get(name).is_some_and(|v| v == "true" || v == "1")
+}
+
+fn dry_run(query: &HashMap<String, String>) -> ApiResult<bool> {
+    match query.get("dryRun").map(String::as_str) {
+        None | Some("") => Ok(false),
+        Some("All") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "unsupported dryRun value {other:?}: only \"All\" is supported"
+        ))),
+    }
+}
+
+fn list_options(
+    resource: &ResourceType,
+    query: &HashMap<String, String>,
+) -> ApiResult<ListOptions> {
+    let labels = match query.get("labelSelector").filter(|s| !s.is_empty()) {
+        Some(s) => Some(LabelSelector::parse(s)?),
+        None => None,
+    };
+    let fields = match query.get("fieldSelector").filter(|s| !s.is_empty()) {
+        Some(s) => {
+            let selector = FieldSelector::parse(s)?;
+            selector.check_supported(resource.kind)?;
+            Some(selector)
+        }
+        None => None,
+    };
+    let limit = match query.get("limit").filter(|s| !s.is_empty()) {
+        Some(l) => l
+            .parse::<i64>()
+            .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+        None => 0,
+    };
+    Ok(ListOptions {
+        labels,
+        fields,
+        limit,
+        continue_token: query.get("continue").filter(|s| !s.is_empty()).cloned(),
+        resource_version: query.get("resourceVersion").cloned().unwrap_or_default(),
+        resource_version_match: query
+            .get("resourceVersionMatch")
+            .cloned()
+            .unwrap_or_default(),
+    })
+}
+
+fn delete_options(query: &HashMap<String, String>, body: &[u8]) -> ApiResult<DeleteOptions> {
+    let mut options = DeleteOptions {
+        dry_run: dry_run(query)?,
+        ..DeleteOptions::default()
+    };
+    if let Some(g) = query.get("gracePeriodSeconds") {
+        options.grace_period_seconds = Some(
+            g.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
+        );
+    }
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let value: Value = serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}"))
+        })?;
+        if let Some(g) = value.get("gracePeriodSeconds").and_then(Value::as_i64) {
+            options.grace_period_seconds = Some(g);
+        }
+        if let Some(dry) = value.get("dryRun").and_then(Value::as_array) {
+            options.dry_run |= dry.iter().any(|d| d == "All");
+        }
+        if let Some(pre) = value.get("preconditions") {
+            options.precondition_uid = pre.get("uid").and_then(Value::as_str).map(str::to_string);
+            options.precondition_resource_version = pre
+                .get("resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+        }
+    }
+    Ok(options)
+}
+
+/// `fieldValidation=Strict` (what kubectl sends): unknown fields are an
+/// error. `Ignore`, `Warn` and absent: they are dropped (`Warn` is treated
+/// as `Ignore` for now).
+fn field_validation(
+    resource: &ResourceType,
+    query: &HashMap<String, String>,
+    object: &Value,
+) -> ApiResult<()> {
+    match query.get("fieldValidation").map(String::as_str) {
+        Some("Strict") => {
+            let unknown = crate::validation::strict_unknown_fields(resource, object);
+            if unknown.is_empty() {
+                Ok(())
+            } else {
+                Err(crate::validation::strict_decoding_error(resource, &unknown))
+            }
+        }
+        None | Some("" | "Ignore" | "Warn") => Ok(()),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "fieldValidation must be Ignore, Warn or Strict, not {other:?}"
+        ))),
+    }
+}
+
+fn json_response(code: StatusCode, value: &Value) -> Response {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn resource(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let Some((group, version, rest)) = split_group_version(uri.path()) else {
+        return forward(&app.discovery, method, uri, headers, Body::empty()).await;
+    };
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return ApiError::too_large(format!(
+                "the request body is larger than {MAX_BODY_BYTES} bytes"
+            ))
+            .into_response()
+        }
+        Err(rejection) => return ApiError::bad_request(rejection.body_text()).into_response(),
+    };
+    match serve(
+        &app.registry,
+        method,
+        &group,
+        &version,
+        &rest,
+        &query,
+        &body,
+    )
+    .await
+    {
+        Ok(response) => response,
+        Err(err) => err.into_response(),
+    }
+}
+
+async fn serve(
+    registry: &Registry,
+    method: Method,
+    group: &str,
+    version: &str,
+    rest: &[String],
+    query: &HashMap<String, String>,
+    body: &[u8],
+) -> ApiResult<Response> {
+    let route = parse_route(group, version, rest)?;
+    let resource = route.resource;
+    let target = Target {
+        resource,
+        namespace: route.namespace.as_deref(),
+    };
+    let not_allowed = |verb: &str| {
+        ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({verb} {})",
+            resource.plural
+        ))
+    };
+    match (&method, route.name.as_deref(), route.subresource.as_deref()) {
+        (&Method::GET, None, None) if flag(query, "watch") => {
+            let options = WatchOptions {
+                list: list_options(resource, query)?,
+                allow_bookmarks: flag(query, "allowWatchBookmarks"),
+                timeout: query
+                    .get("timeoutSeconds")
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .map(Duration::from_secs),
+                send_initial_events: flag(query, "sendInitialEvents"),
+            };
+            let stream = crate::watch::start(registry, &target, options).await?;
+            Ok((
+                StatusCode::OK,
+                [
+                    (header::CONTENT_TYPE, "application/json"),
+                    (header::CACHE_CONTROL, "no-cache"),
+                ],
+                Body::from_stream(stream),
+            )
+                .into_response())
+        }
+        (&Method::GET, None, None) => {
+            let list = registry
+                .list(&target, &list_options(resource, query)?)
+                .await?;
+            Ok(json_response(StatusCode::OK, &list))
+        }
+        (&Method::GET, Some(name), None | Some("status")) => Ok(json_response(
+            StatusCode::OK,
+            &registry.get(&target, name).await?,
+        )),
+        (&Method::POST, None, None) => {
+            let object = crate::object::parse_body(body)?;
+            field_validation(resource, query, &object)?;
+            let created = registry.create(&target, object, dry_run(query)?).await?;
+            Ok(json_response(StatusCode::CREATED, &created))
+        }
+        (&Method::PUT, Some(name), sub @ (None | Some("status"))) => {
+            let object = crate::object::parse_body(body)?;
+            field_validation(resource, query, &object)?;
+            let updated = registry
+                .update(&target, name, object, sub, dry_run(query)?)
+                .await?;
+            Ok(json_response(StatusCode::OK, &updated))
+        }
+        (&Method::DELETE, Some(name), None) => {
+            let options = delete_options(query, body)?;
+            let deleted = registry.delete(&target, name, &options).await?;
+            Ok(json_response(StatusCode::OK, &deleted))
+        }
+        (&Method::DELETE, None, None) => {
+            let options = delete_options(query, body)?;
+            let deleted = registry
+                .delete_collection(&target, &list_options(resource, query)?, &options)
+                .await?;
+            Ok(json_response(StatusCode::OK, &deleted))
+        }
+        (method, _, _) => Err(not_allowed(method.as_str())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segments(path: &str) -> (String, String, Vec<String>) {
+        split_group_version(path).expect("a resource path")
+    }
+
+    #[test]
+    fn paths_name_resources_as_kubernetes_does() {
+        let (g, v, rest) = segments("/api/v1/namespaces/default/pods/web");
+        let route = parse_route(&g, &v, &rest).unwrap();
+        assert_eq!(
+            (
+                route.resource.plural,
+                route.namespace.as_deref(),
+                route.name.as_deref()
+            ),
+            ("pods", Some("default"), Some("web"))
+        );
+        let (g, v, rest) = segments("/api/v1/namespaces/default");
+        let route = parse_route(&g, &v, &rest).unwrap();
+        assert_eq!(
+            (route.resource.plural, route.name.as_deref()),
+            ("namespaces", Some("default"))
+        );
+        let (g, v, rest) = segments("/api/v1/namespaces/default/status");
+        let route = parse_route(&g, &v, &rest).unwrap();
+        assert_eq!(
+            (route.resource.plural, route.subresource.as_deref()),
+            ("namespaces", Some("status"))
+        );
+        let (g, v, rest) = segments("/apis/apps/v1/deployments");
+        let route = parse_route(&g, &v, &rest).unwrap();
+        assert_eq!(
+            (route.resource.plural, route.namespace),
+            ("deployments", None)
+        );
+        let (g, v, rest) = segments("/api/v1/nodes/n1/status");
+        assert_eq!(
+            parse_route(&g, &v, &rest).unwrap().subresource.as_deref(),
+            Some("status")
+        );
+        let (g, v, rest) = segments("/api/v1/namespaces/default/widgets");
+        assert_eq!(parse_route(&g, &v, &rest).unwrap_err().code, 404);
+        assert!(split_group_version("/api/v1").is_none());
+        assert!(split_group_version("/apis/apps/v1").is_none());
+    }
+}

@@ -1,0 +1,1878 @@
+//! Checks of an object before it is stored: it decodes as its type (400),
+//! its names, metadata and commonly-wrong fields are valid (422, worded as
+//! Kubernetes words them), strict unknown fields. Not defaulting or admission.
+
+// `ApiError` is the crate's one error type; its size is status.rs's to
+// change (boxing `details`).
+#![allow(clippy::result_large_err)]
+
+use std::collections::HashSet;
+
+use serde_json::{Map, Value};
+
+use crate::resources::ResourceType;
+use crate::selectors::{go_quote, go_string_slice, LabelSelector};
+use crate::status::{ApiError, Cause};
+
+// ---------------------------------------------------------------------------
+// String formats, as k8s.io/apimachinery's util/validation checks them
+// ---------------------------------------------------------------------------
+
+const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
+const DNS1123_LABEL_ERR: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
+const DNS1123_SUBDOMAIN_FMT: &str =
+    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+const DNS1035_LABEL_FMT: &str = "[a-z]([-a-z0-9]*[a-z0-9])?";
+const DNS1035_LABEL_ERR: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character";
+const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
+const QUALIFIED_NAME_ERR: &str =
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
+const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const CONFIG_KEY_FMT: &str = "[-._a-zA-Z0-9]+";
+const CONFIG_KEY_ERR: &str =
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.'";
+
+/// The most bytes of annotations (keys and values) one object may carry.
+const TOTAL_ANNOTATION_SIZE: usize = 256 * 1024;
+/// The most bytes of data one ConfigMap or Secret may carry.
+const MAX_SECRET_SIZE: usize = 1024 * 1024;
+const PORT_RANGE_ERR: &str = "must be between 1 and 65535, inclusive";
+const NEGATIVE_ERR: &str = "must be greater than or equal to 0";
+
+/// Kubernetes' "(e.g. 'a',  or 'b', regex used for validation is '…')"
+/// wording, double space included.
+fn regex_error(message: &str, format: &str, examples: &[&str]) -> String {
+    let mut out = format!("{message} (e.g. ");
+    for (i, example) in examples.iter().enumerate() {
+        if i > 0 {
+            out.push_str(" or ");
+        }
+        out.push_str(&format!("'{example}', "));
+    }
+    out.push_str(&format!("regex used for validation is '{format}')"));
+    out
+}
+
+fn max_len_error(max: usize) -> String {
+    format!("must be no more than {max} characters")
+}
+
+fn is_label_shape(s: &str) -> bool {
+    let b = s.as_bytes();
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && alnum(b[0])
+        && alnum(b[b.len() - 1])
+        && b.iter().all(|&c| alnum(c) || c == b'-')
+}
+
+fn is_subdomain_shape(s: &str) -> bool {
+    s.split('.').all(is_label_shape)
+}
+
+fn is_qualified_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// RFC 1123 label (≤ 63, `[a-z0-9-]`, alphanumeric at both ends): the
+/// messages of what is wrong, none when valid.
+pub fn is_dns1123_label(value: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if value.len() > 63 {
+        errors.push(max_len_error(63));
+    }
+    if !is_label_shape(value) {
+        if is_subdomain_shape(value) {
+            errors.push("must not contain dots".to_string());
+        } else {
+            errors.push(regex_error(
+                DNS1123_LABEL_ERR,
+                DNS1123_LABEL_FMT,
+                &["my-name", "123-abc"],
+            ));
+        }
+    }
+    errors
+}
+
+/// RFC 1123 subdomain (≤ 253, dot-separated labels).
+pub fn is_dns1123_subdomain(value: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if value.len() > 253 {
+        errors.push(max_len_error(253));
+    }
+    if !is_subdomain_shape(value) {
+        errors.push(regex_error(
+            DNS1123_SUBDOMAIN_ERR,
+            DNS1123_SUBDOMAIN_FMT,
+            &["example.com"],
+        ));
+    }
+    errors
+}
+
+/// RFC 1035 label: an RFC 1123 label that starts with a letter.
+pub fn is_dns1035_label(value: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if value.len() > 63 {
+        errors.push(max_len_error(63));
+    }
+    if !(is_label_shape(value) && value.as_bytes()[0].is_ascii_lowercase()) {
+        errors.push(regex_error(
+            DNS1035_LABEL_ERR,
+            DNS1035_LABEL_FMT,
+            &["my-name", "abc-123"],
+        ));
+    }
+    errors
+}
+
+/// A label key or annotation key: `[prefix/]name`, the prefix a DNS
+/// subdomain, the name ≤ 63 alphanumerics with `-_.` inside.
+pub fn is_qualified_name(value: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    let parts: Vec<&str> = value.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errors.push("prefix part must be non-empty".to_string());
+            } else {
+                errors.extend(
+                    is_dns1123_subdomain(prefix)
+                        .into_iter()
+                        .map(|m| format!("prefix part {m}")),
+                );
+            }
+            *name
+        }
+        _ => {
+            errors.push(format!(
+                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
+            ));
+            return errors;
+        }
+    };
+    if name.is_empty() {
+        errors.push("name part must be non-empty".to_string());
+    } else if name.len() > 63 {
+        errors.push(format!("name part {}", max_len_error(63)));
+    }
+    if !is_qualified_part(name) {
+        let detail = regex_error(
+            QUALIFIED_NAME_ERR,
+            QUALIFIED_NAME_FMT,
+            &["MyName", "my.name", "123-abc"],
+        );
+        errors.push(format!("name part {detail}"));
+    }
+    errors
+}
+
+/// A label value: empty, or ≤ 63 alphanumerics with `-_.` inside.
+pub fn is_valid_label_value(value: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if value.len() > 63 {
+        errors.push(max_len_error(63));
+    }
+    if !value.is_empty() && !is_qualified_part(value) {
+        errors.push(regex_error(
+            LABEL_VALUE_ERR,
+            LABEL_VALUE_FMT,
+            &["MyValue", "my_value", "12345"],
+        ));
+    }
+    errors
+}
+
+/// A key of a ConfigMap's or Secret's data.
+fn is_config_map_key(value: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if value.len() > 253 {
+        errors.push(max_len_error(253));
+    }
+    let valid = !value.is_empty()
+        && value
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
+    if !valid {
+        errors.push(regex_error(
+            CONFIG_KEY_ERR,
+            CONFIG_KEY_FMT,
+            &["key.name", "KEY_NAME", "key-name"],
+        ));
+    }
+    match value {
+        "." => errors.push("must not be '.'".to_string()),
+        ".." => errors.push("must not be '..'".to_string()),
+        v if v.starts_with("..") => errors.push("must not start with '..'".to_string()),
+        _ => {}
+    }
+    errors
+}
+
+/// An IANA service name, as container and service ports are named.
+fn is_valid_port_name(port: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if port.len() > 15 {
+        errors.push(max_len_error(15));
+    }
+    if port.is_empty()
+        || !port
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+    {
+        errors.push(
+            "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string(),
+        );
+    }
+    if !port.bytes().any(|c| c.is_ascii_lowercase()) {
+        errors.push("must contain at least one letter (a-z)".to_string());
+    }
+    if port.contains("--") {
+        errors.push("must not contain consecutive hyphens".to_string());
+    }
+    if port.starts_with('-') || port.ends_with('-') {
+        errors.push("must not begin or end with a hyphen".to_string());
+    }
+    errors
+}
+
+fn is_valid_port_num(port: i64) -> bool {
+    (1..=65535).contains(&port)
+}
+
+// ---------------------------------------------------------------------------
+// Field causes, as k8s.io/apimachinery's field errors read
+// ---------------------------------------------------------------------------
+
+fn cause(reason: &'static str, field: impl Into<String>, message: String) -> Cause {
+    Cause {
+        reason,
+        message,
+        field: field.into(),
+    }
+}
+
+fn with_detail(body: String, detail: &str) -> String {
+    if detail.is_empty() {
+        body
+    } else {
+        format!("{body}: {detail}")
+    }
+}
+
+/// `value` is already rendered (quoted string, number, Go struct).
+fn invalid(field: impl Into<String>, value: &str, detail: &str) -> Cause {
+    cause(
+        "FieldValueInvalid",
+        field,
+        with_detail(format!("Invalid value: {value}"), detail),
+    )
+}
+
+fn required(field: impl Into<String>, detail: &str) -> Cause {
+    cause(
+        "FieldValueRequired",
+        field,
+        with_detail("Required value".to_string(), detail),
+    )
+}
+
+fn not_supported(field: impl Into<String>, value: &str, supported: &[&str]) -> Cause {
+    let listed: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
+    let message = format!(
+        "Unsupported value: {}: supported values: {}",
+        go_quote(value),
+        listed.join(", ")
+    );
+    cause("FieldValueNotSupported", field, message)
+}
+
+fn duplicate(field: impl Into<String>, value: &str) -> Cause {
+    cause(
+        "FieldValueDuplicate",
+        field,
+        format!("Duplicate value: {}", go_quote(value)),
+    )
+}
+
+fn not_found(field: impl Into<String>, value: &str) -> Cause {
+    cause(
+        "FieldValueNotFound",
+        field,
+        format!("Not found: {}", go_quote(value)),
+    )
+}
+
+fn forbidden(field: impl Into<String>, detail: &str) -> Cause {
+    cause(
+        "FieldValueForbidden",
+        field,
+        with_detail("Forbidden".to_string(), detail),
+    )
+}
+
+fn too_long(field: impl Into<String>, max_bytes: usize) -> Cause {
+    cause(
+        "FieldValueTooLong",
+        field,
+        format!("Too long: may not be more than {max_bytes} bytes"),
+    )
+}
+
+/// One Invalid cause per message about `value` at `field`.
+fn invalid_each(causes: &mut Vec<Cause>, field: &str, value: &str, messages: Vec<String>) {
+    causes.extend(messages.iter().map(|m| invalid(field, &go_quote(value), m)));
+}
+
+fn non_negative(causes: &mut Vec<Cause>, parent: &Value, name: &str, path: &str) {
+    if let Some(n) = parent.get(name).and_then(Value::as_i64).filter(|n| *n < 0) {
+        causes.push(invalid(
+            format!("{path}.{name}"),
+            &n.to_string(),
+            NEGATIVE_ERR,
+        ));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// JSON access
+// ---------------------------------------------------------------------------
+
+static NULL: Value = Value::Null;
+
+fn field<'a>(value: &'a Value, name: &str) -> &'a Value {
+    value.get(name).unwrap_or(&NULL)
+}
+
+fn text<'a>(value: &'a Value, name: &str) -> &'a str {
+    value.get(name).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn items<'a>(value: &'a Value, name: &str) -> &'a [Value] {
+    value
+        .get(name)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+fn entries<'a>(value: &'a Value, name: &str) -> impl Iterator<Item = (&'a String, &'a str)> {
+    value
+        .get(name)
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k, v.as_str().unwrap_or_default()))
+}
+
+// ---------------------------------------------------------------------------
+// Names and metadata
+// ---------------------------------------------------------------------------
+
+/// What is wrong with `name` as a name of `resource` (a generateName
+/// prefix when `prefix`): DNS subdomain for most kinds, DNS-1123 label for
+/// Namespace, DNS-1035 label for Service.
+fn name_messages(resource: &ResourceType, name: &str, prefix: bool) -> Vec<String> {
+    let masked;
+    let name = if prefix && name.len() > 1 && name.ends_with('-') && name.is_ascii() {
+        // A prefix may end in '-': Kubernetes checks it with the dash masked.
+        masked = format!("{}a", &name[..name.len() - 2]);
+        masked.as_str()
+    } else {
+        name
+    };
+    match (resource.group, resource.kind) {
+        ("", "Namespace") => is_dns1123_label(name),
+        ("", "Service") => is_dns1035_label(name),
+        // Event names are not checked by Kubernetes beyond being a path segment.
+        ("", "Event") => path_segment_messages(name),
+        _ => is_dns1123_subdomain(name),
+    }
+}
+
+fn path_segment_messages(name: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if name == "." || name == ".." {
+        errors.push(format!("may not be '{name}'"));
+    }
+    for bad in ["/", "%"] {
+        if name.contains(bad) {
+            errors.push(format!("may not contain '{bad}'"));
+        }
+    }
+    errors
+}
+
+/// The causes against `metadata.name` for an object of `resource`.
+pub fn validate_name(resource: &ResourceType, name: &str) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    invalid_each(
+        &mut causes,
+        "metadata.name",
+        name,
+        name_messages(resource, name, false),
+    );
+    // A CronJob's name is the prefix of its Jobs' names, which carry a suffix.
+    if resource.group == "batch" && resource.kind == "CronJob" && name.len() > 52 {
+        causes.push(invalid(
+            "metadata.name",
+            &go_quote(name),
+            "must be no more than 52 characters",
+        ));
+    }
+    causes
+}
+
+/// The causes against `metadata.generateName` (a prefix; it may end in '-').
+pub fn validate_generate_name(resource: &ResourceType, prefix: &str) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    invalid_each(
+        &mut causes,
+        "metadata.generateName",
+        prefix,
+        name_messages(resource, prefix, true),
+    );
+    causes
+}
+
+/// The causes against an object's metadata that do not depend on its kind:
+/// name or generateName present, generation, label keys and values,
+/// annotation keys and total size, ownerReferences, finalizers.
+pub fn validate_metadata(object: &Value) -> Vec<Cause> {
+    let meta = field(object, "metadata");
+    let mut causes = Vec::new();
+    if text(meta, "name").is_empty() && text(meta, "generateName").is_empty() {
+        causes.push(required(
+            "metadata.name",
+            "name or generateName is required",
+        ));
+    }
+    non_negative(&mut causes, meta, "generation", "metadata");
+    validate_labels(&mut causes, meta, "labels", "metadata.labels");
+    validate_annotations(&mut causes, meta, "metadata.annotations");
+    validate_owner_references(&mut causes, items(meta, "ownerReferences"));
+    validate_finalizers(&mut causes, items(meta, "finalizers"));
+    causes
+}
+
+/// Label keys and values of the map `parent[name]`, reported at `path`.
+fn validate_labels(causes: &mut Vec<Cause>, parent: &Value, name: &str, path: &str) {
+    for (key, value) in entries(parent, name) {
+        invalid_each(causes, path, key, is_qualified_name(key));
+        invalid_each(causes, path, value, is_valid_label_value(value));
+    }
+}
+
+fn validate_annotations(causes: &mut Vec<Cause>, meta: &Value, path: &str) {
+    let mut size = 0;
+    for (key, value) in entries(meta, "annotations") {
+        // Annotation keys are qualified names in any case.
+        invalid_each(
+            causes,
+            path,
+            key,
+            is_qualified_name(&key.to_ascii_lowercase()),
+        );
+        size += key.len() + value.len();
+    }
+    if size > TOTAL_ANNOTATION_SIZE {
+        causes.push(too_long(path, TOTAL_ANNOTATION_SIZE));
+    }
+}
+
+fn validate_owner_references(causes: &mut Vec<Cause>, references: &[Value]) {
+    const PATH: &str = "metadata.ownerReferences";
+    let mut controller: Option<String> = None;
+    for reference in references {
+        let api_version = text(reference, "apiVersion");
+        let version = match api_version.split('/').collect::<Vec<_>>().as_slice() {
+            [version] | [_, version] => *version,
+            _ => "",
+        };
+        let checks = [
+            (
+                "apiVersion",
+                version,
+                api_version,
+                "version must not be empty",
+            ),
+            (
+                "kind",
+                text(reference, "kind"),
+                text(reference, "kind"),
+                "kind must not be empty",
+            ),
+            (
+                "name",
+                text(reference, "name"),
+                text(reference, "name"),
+                "name must not be empty",
+            ),
+            (
+                "uid",
+                text(reference, "uid"),
+                text(reference, "uid"),
+                "uid must not be empty",
+            ),
+        ];
+        for (name, checked, shown, detail) in checks {
+            if checked.is_empty() {
+                causes.push(invalid(format!("{PATH}.{name}"), &go_quote(shown), detail));
+            }
+        }
+        if reference.get("controller").and_then(Value::as_bool) == Some(true) {
+            let current = format!("{}/{}", text(reference, "kind"), text(reference, "name"));
+            match &controller {
+                Some(first) => causes.push(invalid(
+                    PATH,
+                    &Value::Array(references.to_vec()).to_string(),
+                    &format!(
+                        "Only one reference can have Controller set to true. Found \"true\" in references for {first} and {current}"
+                    ),
+                )),
+                None => controller = Some(current),
+            }
+        }
+    }
+}
+
+fn validate_finalizers(causes: &mut Vec<Cause>, finalizers: &[Value]) {
+    const PATH: &str = "metadata.finalizers";
+    let names: Vec<String> = finalizers
+        .iter()
+        .map(|f| f.as_str().unwrap_or_default().to_string())
+        .collect();
+    for name in &names {
+        invalid_each(causes, PATH, name, is_qualified_name(name));
+    }
+    if names.iter().any(|n| n == "orphan") && names.iter().any(|n| n == "foregroundDeletion") {
+        let detail = "finalizer orphan and foregroundDeletion cannot be both set";
+        causes.push(invalid(PATH, &go_string_slice(&names), detail));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The whole object
+// ---------------------------------------------------------------------------
+
+/// Checks an object of `resource` before it is stored: a 400 when it does
+/// not decode as its type (a wrong JSON type), else a 422 Invalid listing
+/// every cause found in its metadata and in the fields Kubernetes requires
+/// of its kind. The registry calls it after filling namespace and name.
+pub fn validate_object(resource: &ResourceType, object: &Value) -> Result<(), ApiError> {
+    check_decodes(resource, object)?;
+    let meta = field(object, "metadata");
+    let name = text(meta, "name");
+    let mut causes = Vec::new();
+    let generate_name = text(meta, "generateName");
+    if !generate_name.is_empty() {
+        causes.extend(validate_generate_name(resource, generate_name));
+    }
+    if !name.is_empty() {
+        causes.extend(validate_name(resource, name));
+    }
+    let namespace = text(meta, "namespace");
+    if resource.namespaced && !namespace.is_empty() {
+        invalid_each(
+            &mut causes,
+            "metadata.namespace",
+            namespace,
+            is_dns1123_label(namespace),
+        );
+    }
+    causes.extend(validate_metadata(object));
+    validate_kind(resource, object, &mut causes);
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        resource.group,
+        resource.kind,
+        resource.plural,
+        name,
+        causes,
+    ))
+}
+
+/// `Pod in version "v1" cannot be handled as a Pod: …`, as Kubernetes
+/// prefixes every decoding failure.
+fn cannot_be_handled(resource: &ResourceType, detail: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "{kind} in version {version} cannot be handled as a {kind}: {detail}",
+        kind = resource.kind,
+        version = go_quote(resource.version),
+    ))
+}
+
+fn check_decodes(resource: &ResourceType, object: &Value) -> Result<(), ApiError> {
+    let Err(plain) = (resource.decode)(object) else {
+        return Ok(());
+    };
+    let detail = match (resource.roundtrip)(object) {
+        Err(err) if err.path().iter().next().is_some() => {
+            format!("{}: {}", err.path(), err.inner())
+        }
+        Err(err) => err.inner().to_string(),
+        Ok(_) => plain.to_string(),
+    };
+    Err(cannot_be_handled(resource, &detail))
+}
+
+fn validate_kind(resource: &ResourceType, object: &Value, causes: &mut Vec<Cause>) {
+    let spec = field(object, "spec");
+    match (resource.group, resource.kind) {
+        ("", "Pod") => validate_pod_spec(causes, spec, "spec"),
+        ("", "Service") => validate_service(causes, spec),
+        ("", "ConfigMap") => validate_config_map(causes, object),
+        ("", "Secret") => validate_secret(causes, object),
+        ("apps", kind @ ("Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet")) => {
+            validate_workload(causes, kind, spec)
+        }
+        ("batch", "Job") => validate_job_spec(causes, spec, "spec"),
+        ("batch", "CronJob") => {
+            if text(spec, "schedule").is_empty() {
+                causes.push(required("spec.schedule", ""));
+            }
+            validate_job_spec(
+                causes,
+                field(field(spec, "jobTemplate"), "spec"),
+                "spec.jobTemplate.spec",
+            );
+        }
+        _ => {}
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Pods and pod templates
+// ---------------------------------------------------------------------------
+
+fn validate_pod_spec(causes: &mut Vec<Cause>, spec: &Value, path: &str) {
+    let mut volumes = HashSet::new();
+    for (i, volume) in items(spec, "volumes").iter().enumerate() {
+        let name = text(volume, "name");
+        let at = format!("{path}.volumes[{i}].name");
+        if name.is_empty() {
+            causes.push(required(at, ""));
+        } else {
+            invalid_each(causes, &at, name, is_dns1123_label(name));
+            if !volumes.insert(name) {
+                causes.push(duplicate(at, name));
+            }
+        }
+    }
+    let containers = items(spec, "containers");
+    if containers.is_empty() {
+        causes.push(required(format!("{path}.containers"), ""));
+    }
+    let mut names = HashSet::new();
+    for (i, container) in containers.iter().enumerate() {
+        validate_container(
+            causes,
+            container,
+            &format!("{path}.containers[{i}]"),
+            &mut names,
+            &volumes,
+        );
+    }
+    for (i, container) in items(spec, "initContainers").iter().enumerate() {
+        validate_container(
+            causes,
+            container,
+            &format!("{path}.initContainers[{i}]"),
+            &mut names,
+            &volumes,
+        );
+    }
+    let restart_policy = text(spec, "restartPolicy");
+    if !restart_policy.is_empty() && !["Always", "OnFailure", "Never"].contains(&restart_policy) {
+        causes.push(not_supported(
+            format!("{path}.restartPolicy"),
+            restart_policy,
+            &["Always", "OnFailure", "Never"],
+        ));
+    }
+}
+
+fn validate_container<'a>(
+    causes: &mut Vec<Cause>,
+    container: &'a Value,
+    path: &str,
+    names: &mut HashSet<&'a str>,
+    volumes: &HashSet<&str>,
+) {
+    let name = text(container, "name");
+    if name.is_empty() {
+        causes.push(required(format!("{path}.name"), ""));
+    } else {
+        invalid_each(
+            causes,
+            &format!("{path}.name"),
+            name,
+            is_dns1123_label(name),
+        );
+        if !names.insert(name) {
+            causes.push(duplicate(format!("{path}.name"), name));
+        }
+    }
+    let image = text(container, "image");
+    if image.is_empty() {
+        causes.push(required(format!("{path}.image"), ""));
+    } else if image.trim() != image {
+        let detail = "must not have leading or trailing whitespace";
+        causes.push(invalid(format!("{path}.image"), &go_quote(image), detail));
+    }
+    validate_container_ports(causes, items(container, "ports"), &format!("{path}.ports"));
+    for (i, env) in items(container, "env").iter().enumerate() {
+        if text(env, "name").is_empty() {
+            causes.push(required(format!("{path}.env[{i}].name"), ""));
+        }
+    }
+    validate_volume_mounts(
+        causes,
+        items(container, "volumeMounts"),
+        &format!("{path}.volumeMounts"),
+        volumes,
+    );
+}
+
+fn validate_container_ports(causes: &mut Vec<Cause>, ports: &[Value], path: &str) {
+    let mut names = HashSet::new();
+    for (i, port) in ports.iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        let name = text(port, "name");
+        if !name.is_empty() {
+            let messages = is_valid_port_name(name);
+            if !messages.is_empty() {
+                invalid_each(causes, &format!("{at}.name"), name, messages);
+            } else if !names.insert(name) {
+                causes.push(duplicate(format!("{at}.name"), name));
+            }
+        }
+        match port
+            .get("containerPort")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+        {
+            0 => causes.push(required(format!("{at}.containerPort"), "")),
+            n if !is_valid_port_num(n) => causes.push(invalid(
+                format!("{at}.containerPort"),
+                &n.to_string(),
+                PORT_RANGE_ERR,
+            )),
+            _ => {}
+        }
+        match port.get("hostPort").and_then(Value::as_i64).unwrap_or(0) {
+            n if n != 0 && !is_valid_port_num(n) => causes.push(invalid(
+                format!("{at}.hostPort"),
+                &n.to_string(),
+                PORT_RANGE_ERR,
+            )),
+            _ => {}
+        }
+        check_protocol(causes, port, &at);
+    }
+}
+
+fn check_protocol(causes: &mut Vec<Cause>, port: &Value, path: &str) {
+    let protocol = text(port, "protocol");
+    if !protocol.is_empty() && !["SCTP", "TCP", "UDP"].contains(&protocol) {
+        causes.push(not_supported(
+            format!("{path}.protocol"),
+            protocol,
+            &["SCTP", "TCP", "UDP"],
+        ));
+    }
+}
+
+fn validate_volume_mounts(
+    causes: &mut Vec<Cause>,
+    mounts: &[Value],
+    path: &str,
+    volumes: &HashSet<&str>,
+) {
+    let mut mount_paths = HashSet::new();
+    for (i, mount) in mounts.iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        let name = text(mount, "name");
+        if name.is_empty() {
+            causes.push(required(format!("{at}.name"), ""));
+        }
+        if !volumes.contains(name) {
+            causes.push(not_found(format!("{at}.name"), name));
+        }
+        let mount_path = text(mount, "mountPath");
+        if mount_path.is_empty() {
+            causes.push(required(format!("{at}.mountPath"), ""));
+        }
+        if !mount_paths.insert(mount_path) {
+            causes.push(invalid(
+                format!("{at}.mountPath"),
+                &go_quote(mount_path),
+                "must be unique",
+            ));
+        }
+    }
+}
+
+/// A pod template: its labels and annotations, then its pod spec.
+fn validate_pod_template(causes: &mut Vec<Cause>, template: &Value, path: &str) {
+    let meta = field(template, "metadata");
+    validate_labels(causes, meta, "labels", &format!("{path}.labels"));
+    validate_annotations(causes, meta, &format!("{path}.annotations"));
+    validate_pod_spec(causes, field(template, "spec"), &format!("{path}.spec"));
+}
+
+/// The template's restartPolicy, `Always` when unset (Kubernetes' default).
+fn template_restart_policy(template: &Value) -> &str {
+    match text(field(template, "spec"), "restartPolicy") {
+        "" => "Always",
+        policy => policy,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Workloads: Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob
+// ---------------------------------------------------------------------------
+
+fn validate_workload(causes: &mut Vec<Cause>, kind: &str, spec: &Value) {
+    if kind != "DaemonSet" {
+        non_negative(causes, spec, "replicas", "spec");
+    }
+    let selector = spec.get("selector").filter(|s| !s.is_null());
+    match selector {
+        None => causes.push(required("spec.selector", "")),
+        Some(selector) => {
+            validate_label_selector(causes, selector, "spec.selector");
+            if selector_is_empty(selector) {
+                // Kubernetes words the ReplicaSet case as for a deployment.
+                let noun = match kind {
+                    "StatefulSet" => "statefulset",
+                    "DaemonSet" => "daemonset",
+                    _ => "deployment",
+                };
+                let detail = format!("empty selector is invalid for {noun}");
+                causes.push(invalid(
+                    "spec.selector",
+                    &go_label_selector(selector),
+                    &detail,
+                ));
+            }
+        }
+    }
+    let template = field(spec, "template");
+    check_selector_matches_template(causes, selector, template, "spec");
+    validate_pod_template(causes, template, "spec.template");
+    let policy = template_restart_policy(template);
+    if policy != "Always" {
+        causes.push(not_supported(
+            "spec.template.spec.restartPolicy",
+            policy,
+            &["Always"],
+        ));
+    }
+}
+
+/// The selector must select the template's labels; a missing selector
+/// selects nothing, an empty one everything.
+fn check_selector_matches_template(
+    causes: &mut Vec<Cause>,
+    selector: Option<&Value>,
+    template: &Value,
+    path: &str,
+) {
+    let labels = field(field(template, "metadata"), "labels");
+    let empty = Map::new();
+    let selects = match selector.map(LabelSelector::from_json) {
+        None => false,
+        Some(Ok(selector)) => {
+            selector.is_empty() || selector.matches(labels.as_object().unwrap_or(&empty))
+        }
+        Some(Err(_)) => {
+            let shown = go_label_selector(selector.unwrap_or(&NULL));
+            causes.push(invalid(
+                format!("{path}.selector"),
+                &shown,
+                "invalid label selector",
+            ));
+            return;
+        }
+    };
+    if !selects {
+        let detail = "`selector` does not match template `labels`";
+        causes.push(invalid(
+            format!("{path}.template.metadata.labels"),
+            &go_string_map(labels),
+            detail,
+        ));
+    }
+}
+
+fn selector_is_empty(selector: &Value) -> bool {
+    let count = |name: &str| match selector.get(name) {
+        Some(Value::Object(m)) => m.len(),
+        Some(Value::Array(a)) => a.len(),
+        _ => 0,
+    };
+    count("matchLabels") + count("matchExpressions") == 0
+}
+
+/// A `metav1.LabelSelector`'s own checks: label syntax of matchLabels, and
+/// operator, key and values of each matchExpression.
+fn validate_label_selector(causes: &mut Vec<Cause>, selector: &Value, path: &str) {
+    validate_labels(
+        causes,
+        selector,
+        "matchLabels",
+        &format!("{path}.matchLabels"),
+    );
+    for (i, expression) in items(selector, "matchExpressions").iter().enumerate() {
+        let at = format!("{path}.matchExpressions[{i}]");
+        let values = items(expression, "values");
+        match text(expression, "operator") {
+            "In" | "NotIn" if values.is_empty() => causes.push(required(
+                format!("{at}.values"),
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            )),
+            "Exists" | "DoesNotExist" if !values.is_empty() => causes.push(forbidden(
+                format!("{at}.values"),
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => causes.push(invalid(
+                format!("{at}.operator"),
+                &go_quote(other),
+                "not a valid selector operator",
+            )),
+        }
+        let key = text(expression, "key");
+        invalid_each(causes, &format!("{at}.key"), key, is_qualified_name(key));
+        for (j, value) in values.iter().enumerate() {
+            let value = value.as_str().unwrap_or_default();
+            invalid_each(
+                causes,
+                &format!("{at}.values[{j}]"),
+                value,
+                is_valid_label_value(value),
+            );
+        }
+    }
+}
+
+/// A Job's spec at `path` (`spec`, or `spec.jobTemplate.spec` of a CronJob).
+/// Its selector is the server's to generate, so it is optional here.
+fn validate_job_spec(causes: &mut Vec<Cause>, spec: &Value, path: &str) {
+    for name in ["parallelism", "completions", "backoffLimit"] {
+        non_negative(causes, spec, name, path);
+    }
+    let template = field(spec, "template");
+    if let Some(selector) = spec.get("selector").filter(|s| !s.is_null()) {
+        validate_label_selector(causes, selector, &format!("{path}.selector"));
+        check_selector_matches_template(causes, Some(selector), template, path);
+    }
+    validate_pod_template(causes, template, &format!("{path}.template"));
+    let policy = template_restart_policy(template);
+    if policy != "OnFailure" && policy != "Never" {
+        let at = format!("{path}.template.spec.restartPolicy");
+        causes.push(not_supported(at, policy, &["OnFailure", "Never"]));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Services, ConfigMaps, Secrets
+// ---------------------------------------------------------------------------
+
+fn validate_service(causes: &mut Vec<Cause>, spec: &Value) {
+    const TYPES: [&str; 4] = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"];
+    let service_type = text(spec, "type");
+    if !service_type.is_empty() && !TYPES.contains(&service_type) {
+        causes.push(not_supported("spec.type", service_type, &TYPES));
+    }
+    let external = service_type == "ExternalName";
+    if external && text(spec, "externalName").is_empty() {
+        causes.push(required("spec.externalName", ""));
+    }
+    let ports = items(spec, "ports");
+    if ports.is_empty() && text(spec, "clusterIP") != "None" && !external {
+        causes.push(required("spec.ports", ""));
+    }
+    let mut names = HashSet::new();
+    for (i, port) in ports.iter().enumerate() {
+        validate_service_port(
+            causes,
+            port,
+            &format!("spec.ports[{i}]"),
+            ports.len() > 1,
+            &mut names,
+        );
+    }
+    validate_labels(causes, spec, "selector", "spec.selector");
+}
+
+/// One port of a Service; `name_required` when the Service has several.
+fn validate_service_port<'a>(
+    causes: &mut Vec<Cause>,
+    port: &'a Value,
+    at: &str,
+    name_required: bool,
+    names: &mut HashSet<&'a str>,
+) {
+    let name = text(port, "name");
+    if name.is_empty() && name_required {
+        causes.push(required(format!("{at}.name"), ""));
+    } else if !name.is_empty() {
+        invalid_each(causes, &format!("{at}.name"), name, is_dns1123_label(name));
+        if !names.insert(name) {
+            causes.push(duplicate(format!("{at}.name"), name));
+        }
+    }
+    let number = port.get("port").and_then(Value::as_i64).unwrap_or(0);
+    if !is_valid_port_num(number) {
+        causes.push(invalid(
+            format!("{at}.port"),
+            &number.to_string(),
+            PORT_RANGE_ERR,
+        ));
+    }
+    check_protocol(causes, port, at);
+    match port.get("targetPort") {
+        Some(Value::Number(n)) => match n.as_i64().unwrap_or(-1) {
+            0 => {}
+            n if !is_valid_port_num(n) => causes.push(invalid(
+                format!("{at}.targetPort"),
+                &n.to_string(),
+                PORT_RANGE_ERR,
+            )),
+            _ => {}
+        },
+        Some(Value::String(s)) if !s.is_empty() => invalid_each(
+            causes,
+            &format!("{at}.targetPort"),
+            s,
+            is_valid_port_name(s),
+        ),
+        _ => {}
+    }
+}
+
+/// The bytes a base64 string decodes to (data values are base64 in JSON).
+fn base64_decoded_len(encoded: &str) -> usize {
+    let padding = encoded.bytes().rev().take_while(|b| *b == b'=').count();
+    (encoded.len() / 4 * 3).saturating_sub(padding)
+}
+
+fn validate_data_keys(causes: &mut Vec<Cause>, object: &Value, name: &str, path: &str) {
+    for (key, _) in entries(object, name) {
+        invalid_each(
+            causes,
+            &format!("{path}[{key}]"),
+            key,
+            is_config_map_key(key),
+        );
+    }
+}
+
+fn validate_config_map(causes: &mut Vec<Cause>, object: &Value) {
+    validate_data_keys(causes, object, "data", "data");
+    let binary = field(object, "binaryData");
+    for (key, _) in entries(object, "data") {
+        if binary.get(key).is_some() {
+            let detail = "duplicate of key present in binaryData";
+            causes.push(invalid(format!("data[{key}]"), &go_quote(key), detail));
+        }
+    }
+    validate_data_keys(causes, object, "binaryData", "binaryData");
+    let size: usize = entries(object, "data").map(|(_, v)| v.len()).sum::<usize>()
+        + entries(object, "binaryData")
+            .map(|(_, v)| base64_decoded_len(v))
+            .sum::<usize>();
+    if size > MAX_SECRET_SIZE {
+        causes.push(too_long("", MAX_SECRET_SIZE));
+    }
+}
+
+fn validate_secret(causes: &mut Vec<Cause>, object: &Value) {
+    // stringData is merged into data before Kubernetes validates.
+    validate_data_keys(causes, object, "data", "data");
+    validate_data_keys(causes, object, "stringData", "data");
+    let size: usize = entries(object, "data")
+        .map(|(_, v)| base64_decoded_len(v))
+        .sum::<usize>()
+        + entries(object, "stringData")
+            .map(|(_, v)| v.len())
+            .sum::<usize>();
+    if size > MAX_SECRET_SIZE {
+        causes.push(too_long("data", MAX_SECRET_SIZE));
+    }
+    let has = |key: &str| {
+        field(object, "data").get(key).is_some() || field(object, "stringData").get(key).is_some()
+    };
+    let need = |causes: &mut Vec<Cause>, key: &str| {
+        if !has(key) {
+            causes.push(required(format!("data[{key}]"), ""));
+        }
+    };
+    match text(object, "type") {
+        "kubernetes.io/service-account-token" => {
+            let annotation = "kubernetes.io/service-account.name";
+            if text(field(field(object, "metadata"), "annotations"), annotation).is_empty() {
+                causes.push(required(format!("metadata.annotations[{annotation}]"), ""));
+            }
+        }
+        "kubernetes.io/dockercfg" => need(causes, ".dockercfg"),
+        "kubernetes.io/dockerconfigjson" => need(causes, ".dockerconfigjson"),
+        "kubernetes.io/basic-auth" if !has("username") && !has("password") => {
+            need(causes, "username");
+            need(causes, "password");
+        }
+        "kubernetes.io/ssh-auth" => need(causes, "ssh-privatekey"),
+        "kubernetes.io/tls" => {
+            need(causes, "tls.crt");
+            need(causes, "tls.key");
+        }
+        _ => {}
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Go's rendering of maps and selectors in messages
+// ---------------------------------------------------------------------------
+
+/// A `map[string]string` as Go's `%#v` prints it, keys sorted.
+fn go_string_map(map: &Value) -> String {
+    let Some(map) = map.as_object() else {
+        return "map[string]string(nil)".to_string();
+    };
+    let mut pairs: Vec<(&String, &Value)> = map.iter().collect();
+    pairs.sort_by(|a, b| a.0.cmp(b.0));
+    let shown: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "{}:{}",
+                go_quote(k),
+                go_quote(v.as_str().unwrap_or_default())
+            )
+        })
+        .collect();
+    format!("map[string]string{{{}}}", shown.join(", "))
+}
+
+/// A `metav1.LabelSelector` as Go's `%#v` prints it.
+fn go_label_selector(selector: &Value) -> String {
+    let expressions = match selector.get("matchExpressions").and_then(Value::as_array) {
+        None => "[]v1.LabelSelectorRequirement(nil)".to_string(),
+        Some(list) => {
+            let shown: Vec<String> = list
+                .iter()
+                .map(|e| {
+                    let values = match e.get("values").and_then(Value::as_array) {
+                        None => "[]string(nil)".to_string(),
+                        Some(v) => go_string_slice(
+                            &v.iter()
+                                .map(|s| s.as_str().unwrap_or_default().to_string())
+                                .collect::<Vec<_>>(),
+                        ),
+                    };
+                    format!(
+                        "v1.LabelSelectorRequirement{{Key:{}, Operator:{}, Values:{values}}}",
+                        go_quote(text(e, "key")),
+                        go_quote(text(e, "operator"))
+                    )
+                })
+                .collect();
+            format!("[]v1.LabelSelectorRequirement{{{}}}", shown.join(", "))
+        }
+    };
+    format!(
+        "v1.LabelSelector{{MatchLabels:{}, MatchExpressions:{expressions}}}",
+        go_string_map(field(selector, "matchLabels"))
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Strict field validation
+// ---------------------------------------------------------------------------
+
+/// The paths (`spec.containers[0].foo`) of the fields of `object` that its
+/// k8s-openapi type does not know, for `fieldValidation=Strict` (an error)
+/// or `Warn` (a warning each). Fields sent as `null` are not reported.
+/// Empty when the object does not decode: [`validate_object`] reports that.
+pub fn strict_unknown_fields(resource: &ResourceType, object: &Value) -> Vec<String> {
+    let Ok(known) = (resource.roundtrip)(object) else {
+        return Vec::new();
+    };
+    let mut unknown = Vec::new();
+    collect_unknown(object, &known, "", &mut unknown);
+    unknown
+}
+
+fn collect_unknown(sent: &Value, known: &Value, path: &str, unknown: &mut Vec<String>) {
+    match (sent, known) {
+        (Value::Object(sent), Value::Object(known)) => {
+            for (key, value) in sent.iter().filter(|(_, v)| !v.is_null()) {
+                let at = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                match known.get(key) {
+                    None => unknown.push(at),
+                    Some(known) => collect_unknown(value, known, &at, unknown),
+                }
+            }
+        }
+        (Value::Array(sent), Value::Array(known)) => {
+            for (i, (value, known)) in sent.iter().zip(known).enumerate() {
+                collect_unknown(value, known, &format!("{path}[{i}]"), unknown);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The 400 a Kubernetes apiserver answers under `fieldValidation=Strict`:
+/// `Pod in version "v1" cannot be handled as a Pod: strict decoding error:
+/// unknown field "spec.foo"`.
+pub fn strict_decoding_error(resource: &ResourceType, unknown: &[String]) -> ApiError {
+    let listed: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field {}", go_quote(f)))
+        .collect();
+    cannot_be_handled(
+        resource,
+        &format!("strict decoding error: {}", listed.join(", ")),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::{find, find_kind};
+    use serde_json::json;
+
+    fn pod() -> &'static ResourceType {
+        find("", "v1", "pods").unwrap()
+    }
+
+    fn kind(api_version: &str, kind: &str) -> &'static ResourceType {
+        find_kind(api_version, kind).unwrap()
+    }
+
+    /// The `field: message` lines of the causes.
+    fn lines(causes: &[Cause]) -> Vec<String> {
+        causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect()
+    }
+
+    fn invalid_lines(resource: &ResourceType, object: Value) -> Vec<String> {
+        let err = validate_object(resource, &object).expect_err("should be invalid");
+        assert_eq!((err.code, err.reason), (422, "Invalid"), "{}", err.message);
+        lines(&err.details.expect("details").causes)
+    }
+
+    fn good_pod() -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "web", "image": "nginx"}]}})
+    }
+
+    const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+    #[test]
+    fn subdomain_names() {
+        assert!(validate_name(pod(), "web").is_empty());
+        assert!(validate_name(pod(), "web.example-1.com").is_empty());
+        assert!(validate_name(pod(), &"a".repeat(253)).is_empty());
+        assert_eq!(
+            lines(&validate_name(pod(), &"a".repeat(254))),
+            vec![format!(
+                "metadata.name: Invalid value: \"{}\": must be no more than 253 characters",
+                "a".repeat(254)
+            )]
+        );
+        assert_eq!(
+            lines(&validate_name(pod(), "Bad_Name")),
+            vec![format!(
+                "metadata.name: Invalid value: \"Bad_Name\": {SUBDOMAIN_MSG}"
+            )]
+        );
+        for bad in [
+            "-web", "web-", "web.", ".web", "a..b", "UPPER", "sp ace", "é",
+        ] {
+            assert_eq!(validate_name(pod(), bad).len(), 1, "{bad}");
+        }
+        let cause = &validate_name(pod(), "Bad")[0];
+        assert_eq!(
+            (cause.reason, cause.field.as_str()),
+            ("FieldValueInvalid", "metadata.name")
+        );
+    }
+
+    #[test]
+    fn label_names_for_namespaces_and_services() {
+        let namespace = find("", "v1", "namespaces").unwrap();
+        assert!(validate_name(namespace, "kube-system").is_empty());
+        assert_eq!(
+            lines(&validate_name(namespace, "a.b")),
+            vec!["metadata.name: Invalid value: \"a.b\": must not contain dots"]
+        );
+        assert_eq!(validate_name(namespace, &"n".repeat(63)).len(), 0);
+        assert_eq!(
+            lines(&validate_name(namespace, &"n".repeat(64)))[0],
+            format!(
+                "metadata.name: Invalid value: \"{}\": must be no more than 63 characters",
+                "n".repeat(64)
+            )
+        );
+        assert_eq!(
+            lines(&validate_name(namespace, "Bad")),
+            vec!["metadata.name: Invalid value: \"Bad\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"]
+        );
+        let service = find("", "v1", "services").unwrap();
+        assert!(validate_name(service, "web-1").is_empty());
+        assert_eq!(
+            lines(&validate_name(service, "1web")),
+            vec!["metadata.name: Invalid value: \"1web\": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"]
+        );
+        let cronjob = kind("batch/v1", "CronJob");
+        assert!(validate_name(cronjob, &"c".repeat(52)).is_empty());
+        assert!(lines(&validate_name(cronjob, &"c".repeat(53)))[0]
+            .ends_with("must be no more than 52 characters"));
+    }
+
+    #[test]
+    fn generate_name_prefixes() {
+        assert!(validate_generate_name(pod(), "web-").is_empty());
+        assert!(validate_generate_name(find("", "v1", "services").unwrap(), "svc-").is_empty());
+        let causes = validate_generate_name(pod(), "Web-");
+        assert_eq!(causes.len(), 1);
+        assert_eq!(causes[0].field, "metadata.generateName");
+        assert!(causes[0]
+            .message
+            .starts_with("Invalid value: \"Web-\": a lowercase RFC 1123 subdomain"));
+        // In a name (not a prefix) a trailing dash is an error.
+        assert_eq!(validate_name(pod(), "web-").len(), 1);
+    }
+
+    #[test]
+    fn metadata_rules() {
+        assert_eq!(
+            lines(&validate_metadata(&json!({"metadata": {}}))),
+            vec!["metadata.name: Required value: name or generateName is required"]
+        );
+        assert_eq!(
+            validate_metadata(&json!({"metadata": {}}))[0].reason,
+            "FieldValueRequired"
+        );
+        assert!(validate_metadata(&json!({"metadata": {"generateName": "web-"}})).is_empty());
+        let bad_labels = validate_metadata(
+            &json!({"metadata": {"name": "a", "labels": {"Bad Key": "ok", "ok": "bad value"}}}),
+        );
+        assert_eq!(lines(&bad_labels), vec![
+            "metadata.labels: Invalid value: \"Bad Key\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')".to_string(),
+            "metadata.labels: Invalid value: \"bad value\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')".to_string(),
+        ]);
+        assert!(validate_metadata(
+            &json!({"metadata": {"name": "a", "labels": {"example.com/app": "", "a": "B_1.x"}}})
+        )
+        .is_empty());
+        assert_eq!(
+            validate_metadata(&json!({"metadata": {"name": "a", "labels": {"a": "v".repeat(64)}}}))
+                .len(),
+            1
+        );
+        assert!(lines(&validate_metadata(
+            &json!({"metadata": {"name": "a", "labels": {"/a": "v"}}})
+        ))[0]
+            .contains("prefix part must be non-empty"));
+        // Annotation keys are checked without regard to case; values are free.
+        assert!(validate_metadata(
+            &json!({"metadata": {"name": "a", "annotations": {"Example.COM/Note": "any thing!"}}})
+        )
+        .is_empty());
+        assert_eq!(
+            validate_metadata(&json!({"metadata": {"name": "a", "annotations": {"bad key": "x"}}}))
+                [0]
+            .field,
+            "metadata.annotations"
+        );
+        let big = json!({"metadata": {"name": "a", "annotations": {"a": "x".repeat(256 * 1024)}}});
+        assert_eq!(
+            lines(&validate_metadata(&big)),
+            vec!["metadata.annotations: Too long: may not be more than 262144 bytes"]
+        );
+        let just_fits =
+            json!({"metadata": {"name": "a", "annotations": {"a": "x".repeat(256 * 1024 - 1)}}});
+        assert!(validate_metadata(&just_fits).is_empty());
+    }
+
+    #[test]
+    fn owner_references_finalizers_generation() {
+        let object = json!({"metadata": {"name": "a", "generation": -1,
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs"}],
+            "finalizers": ["bad finalizer", "example.com/ok"]}});
+        let found = lines(&validate_metadata(&object));
+        assert!(found.contains(
+            &"metadata.generation: Invalid value: -1: must be greater than or equal to 0"
+                .to_string()
+        ));
+        assert!(found.contains(
+            &"metadata.ownerReferences.uid: Invalid value: \"\": uid must not be empty".to_string()
+        ));
+        assert!(found
+            .iter()
+            .any(|l| l
+                .starts_with("metadata.finalizers: Invalid value: \"bad finalizer\": name part")));
+        assert_eq!(found.len(), 3);
+        let two_controllers = json!({"metadata": {"name": "a", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "A", "name": "a", "uid": "1", "controller": true},
+            {"apiVersion": "v1", "kind": "B", "name": "b", "uid": "2", "controller": true}]}});
+        let found = lines(&validate_metadata(&two_controllers));
+        assert_eq!(found.len(), 1);
+        assert!(found[0].ends_with("Only one reference can have Controller set to true. Found \"true\" in references for A/a and B/b"));
+        let no_version = json!({"metadata": {"name": "a", "ownerReferences": [{"apiVersion": "apps/", "kind": "K", "name": "n", "uid": "u"}]}});
+        assert_eq!(lines(&validate_metadata(&no_version)), vec!["metadata.ownerReferences.apiVersion: Invalid value: \"apps/\": version must not be empty"]);
+        let both =
+            json!({"metadata": {"name": "a", "finalizers": ["orphan", "foregroundDeletion"]}});
+        assert_eq!(
+            lines(&validate_metadata(&both)),
+            vec!["metadata.finalizers: Invalid value: []string{\"orphan\", \"foregroundDeletion\"}: finalizer orphan and foregroundDeletion cannot be both set"]
+        );
+    }
+
+    #[test]
+    fn a_valid_pod_passes_and_errors_read_as_kubernetes() {
+        assert_eq!(validate_object(pod(), &good_pod()), Ok(()));
+        let mut bad = good_pod();
+        bad["metadata"]["name"] = json!("Bad_Name");
+        let err = validate_object(pod(), &bad).unwrap_err();
+        assert_eq!(err.message, format!("Pod \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": {SUBDOMAIN_MSG}"));
+        let mut bad_namespace = good_pod();
+        bad_namespace["metadata"]["namespace"] = json!("Bad");
+        assert_eq!(
+            invalid_lines(pod(), bad_namespace)[0].split(':').next(),
+            Some("metadata.namespace")
+        );
+        let mut unnamed = good_pod();
+        unnamed["metadata"] = json!({"namespace": "default"});
+        assert_eq!(
+            invalid_lines(pod(), unnamed),
+            vec!["metadata.name: Required value: name or generateName is required"]
+        );
+    }
+
+    #[test]
+    fn wrong_json_types_are_bad_requests() {
+        let mut bad = good_pod();
+        bad["spec"]["containers"] = json!("nginx");
+        let err = validate_object(pod(), &bad).unwrap_err();
+        assert_eq!((err.code, err.reason), (400, "BadRequest"));
+        assert!(
+            err.message.starts_with("Pod in version \"v1\" cannot be handled as a Pod: spec.containers: invalid type: string \"nginx\""),
+            "{}",
+            err.message
+        );
+        let mut nested = good_pod();
+        nested["spec"]["containers"][0]["ports"] = json!([{"containerPort": "80"}]);
+        let err = validate_object(pod(), &nested).unwrap_err();
+        assert!(
+            err.message
+                .contains("spec.containers[0].ports[0].containerPort: invalid type"),
+            "{}",
+            err.message
+        );
+        let deployment = kind("apps/v1", "Deployment");
+        let err = validate_object(
+            deployment,
+            &json!({"metadata": {"name": "d"}, "spec": {"replicas": "3"}}),
+        )
+        .unwrap_err();
+        assert!(err.message.starts_with(
+            "Deployment in version \"v1\" cannot be handled as a Deployment: spec.replicas: "
+        ));
+    }
+
+    #[test]
+    fn pod_spec_rules() {
+        let no_containers = json!({"metadata": {"name": "p"}, "spec": {"containers": []}});
+        assert_eq!(
+            invalid_lines(pod(), no_containers),
+            vec!["spec.containers: Required value"]
+        );
+        assert_eq!(
+            invalid_lines(pod(), json!({"metadata": {"name": "p"}})),
+            vec!["spec.containers: Required value"]
+        );
+        let no_image = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}});
+        let err = validate_object(pod(), &no_image).unwrap_err();
+        assert_eq!(
+            err.message,
+            "Pod \"p\" is invalid: spec.containers[0].image: Required value"
+        );
+        assert_eq!(err.details.unwrap().causes[0].reason, "FieldValueRequired");
+        let found = invalid_lines(
+            pod(),
+            json!({"metadata": {"name": "p"}, "spec": {
+            "restartPolicy": "Sometimes",
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "initContainers": [{"name": "a", "image": "busybox"}],
+            "containers": [
+                {"image": "x"},
+                {"name": "Bad_C", "image": " x"},
+                {"name": "a", "image": "x", "env": [{"value": "1"}],
+                 "ports": [{"containerPort": 70000}, {"containerPort": 80, "protocol": "tcp"}],
+                 "volumeMounts": [{"name": "logs", "mountPath": "/l"}, {"name": "data", "mountPath": "/d"}]}
+            ]}}),
+        );
+        let expected = [
+            "spec.containers[0].name: Required value",
+            "spec.containers[1].name: Invalid value: \"Bad_C\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+            "spec.containers[1].image: Invalid value: \" x\": must not have leading or trailing whitespace",
+            "spec.containers[2].ports[0].containerPort: Invalid value: 70000: must be between 1 and 65535, inclusive",
+            "spec.containers[2].ports[1].protocol: Unsupported value: \"tcp\": supported values: \"SCTP\", \"TCP\", \"UDP\"",
+            "spec.containers[2].env[0].name: Required value",
+            "spec.containers[2].volumeMounts[0].name: Not found: \"logs\"",
+            "spec.initContainers[0].name: Duplicate value: \"a\"",
+            "spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\"",
+        ];
+        assert_eq!(found, expected);
+    }
+
+    fn deployment(spec: Value) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"}, "spec": spec})
+    }
+
+    fn template() -> Value {
+        json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}})
+    }
+
+    #[test]
+    fn workload_selectors_and_templates() {
+        let resource = kind("apps/v1", "Deployment");
+        let good = deployment(
+            json!({"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": template()}),
+        );
+        assert_eq!(validate_object(resource, &good), Ok(()));
+        let err =
+            validate_object(resource, &deployment(json!({"template": template()}))).unwrap_err();
+        assert_eq!(
+            err.message,
+            "Deployment.apps \"web\" is invalid: [spec.selector: Required value, spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"web\"}: `selector` does not match template `labels`]"
+        );
+        let mismatch =
+            deployment(json!({"selector": {"matchLabels": {"app": "db"}}, "template": template()}));
+        assert_eq!(
+            invalid_lines(resource, mismatch),
+            vec!["spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"web\"}: `selector` does not match template `labels`"]
+        );
+        let expressions = deployment(
+            json!({"selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "api"]}]}, "template": template()}),
+        );
+        assert_eq!(validate_object(resource, &expressions), Ok(()));
+        let empty = deployment(json!({"selector": {}, "template": template()}));
+        assert_eq!(
+            invalid_lines(resource, empty),
+            vec!["spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: empty selector is invalid for deployment"]
+        );
+        let bad_operator = deployment(
+            json!({"selector": {"matchExpressions": [{"key": "app", "operator": "Is", "values": ["web"]}]}, "template": template()}),
+        );
+        let found = invalid_lines(resource, bad_operator);
+        assert_eq!(found[0], "spec.selector.matchExpressions[0].operator: Invalid value: \"Is\": not a valid selector operator");
+        assert!(found[1].starts_with("spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement{v1.LabelSelectorRequirement{Key:\"app\", Operator:\"Is\", Values:[]string{\"web\"}}}}: invalid label selector"));
+        let no_values = deployment(
+            json!({"selector": {"matchExpressions": [{"key": "app", "operator": "In"}]}, "template": template()}),
+        );
+        assert!(invalid_lines(resource, no_values)[0]
+            .starts_with("spec.selector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'"));
+        let mut never = template();
+        never["spec"]["restartPolicy"] = json!("Never");
+        let restart = deployment(
+            json!({"replicas": -1, "selector": {"matchLabels": {"app": "web"}}, "template": never}),
+        );
+        assert_eq!(invalid_lines(resource, restart), vec![
+            "spec.replicas: Invalid value: -1: must be greater than or equal to 0",
+            "spec.template.spec.restartPolicy: Unsupported value: \"Never\": supported values: \"Always\"",
+        ]);
+        let mut bad_label = template();
+        bad_label["metadata"]["labels"]["x"] = json!("-bad");
+        let found = invalid_lines(
+            resource,
+            deployment(json!({"selector": {"matchLabels": {"app": "web"}}, "template": bad_label})),
+        );
+        assert!(
+            found[0].starts_with("spec.template.labels: Invalid value: \"-bad\""),
+            "{found:?}"
+        );
+        let mut no_image = template();
+        no_image["spec"]["containers"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("image");
+        let found = invalid_lines(
+            resource,
+            deployment(json!({"selector": {"matchLabels": {"app": "web"}}, "template": no_image})),
+        );
+        assert_eq!(
+            found,
+            vec!["spec.template.spec.containers[0].image: Required value"]
+        );
+    }
+
+    #[test]
+    fn other_workloads() {
+        let statefulset = kind("apps/v1", "StatefulSet");
+        let found = invalid_lines(
+            statefulset,
+            json!({"metadata": {"name": "s"}, "spec": {"selector": {"matchLabels": {}}, "template": template()}}),
+        );
+        assert_eq!(found, vec!["spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: empty selector is invalid for statefulset"]);
+        let daemonset = kind("apps/v1", "DaemonSet");
+        assert_eq!(
+            invalid_lines(
+                daemonset,
+                json!({"metadata": {"name": "d"}, "spec": {"template": template()}})
+            )[0],
+            "spec.selector: Required value"
+        );
+        let replicaset = kind("apps/v1", "ReplicaSet");
+        let good = json!({"metadata": {"name": "r"}, "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template()}});
+        assert_eq!(validate_object(replicaset, &good), Ok(()));
+    }
+
+    #[test]
+    fn jobs_and_cronjobs() {
+        let job = kind("batch/v1", "Job");
+        let found = invalid_lines(
+            job,
+            json!({"metadata": {"name": "j"}, "spec": {"template": template()}}),
+        );
+        assert_eq!(found, vec!["spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\""]);
+        let mut never = template();
+        never["spec"]["restartPolicy"] = json!("Never");
+        assert_eq!(
+            validate_object(
+                job,
+                &json!({"metadata": {"name": "j"}, "spec": {"template": never.clone(), "backoffLimit": 4}})
+            ),
+            Ok(())
+        );
+        let found = invalid_lines(
+            job,
+            json!({"metadata": {"name": "j"}, "spec": {"template": never.clone(), "parallelism": -2}}),
+        );
+        assert_eq!(
+            found,
+            vec!["spec.parallelism: Invalid value: -2: must be greater than or equal to 0"]
+        );
+        let cronjob = kind("batch/v1", "CronJob");
+        let found = invalid_lines(
+            cronjob,
+            json!({"metadata": {"name": "c"}, "spec": {"jobTemplate": {"spec": {"template": template()}}}}),
+        );
+        assert_eq!(found, vec![
+            "spec.schedule: Required value",
+            "spec.jobTemplate.spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\"",
+        ]);
+        let good = json!({"metadata": {"name": "c"}, "spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": never}}}});
+        assert_eq!(validate_object(cronjob, &good), Ok(()));
+    }
+
+    fn service(spec: Value) -> Value {
+        json!({"metadata": {"name": "web"}, "spec": spec})
+    }
+
+    #[test]
+    fn service_ports() {
+        let resource = find("", "v1", "services").unwrap();
+        assert_eq!(
+            validate_object(
+                resource,
+                &service(
+                    json!({"ports": [{"port": 80, "targetPort": "http"}], "selector": {"app": "web"}})
+                )
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            validate_object(resource, &service(json!({"clusterIP": "None"}))),
+            Ok(())
+        );
+        assert_eq!(
+            validate_object(
+                resource,
+                &service(json!({"type": "ExternalName", "externalName": "db.example.com"}))
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            invalid_lines(resource, service(json!({}))),
+            vec!["spec.ports: Required value"]
+        );
+        let found = invalid_lines(
+            resource,
+            service(json!({"type": "Magic", "ports": [
+            {"name": "a", "port": 0},
+            {"port": 70000, "targetPort": 70000, "protocol": "HTTP"},
+            {"name": "a", "port": 80, "targetPort": "Bad--"}]})),
+        );
+        assert_eq!(found, vec![
+            "spec.type: Unsupported value: \"Magic\": supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\"",
+            "spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive",
+            "spec.ports[1].name: Required value",
+            "spec.ports[1].port: Invalid value: 70000: must be between 1 and 65535, inclusive",
+            "spec.ports[1].protocol: Unsupported value: \"HTTP\": supported values: \"SCTP\", \"TCP\", \"UDP\"",
+            "spec.ports[1].targetPort: Invalid value: 70000: must be between 1 and 65535, inclusive",
+            "spec.ports[2].name: Duplicate value: \"a\"",
+            "spec.ports[2].targetPort: Invalid value: \"Bad--\": must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)",
+            "spec.ports[2].targetPort: Invalid value: \"Bad--\": must not contain consecutive hyphens",
+            "spec.ports[2].targetPort: Invalid value: \"Bad--\": must not begin or end with a hyphen",
+        ]);
+        assert_eq!(
+            invalid_lines(resource, service(json!({"type": "ExternalName"}))),
+            vec!["spec.externalName: Required value"]
+        );
+    }
+
+    #[test]
+    fn config_map_and_secret_keys() {
+        let config_map = find("", "v1", "configmaps").unwrap();
+        let good = json!({"metadata": {"name": "c"}, "data": {"app.properties": "x", "KEY_1-a": ""}, "binaryData": {"b.bin": "AAEC"}});
+        assert_eq!(validate_object(config_map, &good), Ok(()));
+        let err = validate_object(
+            config_map,
+            &json!({"metadata": {"name": "settings"}, "data": {"a b": "x"}}),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.message,
+            "ConfigMap \"settings\" is invalid: data[a b]: Invalid value: \"a b\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+        );
+        let found = invalid_lines(
+            config_map,
+            json!({"metadata": {"name": "c"}, "data": {"..": "x", "k": "v"}, "binaryData": {"k": "AA=="}}),
+        );
+        assert_eq!(
+            found,
+            vec![
+                "data[..]: Invalid value: \"..\": must not be '..'",
+                "data[k]: Invalid value: \"k\": duplicate of key present in binaryData",
+            ]
+        );
+        let huge = json!({"metadata": {"name": "c"}, "data": {"k": "x".repeat(1024 * 1024 + 1)}});
+        assert_eq!(
+            invalid_lines(config_map, huge),
+            vec![": Too long: may not be more than 1048576 bytes"]
+        );
+        let secret = find("", "v1", "secrets").unwrap();
+        assert_eq!(
+            validate_object(
+                secret,
+                &json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"password": "cGFzcw=="}})
+            ),
+            Ok(())
+        );
+        let tls = json!({"metadata": {"name": "s"}, "type": "kubernetes.io/tls", "stringData": {"tls.crt": "pem", "bad key": "x"}});
+        assert_eq!(invalid_lines(secret, tls), vec![
+            "data[bad key]: Invalid value: \"bad key\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
+            "data[tls.key]: Required value",
+        ]);
+        let token =
+            json!({"metadata": {"name": "s"}, "type": "kubernetes.io/service-account-token"});
+        assert_eq!(
+            invalid_lines(secret, token),
+            vec!["metadata.annotations[kubernetes.io/service-account.name]: Required value"]
+        );
+        let basic = json!({"metadata": {"name": "s"}, "type": "kubernetes.io/basic-auth", "stringData": {"password": "p"}});
+        assert_eq!(validate_object(secret, &basic), Ok(()));
+        let bad_base64 = json!({"metadata": {"name": "s"}, "data": {"k": "not base64!"}});
+        assert_eq!(validate_object(secret, &bad_base64).unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn unknown_fields_for_strict_validation() {
+        let mut object = good_pod();
+        object["spec"]["foo"] = json!(1);
+        object["spec"]["containers"][0]["bar"] = json!({"x": 1});
+        object["metadata"]["labelz"] = json!({});
+        object["spec"]["nodeName"] = Value::Null;
+        object["status"] = json!({"phase": "Pending", "extra": true});
+        let unknown = strict_unknown_fields(pod(), &object);
+        assert_eq!(
+            unknown,
+            vec![
+                "metadata.labelz",
+                "spec.containers[0].bar",
+                "spec.foo",
+                "status.extra"
+            ]
+        );
+        // Maps keep every key; quantities and int-or-strings are leaves.
+        let mut known = good_pod();
+        known["metadata"]["annotations"] = json!({"any/key": "v"});
+        known["spec"]["containers"][0]["resources"] =
+            json!({"limits": {"cpu": 1, "memory": "1Gi"}});
+        known["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80, "name": "http"}]);
+        known["spec"]["nodeSelector"] = json!({"disk": "ssd"});
+        assert!(strict_unknown_fields(pod(), &known).is_empty());
+        let deployment = kind("apps/v1", "Deployment");
+        let mut rollout = deployment_with_strategy();
+        assert!(strict_unknown_fields(deployment, &rollout).is_empty());
+        rollout["spec"]["strategy"]["rollingUpdate"]["maxSpeed"] = json!(1);
+        assert_eq!(
+            strict_unknown_fields(deployment, &rollout),
+            vec!["spec.strategy.rollingUpdate.maxSpeed"]
+        );
+        let err = strict_decoding_error(pod(), &unknown[1..3]);
+        assert_eq!((err.code, err.reason), (400, "BadRequest"));
+        assert_eq!(
+            err.message,
+            "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: unknown field \"spec.containers[0].bar\", unknown field \"spec.foo\""
+        );
+        let mut broken = good_pod();
+        broken["spec"]["containers"] = json!(3);
+        assert!(strict_unknown_fields(pod(), &broken).is_empty());
+    }
+
+    fn deployment_with_strategy() -> Value {
+        deployment(
+            json!({"selector": {"matchLabels": {"app": "web"}}, "template": template(),
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}}}),
+        )
+    }
+
+    #[test]
+    fn string_formats() {
+        assert!(is_qualified_name("a").is_empty());
+        assert!(is_qualified_name("kubernetes.io/metadata.name").is_empty());
+        assert_eq!(is_qualified_name("a/b/c").len(), 1);
+        assert_eq!(is_qualified_name("").len(), 2);
+        assert!(is_valid_label_value("").is_empty());
+        assert_eq!(is_valid_label_value("-a").len(), 1);
+        assert!(is_dns1123_label("0abc").is_empty());
+        assert_eq!(is_dns1035_label("0abc").len(), 1);
+        assert_eq!(is_dns1035_label("").len(), 1);
+        assert_eq!(is_dns1123_subdomain("").len(), 1);
+        assert_eq!(
+            is_config_map_key(&"k".repeat(254)),
+            vec!["must be no more than 253 characters"]
+        );
+        assert_eq!(is_config_map_key(".a"), Vec::<String>::new());
+        assert_eq!(is_config_map_key("..a"), vec!["must not start with '..'"]);
+        assert_eq!(base64_decoded_len("AAEC"), 3);
+        assert_eq!(base64_decoded_len("AA=="), 1);
+    }
+}

@@ -1,0 +1,210 @@
+//! `?watch=true`: a stream of newline-delimited JSON events over a chunked
+//! response. From a resourceVersion, every change after it, with no gap; with
+//! none (or "0"), the current objects as ADDED first. Selectors apply to each
+//! event, so an object that stops matching is seen as DELETED and one that
+//! starts matching as ADDED. A compacted resourceVersion ends the stream with
+//! an ERROR event holding a 410 Status.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use crate::object;
+use crate::registry::{storage_error, ListOptions, Registry, Target};
+use crate::resources::ResourceType;
+use crate::status::{ApiError, ApiResult};
+use crate::storage::{prefix_end, Change, ChangeKind, ChangeStream, StorageError};
+
+/// How often a watch that asked for bookmarks gets one.
+const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The response body: one JSON event per line.
+pub type EventStream = futures::stream::BoxStream<'static, Result<Bytes, std::convert::Infallible>>;
+
+pub struct WatchOptions {
+    pub list: ListOptions,
+    pub allow_bookmarks: bool,
+    pub timeout: Option<Duration>,
+    /// `sendInitialEvents=true`: the current objects first, then a bookmark
+    /// marking their end.
+    pub send_initial_events: bool,
+}
+
+fn event(kind: &str, object: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn bookmark(resource: &ResourceType, revision: i64, initial_end: bool) -> Bytes {
+    let mut metadata = json!({"resourceVersion": revision.to_string()});
+    if initial_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    event(
+        "BOOKMARK",
+        &json!({"kind": resource.kind, "apiVersion": resource.api_version(), "metadata": metadata}),
+    )
+}
+
+fn error_event(err: &ApiError) -> Bytes {
+    event("ERROR", &err.to_status())
+}
+
+/// Everything the stream needs once it has started.
+struct Watching {
+    resource: &'static ResourceType,
+    options: WatchOptions,
+    changes: ChangeStream,
+    /// The newest revision sent (for bookmarks).
+    revision: i64,
+}
+
+/// Starts a watch: checks the request, sends the initial objects if asked,
+/// and returns the body stream of events.
+pub async fn start(
+    registry: &Registry,
+    target: &Target<'_>,
+    options: WatchOptions,
+) -> ApiResult<EventStream> {
+    let resource = target.resource;
+    let prefix = match (resource.namespaced, target.namespace) {
+        (true, Some(namespace)) => resource.namespace_prefix(namespace),
+        _ => resource.storage_prefix(),
+    };
+    let end = prefix_end(&prefix);
+    let mut initial = Vec::new();
+    let rv = options.list.resource_version.as_str();
+    let send_initial = options.send_initial_events || rv.is_empty() || rv == "0";
+    let from = if send_initial && (rv.is_empty() || rv == "0" || options.send_initial_events) {
+        let mut list_options = ListOptions {
+            labels: options.list.labels.clone(),
+            fields: options.list.fields.clone(),
+            ..ListOptions::default()
+        };
+        if options.send_initial_events && !(rv.is_empty() || rv == "0") {
+            list_options.resource_version = rv.to_string();
+            list_options.resource_version_match = "NotOlderThan".into();
+        }
+        let listed = registry.list(target, &list_options).await?;
+        for item in listed["items"].as_array().cloned().unwrap_or_default() {
+            initial.push(event("ADDED", &item));
+        }
+        let revision: i64 = listed["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        if options.send_initial_events && options.allow_bookmarks {
+            initial.push(bookmark(resource, revision, true));
+        }
+        revision
+    } else {
+        rv.parse::<i64>()
+            .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?
+    };
+    let changes = match registry.storage().watch(&prefix, &end, from + 1).await {
+        Ok(changes) => changes,
+        Err(StorageError::Compacted { compacted, .. }) => {
+            // As Kubernetes: the watch starts, then says it is too old.
+            let err = ApiError::gone(format!("too old resource version: {from} ({compacted})"));
+            return Ok(futures::stream::iter([Ok(error_event(&err))]).boxed());
+        }
+        Err(err) => return Err(storage_error(target, "", err)),
+    };
+    let watching = Watching {
+        resource,
+        options,
+        changes,
+        revision: from,
+    };
+    let initial = futures::stream::iter(initial.into_iter().map(Ok));
+    Ok(initial.chain(live(watching)).boxed())
+}
+
+fn live(
+    watching: Watching,
+) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
+    let deadline = watching
+        .options
+        .timeout
+        .map(|t| tokio::time::Instant::now() + t);
+    futures::stream::unfold(
+        (watching, deadline, Vec::<Bytes>::new(), false),
+        |(mut w, deadline, mut pending, mut ended)| async move {
+            loop {
+                if let Some(line) = pending.pop() {
+                    return Some((Ok(line), (w, deadline, pending, ended)));
+                }
+                if ended {
+                    return None;
+                }
+                let sleep_until = deadline.unwrap_or_else(|| {
+                    tokio::time::Instant::now() + Duration::from_secs(3600 * 24 * 365)
+                });
+                let bookmark_at = tokio::time::Instant::now() + BOOKMARK_INTERVAL;
+                tokio::select! {
+                    changes = w.changes.next() => match changes {
+                        None => return None,
+                        Some(Err(StorageError::Compacted { requested, compacted })) => {
+                            let err = ApiError::gone(format!("too old resource version: {requested} ({compacted})"));
+                            pending.push(error_event(&err));
+                            ended = true;
+                        }
+                        Some(Err(err)) => {
+                            let err = ApiError::internal(format!("the watch ended: {err}"));
+                            pending.push(error_event(&err));
+                            ended = true;
+                        }
+                        Some(Ok(changes)) => {
+                            let mut lines = Vec::new();
+                            for change in changes {
+                                w.revision = w.revision.max(change.revision);
+                                if let Some(line) = translate(w.resource, &w.options.list, &change) {
+                                    lines.push(line);
+                                }
+                            }
+                            // `pending` is popped from the back.
+                            lines.reverse();
+                            pending = lines;
+                        }
+                    },
+                    _ = tokio::time::sleep_until(sleep_until) => return None,
+                    _ = tokio::time::sleep_until(bookmark_at), if w.options.allow_bookmarks => {
+                        pending.push(bookmark(w.resource, w.revision, false));
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// One store change as the watch event this watcher sees, if any.
+fn translate(
+    resource: &'static ResourceType,
+    options: &ListOptions,
+    change: &Change,
+) -> Option<Bytes> {
+    let previous = change
+        .prev
+        .as_ref()
+        .and_then(|bytes| object::from_stored(resource, bytes, change.revision).ok());
+    let was = previous.as_ref().is_some_and(|p| options.selects(p));
+    match change.kind {
+        ChangeKind::Put => {
+            let current = object::from_stored(resource, &change.value, change.revision).ok()?;
+            let is = options.selects(&current);
+            match (previous.is_some(), was, is) {
+                (_, true, true) => Some(event("MODIFIED", &current)),
+                (_, false, true) => Some(event("ADDED", &current)),
+                (true, true, false) => Some(event("DELETED", &current)),
+                _ => None,
+            }
+        }
+        ChangeKind::Delete => match (was, previous.as_ref()) {
+            (true, Some(previous)) => Some(event("DELETED", previous)),
+            _ => None,
+        },
+    }
+}
