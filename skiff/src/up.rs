@@ -21,9 +21,16 @@ pub struct UpArgs {
     /// Address (host:port) of the store's etcd v3 API, for etcdctl.
     #[arg(long, env = "SKIFF_CLIENT_LISTEN", default_value = "127.0.0.1:2379")]
     pub client_listen: String,
+    /// Serve the API over these etcd v3 endpoints (skiff members or real
+    /// etcd, comma-separated host:port) instead of a store in this process.
+    #[arg(long, env = "SKIFF_STORE_ENDPOINTS", value_delimiter = ',')]
+    pub store_endpoints: Vec<String>,
 }
 
 pub async fn up(args: UpArgs) -> Result<()> {
+    if !args.store_endpoints.is_empty() {
+        return api_only(args).await;
+    }
     let store = StoreArgs {
         name: "default".into(),
         data_dir: args.data_dir.join("store"),
@@ -38,6 +45,46 @@ pub async fn up(args: UpArgs) -> Result<()> {
         kubeconfig: args.data_dir.join("kubeconfig"),
     };
     run_member(store, Some(api)).await
+}
+
+/// The API alone, over a store reached through etcd's v3 API.
+async fn api_only(args: UpArgs) -> Result<()> {
+    use anyhow::Context;
+    let storage = skiff_apiserver::storage::EtcdStorage::connect(&args.store_endpoints)
+        .map_err(|err| anyhow::anyhow!(err))?;
+    let registry = skiff_apiserver::Registry::new(skiff_apiserver::Storage::Etcd(storage));
+    let mut signals = crate::shutdown::StopSignals::register()?;
+    let listener = tokio::net::TcpListener::bind(&args.api_listen)
+        .await
+        .with_context(|| format!("cannot listen for the Kubernetes API on {}; choose another --api-listen", args.api_listen))?;
+    let addr = listener.local_addr()?;
+    let kubeconfig = args.data_dir.join("kubeconfig");
+    crate::kubeconfig::write(&kubeconfig, addr)?;
+    println!(
+        "skiff up ready: API http://{addr} over the store at {}; kubeconfig {}",
+        args.store_endpoints.join(","),
+        kubeconfig.display()
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut serving = tokio::spawn(skiff_apiserver::serve(listener, registry, async move {
+        let _ = stopped.await;
+    }));
+    tokio::select! {
+        name = signals.recv() => tracing::info!(signal = name, "stopping the API"),
+        served = &mut serving => {
+            return match served {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(err)) => Err(anyhow::Error::new(err).context("serving the Kubernetes API failed")),
+                Err(err) => Err(anyhow::Error::new(err).context("the API task failed")),
+            };
+        }
+    }
+    signals.exit_on_next("stopping the API");
+    let _ = stop.send(());
+    if tokio::time::timeout(std::time::Duration::from_secs(3), &mut serving).await.is_err() {
+        serving.abort();
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Args)]
