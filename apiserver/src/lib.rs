@@ -20,17 +20,32 @@ pub use registry::Registry;
 pub use storage::Storage;
 
 /// Serves the API on `listener` until `shutdown` resolves; open watches
-/// are ended then.
+/// are ended then. The default namespaces are created as soon as the store
+/// takes writes (a cluster may still be electing its leader).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     registry: Registry,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    registry
-        .ensure_default_namespaces()
-        .await
-        .map_err(|err| std::io::Error::other(format!("creating the default namespaces: {err}")))?;
-    axum::serve(listener, server::router(registry))
+    let bootstrap = {
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            let mut delay = std::time::Duration::from_millis(100);
+            loop {
+                match registry.ensure_default_namespaces().await {
+                    Ok(()) => return,
+                    Err(err) => {
+                        tracing::debug!(error = %err, "default namespaces not created yet; retrying");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(std::time::Duration::from_secs(2));
+                    }
+                }
+            }
+        })
+    };
+    let served = axum::serve(listener, server::router(registry))
         .with_graceful_shutdown(shutdown)
-        .await
+        .await;
+    bootstrap.abort();
+    served
 }

@@ -56,7 +56,12 @@ async fn api_only(args: UpArgs) -> Result<()> {
     let mut signals = crate::shutdown::StopSignals::register()?;
     let listener = tokio::net::TcpListener::bind(&args.api_listen)
         .await
-        .with_context(|| format!("cannot listen for the Kubernetes API on {}; choose another --api-listen", args.api_listen))?;
+        .with_context(|| {
+            format!(
+                "cannot listen for the Kubernetes API on {}; choose another --api-listen",
+                args.api_listen
+            )
+        })?;
     let addr = listener.local_addr()?;
     let kubeconfig = args.data_dir.join("kubeconfig");
     crate::kubeconfig::write(&kubeconfig, addr)?;
@@ -81,7 +86,10 @@ async fn api_only(args: UpArgs) -> Result<()> {
     }
     signals.exit_on_next("stopping the API");
     let _ = stop.send(());
-    if tokio::time::timeout(std::time::Duration::from_secs(3), &mut serving).await.is_err() {
+    if tokio::time::timeout(std::time::Duration::from_secs(3), &mut serving)
+        .await
+        .is_err()
+    {
         serving.abort();
     }
     Ok(())

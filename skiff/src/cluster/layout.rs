@@ -12,13 +12,17 @@ pub struct MemberLayout {
     pub name: String,
     pub client: SocketAddr,
     pub peer: SocketAddr,
+    /// The member's Kubernetes API.
+    pub api: SocketAddr,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ports {
-    /// 2379/2380, 22379/22380, 32379/32380, …: etcd's Procfile.
+    /// 2379/2380, 22379/22380, 32379/32380, …: etcd's Procfile; the API on
+    /// 6443, 16443, 26443, ….
     EtcdConvention,
-    /// Member k at BASE+10(k-1) for clients, the next port for peers.
+    /// Member k at BASE+10(k-1) for clients, the next port for peers, the
+    /// one after for the API.
     Base(u16),
     /// Chosen by the system.
     Free,
@@ -26,18 +30,19 @@ pub enum Ports {
 
 /// Members `n1`…`nN` on 127.0.0.1.
 pub fn plan(members: u16, ports: Ports) -> Result<Vec<MemberLayout>> {
-    let pairs = match ports {
+    let triples = match ports {
         Ports::EtcdConvention => etcd_convention(members)?,
         Ports::Base(base) => from_base(members, base)?,
-        Ports::Free => free_pairs(members)?,
+        Ports::Free => free_triples(members)?,
     };
-    Ok(pairs
+    Ok(triples
         .into_iter()
         .enumerate()
-        .map(|(index, (client, peer))| MemberLayout {
+        .map(|(index, (client, peer, api))| MemberLayout {
             name: format!("n{}", index + 1),
             client: loopback(client),
             peer: loopback(peer),
+            api: loopback(api),
         })
         .collect())
 }
@@ -46,13 +51,14 @@ fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, port))
 }
 
-fn etcd_convention(members: u16) -> Result<Vec<(u16, u16)>> {
+fn etcd_convention(members: u16) -> Result<Vec<(u16, u16, u16)>> {
     (1..=u32::from(members))
         .map(|k| {
             let client = if k == 1 { 2379 } else { k * 10_000 + 2379 };
-            match u16::try_from(client + 1) {
-                Ok(peer) => Ok((peer - 1, peer)),
-                Err(_) => bail!(
+            let api = (k - 1) * 10_000 + 6443;
+            match (u16::try_from(client + 1), u16::try_from(api)) {
+                (Ok(peer), Ok(api)) => Ok((peer - 1, peer, api)),
+                _ => bail!(
                     "etcd's port convention has no ports for member {k}; use --base-port or --free-ports"
                 ),
             }
@@ -60,21 +66,21 @@ fn etcd_convention(members: u16) -> Result<Vec<(u16, u16)>> {
         .collect()
 }
 
-fn from_base(members: u16, base: u16) -> Result<Vec<(u16, u16)>> {
+fn from_base(members: u16, base: u16) -> Result<Vec<(u16, u16, u16)>> {
     (0..u32::from(members))
         .map(|i| {
             let client = u32::from(base) + 10 * i;
-            match (u16::try_from(client), u16::try_from(client + 1)) {
-                (Ok(client), Ok(peer)) if client > 0 => Ok((client, peer)),
+            match (u16::try_from(client), u16::try_from(client + 2)) {
+                (Ok(client), Ok(api)) if client > 0 => Ok((client, client + 1, api)),
                 _ => bail!("--base-port {base} leaves no ports for member {}", i + 1),
             }
         })
         .collect()
 }
 
-/// Two free ports per member: all bound at once so they differ, then let go.
-fn free_pairs(members: u16) -> Result<Vec<(u16, u16)>> {
-    let listeners = (0..2 * members)
+/// Three free ports per member: all bound at once so they differ, then let go.
+fn free_triples(members: u16) -> Result<Vec<(u16, u16, u16)>> {
+    let listeners = (0..3 * members)
         .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
         .collect::<std::io::Result<Vec<_>>>()
         .context("finding free ports on 127.0.0.1")?;
@@ -83,7 +89,7 @@ fn free_pairs(members: u16) -> Result<Vec<(u16, u16)>> {
         .map(|l| l.local_addr().map(|a| a.port()))
         .collect::<std::io::Result<Vec<_>>>()
         .context("finding free ports on 127.0.0.1")?;
-    Ok(ports.chunks(2).map(|pair| (pair[0], pair[1])).collect())
+    Ok(ports.chunks(3).map(|p| (p[0], p[1], p[2])).collect())
 }
 
 /// `n1=127.0.0.1:2380,…`: every member's peer address.

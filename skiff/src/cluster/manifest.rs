@@ -27,7 +27,7 @@ pub struct ManifestMember {
     pub client: String,
     /// Raft peer transport, host:port.
     pub peer: String,
-    /// The Kubernetes API: null, there is no apiserver yet.
+    /// The member's Kubernetes API, host:port.
     pub api: Option<String>,
     pub data_dir: PathBuf,
     /// The member's stdout and stderr.

@@ -76,7 +76,7 @@ impl Members {
         let exe = std::env::current_exe().context("finding the skiff executable")?;
         let mut command = Command::new(exe);
         command
-            .arg("store")
+            .arg("server")
             .args(["--name", &layout.name])
             .arg("--data-dir")
             .arg(&data_dir)
@@ -84,6 +84,7 @@ impl Members {
             .args(["--peer-listen", &layout.peer.to_string()])
             .args(["--initial-cluster", initial_cluster])
             .args(["--initial-cluster-state", "new"])
+            .args(["--api-listen", &layout.api.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::from(log_file))
             .stderr(Stdio::from(stderr))
@@ -174,7 +175,7 @@ impl Members {
                     pid: p.ended.is_none().then_some(p.pid),
                     client: p.layout.client.to_string(),
                     peer: p.layout.peer.to_string(),
-                    api: None,
+                    api: Some(p.layout.api.to_string()),
                     data_dir: p.data_dir.clone(),
                     log: p.log.clone(),
                 })
@@ -218,7 +219,7 @@ pub fn is_running_skiff(pid: u32) -> bool {
     std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|cmdline| {
             let cmdline = String::from_utf8_lossy(&cmdline);
-            cmdline.contains("skiff") && cmdline.contains("store")
+            cmdline.contains("skiff") && (cmdline.contains("store") || cmdline.contains("server"))
         })
         .unwrap_or(false)
 }

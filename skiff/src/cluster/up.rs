@@ -52,6 +52,9 @@ pub async fn run(args: UpArgs) -> Result<()> {
     };
     if let Some(leader) = leader {
         manifest::save(dir, &members.manifest(true))?;
+        if let Some(first) = members.processes.first() {
+            crate::kubeconfig::write(&dir.join("kubeconfig"), first.layout.api)?;
+        }
         print_ready(dir, &members, &leader);
         watch_members(&mut members, &mut signals).await;
     }
@@ -107,10 +110,17 @@ fn recorded_layout(member: &manifest::ManifestMember) -> Result<MemberLayout> {
         addr.parse()
             .with_context(|| format!("cluster.json: {what} address {addr:?} of {}", member.name))
     };
+    let Some(api) = &member.api else {
+        bail!(
+            "cluster.json records no API address for {} (written by an older skiff); remove it to start afresh",
+            member.name
+        );
+    };
     Ok(MemberLayout {
         name: member.name.clone(),
         client: parse("client", &member.client)?,
         peer: parse("peer", &member.peer)?,
+        api: parse("API", api)?,
     })
 }
 
@@ -171,15 +181,20 @@ fn print_ready(dir: &Path, members: &Members, leader: &str) {
     );
     for p in &members.processes {
         println!(
-            "  {}  pid {}  client {}  peer {}  log {}",
+            "  {}  pid {}  api http://{}  client {}  peer {}  log {}",
             p.layout.name,
             p.pid,
+            p.layout.api,
             p.layout.client,
             p.layout.peer,
             p.log.display()
         );
     }
     println!("Use it with:");
+    println!(
+        "  kubectl --kubeconfig {} get namespaces     (each member's own: DIR/nK/kubeconfig)",
+        dir.join("kubeconfig").display()
+    );
     println!("  ETCDCTL_API=3 etcdctl --endpoints {endpoints} member list");
     println!("  skiff member list --endpoints {endpoints}");
     println!("Ctrl-C stops every member.");
