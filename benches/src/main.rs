@@ -4,6 +4,7 @@
 mod machine;
 mod report;
 mod store;
+mod versus;
 
 use std::process::ExitCode;
 
@@ -26,11 +27,18 @@ enum Command {
     /// latency (one member and a cluster on loopback, side by side), memory
     /// and disk footprint.
     Store(store::StoreArgs),
+    /// skiff's store against real etcd, side by side: each as its own
+    /// processes (1 and 3 members) on loopback, one system at a time,
+    /// driven over etcd's gRPC API by the same client and workload — put
+    /// latency and throughput, range throughput, watch latency — in one
+    /// table with ratios; --plot draws the latency distributions.
+    Versus(versus::VersusArgs),
 }
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Store(args) => store::run(args),
+        Command::Versus(args) => versus::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
