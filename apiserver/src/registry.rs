@@ -494,7 +494,12 @@ impl Registry {
                     ),
                     other => storage_error(target, "", other),
                 })?;
-            revision = page.revision;
+            // A page's header carries the store's newest revision, not the
+            // one it was read at: take it only for a list at "now", so that
+            // later batches and continued pages stay at the first page's.
+            if revision == 0 {
+                revision = page.revision;
+            }
             let mut last_key = None;
             for kv in &page.kvs {
                 last_key = Some(kv.key.clone());

@@ -3,9 +3,13 @@
 //! reopen its data directory in-process and require every printed ack to be there unchanged.
 //! The Raft tests run three `store-member` children as one cluster, printing the same acks.
 
+pub mod api_server;
 pub mod etcdctl;
+pub mod kube_http;
+pub mod kubectl;
 pub mod line_printer;
 pub mod member_process;
+pub mod python;
 pub mod skiff_bin;
 pub mod skiff_process;
 pub mod store_client;

@@ -353,7 +353,13 @@ fn check_manifest(manifest: &Value, dir: &Path) -> Result<Vec<(String, SocketAdd
             member["pid"].as_u64().is_some_and(|pid| pid > 0),
             "{manifest:#}"
         );
-        assert_eq!(member["api"], Value::Null, "no apiserver yet: {manifest:#}");
+        let api: SocketAddr = member["api"].as_str().context("api")?.parse()?;
+        assert!(api.ip().is_loopback(), "{manifest:#}");
+        if i == 0 {
+            // The cluster's kubeconfig points at the first member's API.
+            let kubeconfig = std::fs::read_to_string(dir.join("kubeconfig"))?;
+            assert!(kubeconfig.contains(&format!("server: http://{api}")), "{kubeconfig}");
+        }
         assert_eq!(
             member["data_dir"],
             Value::from(dir.join(&name).display().to_string())

@@ -1,0 +1,331 @@
+//! A minimal HTTP/1.1 client for the Kubernetes API, found through a
+//! kubeconfig: one connection per request, bodies sent exactly as given
+//! (a missing Content-Type stays missing), chunked replies decoded, and a
+//! watch read one newline-delimited event at a time. Plain `http://` only.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+/// How long any one request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The API server a kubeconfig names.
+#[derive(Debug, Clone)]
+pub struct KubeHttp {
+    /// `host:port` of the `http://` server.
+    authority: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    pub status: u16,
+    /// Header names in lower case.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Result<Value> {
+        serde_json::from_slice(&self.body).with_context(|| {
+            format!(
+                "the {} reply is not JSON: {}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+impl KubeHttp {
+    /// The client for the `server:` of the kubeconfig at `path`, which must
+    /// name exactly one cluster.
+    pub fn from_kubeconfig(path: &Path) -> Result<KubeHttp> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+        let servers: Vec<&str> = text
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("server:"))
+            .map(|s| s.trim().trim_matches('"'))
+            .collect();
+        ensure!(
+            servers.len() == 1,
+            "{} names {} servers; one was expected",
+            path.display(),
+            servers.len()
+        );
+        let Some(authority) = servers[0].strip_prefix("http://") else {
+            bail!(
+                "the kubeconfig's server {} is not plain http://; this test client speaks only that",
+                servers[0]
+            );
+        };
+        Ok(KubeHttp {
+            authority: authority.trim_end_matches('/').to_string(),
+        })
+    }
+
+    /// One request; `content_type` None sends no Content-Type header.
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> Result<HttpResponse> {
+        let exchange = async {
+            let mut reader = self.send(method, path, content_type, body).await?;
+            let (status, headers) = read_head(&mut reader).await?;
+            let body = read_body(&mut reader, &headers).await?;
+            anyhow::Ok(HttpResponse {
+                status,
+                headers,
+                body,
+            })
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+            .await
+            .with_context(|| format!("{method} {path}: no reply within {REQUEST_TIMEOUT:?}"))?
+            .with_context(|| format!("{method} {path}"))
+    }
+
+    pub async fn get(&self, path: &str) -> Result<HttpResponse> {
+        self.request("GET", path, None, None).await
+    }
+
+    /// GET that must answer 200 with JSON.
+    pub async fn get_json(&self, path: &str) -> Result<Value> {
+        let response = self.get(path).await?;
+        ensure!(
+            response.status == 200,
+            "GET {path}: {} {}",
+            response.status,
+            response.text()
+        );
+        response.json()
+    }
+
+    /// POST of `object` as `application/json`.
+    pub async fn post(&self, path: &str, object: &Value) -> Result<HttpResponse> {
+        let body = serde_json::to_vec(object)?;
+        self.request("POST", path, Some("application/json"), Some(&body))
+            .await
+    }
+
+    /// PUT of `object` as `application/json`.
+    pub async fn put(&self, path: &str, object: &Value) -> Result<HttpResponse> {
+        let body = serde_json::to_vec(object)?;
+        self.request("PUT", path, Some("application/json"), Some(&body))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<HttpResponse> {
+        self.request("DELETE", path, None, None).await
+    }
+
+    /// Starts a watch (`path` carries `watch=true`); it must answer 200.
+    pub async fn watch(&self, path: &str) -> Result<WatchStream> {
+        let start = async {
+            let mut reader = self.send("GET", path, None, None).await?;
+            let (status, headers) = read_head(&mut reader).await?;
+            if status != 200 {
+                let body = read_body(&mut reader, &headers).await?;
+                bail!("{status} {}", String::from_utf8_lossy(&body));
+            }
+            anyhow::Ok(WatchStream {
+                chunked: is_chunked(&headers),
+                reader,
+                pending: Vec::new(),
+                ended: false,
+            })
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, start)
+            .await
+            .with_context(|| format!("watch {path}: no reply within {REQUEST_TIMEOUT:?}"))?
+            .with_context(|| format!("watch {path}"))
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> Result<BufReader<TcpStream>> {
+        let mut stream = TcpStream::connect(&self.authority)
+            .await
+            .with_context(|| format!("connecting to {}", self.authority))?;
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nUser-Agent: skiff-tests\r\nConnection: close\r\n",
+            self.authority
+        );
+        if let Some(content_type) = content_type {
+            head.push_str(&format!("Content-Type: {content_type}\r\n"));
+        }
+        if let Some(body) = body {
+            head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).await?;
+        if let Some(body) = body {
+            // A server may refuse a large body before reading it all.
+            if let Err(err) = stream.write_all(body).await {
+                if err.kind() != std::io::ErrorKind::BrokenPipe
+                    && err.kind() != std::io::ErrorKind::ConnectionReset
+                {
+                    return Err(err.into());
+                }
+            }
+        }
+        stream.flush().await?;
+        Ok(BufReader::new(stream))
+    }
+}
+
+async fn read_head(reader: &mut BufReader<TcpStream>) -> Result<(u16, Vec<(String, String)>)> {
+    let mut line = String::new();
+    reader.read_line(&mut line).await?;
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .with_context(|| format!("not an HTTP status line: {line:?}"))?;
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        ensure!(
+            reader.read_line(&mut line).await? > 0,
+            "the connection closed inside the headers"
+        );
+        let header = line.trim_end();
+        if header.is_empty() {
+            return Ok((status, headers));
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+        }
+    }
+}
+
+fn is_chunked(headers: &[(String, String)]) -> bool {
+    headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"))
+}
+
+async fn read_body(
+    reader: &mut BufReader<TcpStream>,
+    headers: &[(String, String)],
+) -> Result<Vec<u8>> {
+    let mut body = Vec::new();
+    if is_chunked(headers) {
+        while let Some(chunk) = read_chunk(reader).await? {
+            body.extend_from_slice(&chunk);
+        }
+    } else if let Some((_, length)) = headers.iter().find(|(n, _)| n == "content-length") {
+        body.resize(length.parse()?, 0);
+        reader.read_exact(&mut body).await?;
+    } else {
+        reader.read_to_end(&mut body).await?;
+    }
+    Ok(body)
+}
+
+/// One chunk of a chunked body; `None` after the last.
+async fn read_chunk(reader: &mut BufReader<TcpStream>) -> Result<Option<Vec<u8>>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).await? == 0 {
+        // The server went away without the last chunk (it was stopped).
+        return Ok(None);
+    }
+    let size_text = line.trim().split(';').next().unwrap_or("");
+    let size = usize::from_str_radix(size_text, 16)
+        .with_context(|| format!("not a chunk size: {line:?}"))?;
+    if size == 0 {
+        return Ok(None);
+    }
+    let mut chunk = vec![0; size + 2];
+    reader.read_exact(&mut chunk).await?;
+    ensure!(chunk.ends_with(b"\r\n"), "a chunk does not end in CRLF");
+    chunk.truncate(size);
+    Ok(Some(chunk))
+}
+
+/// An open watch: its events as they arrive.
+pub struct WatchStream {
+    reader: BufReader<TcpStream>,
+    chunked: bool,
+    /// Bytes received after the last complete line.
+    pending: Vec<u8>,
+    ended: bool,
+}
+
+impl WatchStream {
+    /// The next event, `None` once the server ended the stream; fails if
+    /// nothing arrives within `timeout`.
+    pub async fn next_event(&mut self, timeout: Duration) -> Result<Option<Value>> {
+        tokio::time::timeout(timeout, self.next_event_inner())
+            .await
+            .with_context(|| format!("no watch event within {timeout:?}"))?
+    }
+
+    /// The next event if one arrives within `quiet`: `Ok(None)` when none
+    /// does or the stream ended.
+    pub async fn next_event_within(&mut self, quiet: Duration) -> Result<Option<Value>> {
+        match tokio::time::timeout(quiet, self.next_event_inner()).await {
+            Ok(event) => event,
+            Err(_) => Ok(None),
+        }
+    }
+
+    async fn next_event_inner(&mut self) -> Result<Option<Value>> {
+        loop {
+            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                let text = String::from_utf8_lossy(&line);
+                if text.trim().is_empty() {
+                    continue;
+                }
+                return serde_json::from_str(text.trim())
+                    .map(Some)
+                    .with_context(|| format!("a watch line is not JSON: {text}"));
+            }
+            if self.ended {
+                ensure!(
+                    self.pending.iter().all(u8::is_ascii_whitespace),
+                    "the watch ended inside an event: {}",
+                    String::from_utf8_lossy(&self.pending)
+                );
+                return Ok(None);
+            }
+            let more = if self.chunked {
+                read_chunk(&mut self.reader).await?
+            } else {
+                let mut buffer = vec![0; 64 * 1024];
+                let n = self.reader.read(&mut buffer).await?;
+                buffer.truncate(n);
+                (n > 0).then_some(buffer)
+            };
+            match more {
+                Some(bytes) => self.pending.extend_from_slice(&bytes),
+                None => self.ended = true,
+            }
+        }
+    }
+}
