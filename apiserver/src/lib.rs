@@ -43,8 +43,13 @@ pub async fn serve(
             }
         })
     };
+    let stopping = registry.clone();
     let served = axum::serve(listener, server::router(registry))
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            // Open watches end now, so the graceful stop does not wait on them.
+            stopping.begin_shutdown();
+        })
         .await;
     bootstrap.abort();
     served

@@ -21,6 +21,8 @@ const LIST_BATCH: i64 = 500;
 #[derive(Clone)]
 pub struct Registry {
     storage: Storage,
+    /// Set when the server stops: open watches end cleanly.
+    stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// Which object or collection a request is about.
@@ -110,7 +112,20 @@ fn same_spec(a: &Value, b: &Value) -> bool {
 
 impl Registry {
     pub fn new(storage: Storage) -> Registry {
-        Registry { storage }
+        Registry {
+            storage,
+            stopping: std::sync::Arc::new(tokio::sync::watch::channel(false).0),
+        }
+    }
+
+    /// Ends every open watch (the server is stopping).
+    pub fn begin_shutdown(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// Flips to true when the server stops.
+    pub fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stopping.subscribe()
     }
 
     pub fn storage(&self) -> &Storage {

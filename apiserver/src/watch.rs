@@ -55,6 +55,8 @@ fn error_event(err: &ApiError) -> Bytes {
 
 /// Everything the stream needs once it has started.
 struct Watching {
+    /// Flips when the server stops: the stream then ends cleanly.
+    stopping: tokio::sync::watch::Receiver<bool>,
     resource: &'static ResourceType,
     options: WatchOptions,
     changes: ChangeStream,
@@ -114,6 +116,7 @@ pub async fn start(
         Err(err) => return Err(storage_error(target, "", err)),
     };
     let watching = Watching {
+        stopping: registry.stopping(),
         resource,
         options,
         changes,
@@ -137,7 +140,7 @@ fn live(
                 if let Some(line) = pending.pop() {
                     return Some((Ok(line), (w, deadline, pending, ended)));
                 }
-                if ended {
+                if ended || *w.stopping.borrow() {
                     return None;
                 }
                 let sleep_until = deadline.unwrap_or_else(|| {
@@ -171,6 +174,7 @@ fn live(
                         }
                     },
                     _ = tokio::time::sleep_until(sleep_until) => return None,
+                    _ = w.stopping.changed() => return None,
                     _ = tokio::time::sleep_until(bookmark_at), if w.options.allow_bookmarks => {
                         pending.push(bookmark(w.resource, w.revision, false));
                     }

@@ -12,9 +12,11 @@ use std::time::SystemTime;
 use anyhow::{bail, ensure, Context, Result};
 
 /// What the binary is built from, relative to the workspace root.
-const SOURCES: [&str; 6] = [
+const SOURCES: [&str; 8] = [
     "skiff/src",
     "skiff/Cargo.toml",
+    "apiserver/src",
+    "apiserver/Cargo.toml",
     "store/src",
     "store/proto",
     "store/Cargo.toml",
