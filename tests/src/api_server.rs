@@ -19,28 +19,191 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// A clean stop: end the watches, drain clients, close the store.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// What the API runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `skiff up`: the store in the same process.
+    Embedded,
+    /// `skiff up --store-endpoints` over a real etcd (Debian's etcd-server).
+    Etcd,
+    /// Three `skiff server` members: writes through the first member's API,
+    /// watches through the third's.
+    Cluster,
+}
+
 pub struct ApiServer {
     process: Option<SkiffProcess>,
     data_dir: PathBuf,
     api: SocketAddr,
     client: SocketAddr,
+    backend: Backend,
+    /// The other members (Cluster), or real etcd (Etcd).
+    others: Vec<SkiffProcess>,
+    etcd: Option<EtcdProcess>,
+    /// The API that watches go to (Cluster: another member's).
+    watch_data_dir: PathBuf,
     _dir: TempDir,
+}
+
+/// A real etcd, SIGKILLed on drop.
+struct EtcdProcess {
+    child: std::process::Child,
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Real etcd on PATH. Missing: under CI=true a panic that says how to
+/// install it; otherwise a note that the test is skipped, and `None`.
+pub fn etcd_or_skip(test: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("etcd"))
+            .find(|candidate| candidate.is_file())
+    });
+    if found.is_none() {
+        if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+            panic!("etcd is not installed, and CI must run {test}: apt-get install -y etcd-server");
+        }
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: etcd is not installed (install it with `apt-get install -y etcd-server`)"
+        );
+    }
+    found
 }
 
 impl ApiServer {
     /// `skiff up` in a fresh data directory, ready to serve.
     pub async fn start() -> Result<ApiServer> {
+        Self::start_on(Backend::Embedded, "")
+            .await
+            .map(|s| s.expect("the embedded backend needs no external tool"))
+    }
+
+    /// The API on `backend`, ready to serve; `None` when the backend needs
+    /// a tool that is missing outside CI (the test is then skipped).
+    pub async fn start_on(backend: Backend, test: &str) -> Result<Option<ApiServer>> {
         let dir = tempfile::tempdir()?;
         let addrs = free_addrs(2)?;
+        let data_dir = dir.path().join("skiff");
         let mut server = ApiServer {
             process: None,
-            data_dir: dir.path().join("skiff"),
+            watch_data_dir: data_dir.clone(),
+            data_dir,
             api: addrs[0],
             client: addrs[1],
+            backend,
+            others: Vec::new(),
+            etcd: None,
             _dir: dir,
         };
-        server.launch().await?;
-        Ok(server)
+        match backend {
+            Backend::Embedded => server.launch().await?,
+            Backend::Etcd => {
+                let Some(etcd) = etcd_or_skip(test) else {
+                    return Ok(None);
+                };
+                server.launch_on_etcd(&etcd).await?;
+            }
+            Backend::Cluster => server.launch_cluster().await?,
+        }
+        Ok(Some(server))
+    }
+
+    /// The kubeconfig of the API that watches should use: another member's
+    /// on a cluster, else the same as [`Self::kubeconfig`].
+    pub fn watch_kubeconfig(&self) -> PathBuf {
+        self.watch_data_dir.join("kubeconfig")
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    async fn launch_on_etcd(&mut self, etcd: &Path) -> Result<()> {
+        let ports = free_addrs(2)?;
+        let etcd_dir = self._dir.path().join("etcd");
+        let log = std::fs::File::create(self._dir.path().join("etcd.log"))?;
+        let child = std::process::Command::new(etcd)
+            .args(["--name", "e1", "--data-dir"])
+            .arg(&etcd_dir)
+            .arg(format!("--listen-client-urls=http://{}", ports[0]))
+            .arg(format!("--advertise-client-urls=http://{}", ports[0]))
+            .arg(format!("--listen-peer-urls=http://{}", ports[1]))
+            .arg(format!("--initial-advertise-peer-urls=http://{}", ports[1]))
+            .arg(format!("--initial-cluster=e1=http://{}", ports[1]))
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting etcd")?;
+        self.etcd = Some(EtcdProcess { child });
+        let args = [
+            "up".to_string(),
+            "--data-dir".into(),
+            self.data_dir.display().to_string(),
+            "--api-listen".into(),
+            self.api.to_string(),
+            "--store-endpoints".into(),
+            ports[0].to_string(),
+        ];
+        let mut process = SkiffProcess::spawn("skiff up --store-endpoints", args)?;
+        process.wait_for_line(" ready: ", READY_TIMEOUT).await?;
+        let kubeconfig = self.kubeconfig();
+        let process = self.process.insert(process);
+        wait_serving(process, &kubeconfig).await
+    }
+
+    async fn launch_cluster(&mut self) -> Result<()> {
+        let addrs = free_addrs(9)?;
+        let initial = (0..3)
+            .map(|i| format!("n{}={}", i + 1, addrs[3 * i + 1]))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut members = Vec::new();
+        for i in 0..3 {
+            let name = format!("n{}", i + 1);
+            let data_dir = self._dir.path().join(&name);
+            let args = vec![
+                "server".to_string(),
+                "--name".into(),
+                name.clone(),
+                "--data-dir".into(),
+                data_dir.display().to_string(),
+                "--client-listen".into(),
+                addrs[3 * i].to_string(),
+                "--peer-listen".into(),
+                addrs[3 * i + 1].to_string(),
+                "--initial-cluster".into(),
+                initial.clone(),
+                "--api-listen".into(),
+                addrs[3 * i + 2].to_string(),
+            ];
+            members.push((
+                data_dir,
+                SkiffProcess::spawn(&format!("skiff server {name}"), args)?,
+            ));
+        }
+        for (data_dir, process) in &mut members {
+            process.wait_for_line(" ready: ", READY_TIMEOUT).await?;
+            wait_serving(process, &data_dir.join("kubeconfig")).await?;
+        }
+        let mut members = members.into_iter();
+        let (first_dir, first) = members.next().context("three members")?;
+        self.data_dir = first_dir;
+        self.api = addrs[2];
+        self.client = addrs[0];
+        self.process = Some(first);
+        for (dir, process) in members {
+            self.watch_data_dir = dir;
+            self.others.push(process);
+        }
+        Ok(())
     }
 
     /// The kubeconfig `skiff up` wrote: the one way tests reach the API.
@@ -73,6 +236,9 @@ impl ApiServer {
 
     /// Starts `skiff up` again on the same data directory and ports.
     pub async fn restart(&mut self) -> Result<()> {
+        if self.backend != Backend::Embedded {
+            bail!("only the embedded backend restarts");
+        }
         if self.process.is_some() {
             bail!("skiff up is still running; stop it first");
         }

@@ -72,6 +72,12 @@ impl Kubectl {
         })
     }
 
+    /// The same kubectl pointed at another kubeconfig (another member's
+    /// API), with a cache of its own.
+    pub fn with_kubeconfig(&self, kubeconfig: &Path) -> Result<Kubectl> {
+        Kubectl::new(self.binary.clone(), kubeconfig)
+    }
+
     /// Writes `text` to a manifest file named `name` and returns its path.
     pub fn manifest(&self, name: &str, text: &str) -> Result<PathBuf> {
         let path = self.cache.path().join(name);

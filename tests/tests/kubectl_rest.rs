@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use serde_json::Value;
-use skiff_tests::api_server::ApiServer;
+use skiff_tests::api_server::{ApiServer, Backend};
 use skiff_tests::kubectl::{kubectl_or_skip, Kubectl};
 
 const WATCH_TIMEOUT: Duration = Duration::from_secs(15);
@@ -102,18 +102,21 @@ spec:
     image: busybox:1.36
 ";
 
-async fn session(test: &str) -> Result<Option<(ApiServer, Kubectl)>> {
+async fn session(test: &str, backend: Backend) -> Result<Option<(ApiServer, Kubectl)>> {
     let Some(binary) = kubectl_or_skip(test) else {
         return Ok(None);
     };
-    let server = ApiServer::start().await?;
+    let Some(server) = ApiServer::start_on(backend, test).await? else {
+        return Ok(None);
+    };
     let kubectl = Kubectl::new(binary, &server.kubeconfig())?;
     Ok(Some((server, kubectl)))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn create_and_apply_then_get_in_every_form() -> Result<()> {
-    let Some((_server, kubectl)) = session("create_and_apply_then_get_in_every_form").await? else {
+async fn create_and_apply_then_get_in_every_form(backend: Backend) -> Result<()> {
+    let Some((_server, kubectl)) =
+        session("create_and_apply_then_get_in_every_form", backend).await?
+    else {
         return Ok(());
     };
     kubectl.manifest("deploy.yaml", DEPLOYMENT)?;
@@ -340,9 +343,9 @@ fn items(list: &Value) -> &[Value] {
     list["items"].as_array().map(Vec::as_slice).unwrap_or(&[])
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn get_watch_sees_changes_made_meanwhile() -> Result<()> {
-    let Some((_server, kubectl)) = session("get_watch_sees_changes_made_meanwhile").await? else {
+async fn get_watch_sees_changes_made_meanwhile(backend: Backend) -> Result<()> {
+    let Some((server, kubectl)) = session("get_watch_sees_changes_made_meanwhile", backend).await?
+    else {
         return Ok(());
     };
     let pod = |name: &str, step: &str| {
@@ -365,7 +368,9 @@ async fn get_watch_sees_changes_made_meanwhile() -> Result<()> {
     let rv = "jsonpath={.metadata.resourceVersion}";
     let created = rv_of(kubectl.ok(&["create", "-f", "w1.json", "-o", rv])?)?;
 
-    let mut watch = kubectl.spawn(&[
+    // On a cluster the watch goes to another member than the writes.
+    let watcher = kubectl.with_kubeconfig(&server.watch_kubeconfig())?;
+    let mut watch = watcher.spawn(&[
         "get",
         "pods",
         "-l",
@@ -410,10 +415,12 @@ async fn get_watch_sees_changes_made_meanwhile() -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delete_and_the_errors_for_missing_and_existing_objects() -> Result<()> {
-    let Some((_server, kubectl)) =
-        session("delete_and_the_errors_for_missing_and_existing_objects").await?
+async fn delete_and_the_errors_for_missing_and_existing_objects(backend: Backend) -> Result<()> {
+    let Some((_server, kubectl)) = session(
+        "delete_and_the_errors_for_missing_and_existing_objects",
+        backend,
+    )
+    .await?
     else {
         return Ok(());
     };
@@ -473,3 +480,35 @@ async fn delete_and_the_errors_for_missing_and_existing_objects() -> Result<()> 
     );
     Ok(())
 }
+
+/// Each scenario against `skiff up`, against the API on a real etcd, and
+/// against a three-member skiff cluster (writes through one member's API,
+/// watches through another's).
+macro_rules! on_every_backend {
+    ($($scenario:ident),*) => {$(
+        mod $scenario {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded_store() -> Result<()> {
+                super::$scenario(Backend::Embedded).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn real_etcd() -> Result<()> {
+                super::$scenario(Backend::Etcd).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn three_member_cluster() -> Result<()> {
+                super::$scenario(Backend::Cluster).await
+            }
+        }
+    )*};
+}
+
+on_every_backend!(
+    create_and_apply_then_get_in_every_form,
+    get_watch_sees_changes_made_meanwhile,
+    delete_and_the_errors_for_missing_and_existing_objects
+);

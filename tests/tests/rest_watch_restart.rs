@@ -132,7 +132,9 @@ async fn a_watch_resumes_after_a_restart_with_nothing_missed_or_repeated() -> Re
     match watch.next_event(EVENT_TIMEOUT).await {
         Ok(Some(event)) => bail!("an event after the last change: {event}"),
         Ok(None) => {}
-        Err(err) => return Err(err.context("the watch did not end cleanly when the server stopped")),
+        Err(err) => {
+            return Err(err.context("the watch did not end cleanly when the server stopped"))
+        }
     }
     let last = seen.last().map(|s| s.2).context("events were seen")?;
 

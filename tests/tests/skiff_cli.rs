@@ -358,7 +358,10 @@ fn check_manifest(manifest: &Value, dir: &Path) -> Result<Vec<(String, SocketAdd
         if i == 0 {
             // The cluster's kubeconfig points at the first member's API.
             let kubeconfig = std::fs::read_to_string(dir.join("kubeconfig"))?;
-            assert!(kubeconfig.contains(&format!("server: http://{api}")), "{kubeconfig}");
+            assert!(
+                kubeconfig.contains(&format!("server: http://{api}")),
+                "{kubeconfig}"
+            );
         }
         assert_eq!(
             member["data_dir"],
