@@ -9,7 +9,7 @@
 
 use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
-use skiff_tests::api_server::ApiServer;
+use skiff_tests::api_server::{ApiServer, Backend};
 use skiff_tests::kube_http::{HttpResponse, KubeHttp};
 
 const CONFIG_MAPS: &str = "/api/v1/namespaces/default/configmaps";
@@ -116,9 +116,11 @@ async fn created(http: &KubeHttp, collection: &str, object: &Value) -> Result<Va
     reply.json()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn missing_existing_and_stale_objects() -> Result<()> {
-    let server = ApiServer::start().await?;
+async fn missing_existing_and_stale_objects(backend: Backend) -> Result<()> {
+    let Some(server) = ApiServer::start_on(backend, "missing_existing_and_stale_objects").await?
+    else {
+        return Ok(());
+    };
     let http = server.http()?;
     let missing = format!("{PODS}/missing");
 
@@ -197,9 +199,11 @@ async fn missing_existing_and_stale_objects() -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn refused_requests_change_nothing() -> Result<()> {
-    let server = ApiServer::start().await?;
+async fn refused_requests_change_nothing(backend: Backend) -> Result<()> {
+    let Some(server) = ApiServer::start_on(backend, "refused_requests_change_nothing").await?
+    else {
+        return Ok(());
+    };
     let http = server.http()?;
     let kept = created(&http, CONFIG_MAPS, &config_map("kept", "one")).await?;
     let web = created(&http, DEPLOYMENTS, &deployment("web", "web", "web")).await?;
@@ -380,9 +384,12 @@ async fn too_large_and_not_allowed(http: &KubeHttp) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_content_type_dry_run_and_generate_name() -> Result<()> {
-    let server = ApiServer::start().await?;
+async fn no_content_type_dry_run_and_generate_name(backend: Backend) -> Result<()> {
+    let Some(server) =
+        ApiServer::start_on(backend, "no_content_type_dry_run_and_generate_name").await?
+    else {
+        return Ok(());
+    };
     let http = server.http()?;
 
     // As the Python client sends it: no Content-Type, no kind or apiVersion.
@@ -455,9 +462,12 @@ async fn no_content_type_dry_run_and_generate_name() -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn finalizers_hold_an_object_until_cleared() -> Result<()> {
-    let server = ApiServer::start().await?;
+async fn finalizers_hold_an_object_until_cleared(backend: Backend) -> Result<()> {
+    let Some(server) =
+        ApiServer::start_on(backend, "finalizers_hold_an_object_until_cleared").await?
+    else {
+        return Ok(());
+    };
     let http = server.http()?;
     let path = format!("{CONFIG_MAPS}/held");
     let mut held = config_map("held", "one");
@@ -499,9 +509,11 @@ async fn finalizers_hold_an_object_until_cleared() -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn generation_rises_only_with_the_spec() -> Result<()> {
-    let server = ApiServer::start().await?;
+async fn generation_rises_only_with_the_spec(backend: Backend) -> Result<()> {
+    let Some(server) = ApiServer::start_on(backend, "generation_rises_only_with_the_spec").await?
+    else {
+        return Ok(());
+    };
     let http = server.http()?;
     let path = format!("{DEPLOYMENTS}/web");
     let made = created(&http, DEPLOYMENTS, &deployment("web", "web", "web")).await?;
@@ -549,9 +561,12 @@ async fn generation_rises_only_with_the_spec() -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn list_pages_are_consistent_at_one_revision() -> Result<()> {
-    let server = ApiServer::start().await?;
+async fn list_pages_are_consistent_at_one_revision(backend: Backend) -> Result<()> {
+    let Some(server) =
+        ApiServer::start_on(backend, "list_pages_are_consistent_at_one_revision").await?
+    else {
+        return Ok(());
+    };
     let http = server.http()?;
     for name in ["p-a", "p-b", "p-c", "p-d", "p-e"] {
         created(&http, CONFIG_MAPS, &config_map(name, "one")).await?;
@@ -618,3 +633,38 @@ async fn list_pages_are_consistent_at_one_revision() -> Result<()> {
     );
     Ok(())
 }
+
+/// Each check against `skiff up`, against the API on a real etcd (the
+/// registry relies only on etcd's semantics), and against a three-member
+/// skiff cluster.
+macro_rules! on_every_backend {
+    ($($scenario:ident),*) => {$(
+        mod $scenario {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded_store() -> Result<()> {
+                super::$scenario(Backend::Embedded).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn real_etcd() -> Result<()> {
+                super::$scenario(Backend::Etcd).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn three_member_cluster() -> Result<()> {
+                super::$scenario(Backend::Cluster).await
+            }
+        }
+    )*};
+}
+
+on_every_backend!(
+    missing_existing_and_stale_objects,
+    refused_requests_change_nothing,
+    no_content_type_dry_run_and_generate_name,
+    finalizers_hold_an_object_until_cleared,
+    generation_rises_only_with_the_spec,
+    list_pages_are_consistent_at_one_revision
+);
