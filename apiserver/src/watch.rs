@@ -33,8 +33,10 @@ pub struct WatchOptions {
 }
 
 fn event(kind: &str, object: &Value) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-    line.push(b'\n');
+    // "type" first, as Kubernetes writes it (and people read it).
+    let mut line = format!("{{\"type\":\"{kind}\",\"object\":").into_bytes();
+    line.extend(serde_json::to_vec(object).unwrap_or_default());
+    line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }
 
@@ -210,5 +212,77 @@ fn translate(
             (true, Some(previous)) => Some(event("DELETED", previous)),
             _ => None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::selectors::LabelSelector;
+
+    fn pod(app: &str) -> Bytes {
+        Bytes::from(
+            serde_json::to_vec(&json!({"metadata": {"name": "p", "labels": {"app": app}}}))
+                .unwrap(),
+        )
+    }
+
+    fn kinds(options: &ListOptions, change: &Change) -> Option<(String, String)> {
+        let line = translate(
+            crate::resources::find("", "v1", "pods").unwrap(),
+            options,
+            change,
+        )?;
+        let event: Value = serde_json::from_slice(&line).unwrap();
+        assert!(line.starts_with(b"{\"type\":"), "type first");
+        assert!(line.ends_with(b"\n"), "one event per line");
+        Some((
+            event["type"].as_str().unwrap().to_string(),
+            event["object"]["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        ))
+    }
+
+    #[test]
+    fn selectors_turn_changes_into_the_events_a_watcher_sees() {
+        let options = ListOptions {
+            labels: Some(LabelSelector::parse("app=web").unwrap()),
+            ..ListOptions::default()
+        };
+        let put = |value: Bytes, prev: Option<Bytes>| Change {
+            kind: ChangeKind::Put,
+            key: "/registry/core/pods/default/p".into(),
+            value,
+            revision: 9,
+            prev,
+        };
+        let ev = |t: &str| Some((t.to_string(), "9".to_string()));
+        assert_eq!(kinds(&options, &put(pod("web"), None)), ev("ADDED"));
+        assert_eq!(
+            kinds(&options, &put(pod("web"), Some(pod("web")))),
+            ev("MODIFIED")
+        );
+        assert_eq!(
+            kinds(&options, &put(pod("web"), Some(pod("db")))),
+            ev("ADDED"),
+            "starts matching"
+        );
+        assert_eq!(
+            kinds(&options, &put(pod("db"), Some(pod("web")))),
+            ev("DELETED"),
+            "stops matching"
+        );
+        assert_eq!(kinds(&options, &put(pod("db"), Some(pod("db")))), None);
+        let delete = |prev: Bytes| Change {
+            kind: ChangeKind::Delete,
+            key: "/registry/core/pods/default/p".into(),
+            value: Bytes::new(),
+            revision: 9,
+            prev: Some(prev),
+        };
+        assert_eq!(kinds(&options, &delete(pod("web"))), ev("DELETED"));
+        assert_eq!(kinds(&options, &delete(pod("db"))), None);
     }
 }
