@@ -1,6 +1,7 @@
 //! skiff-bench: benchmarks that print plain-text tables, one subcommand per
 //! component. Not timed tests: run them on a quiet machine and read them.
 
+mod data_root;
 mod machine;
 mod report;
 mod store;

@@ -304,3 +304,32 @@ async fn wait_serving(process: &mut SkiffProcess, kubeconfig: &Path) -> Result<(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Runs each named scenario, an `async fn(Backend) -> anyhow::Result<()>`
+/// of the calling test file, as three tests: against `skiff up`, against
+/// the API on a real etcd (the registry relies on etcd's semantics only),
+/// and against a three-member skiff cluster (writes through one member's
+/// API, watches through another's).
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            use $crate::api_server::Backend;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded_store() -> anyhow::Result<()> {
+                super::$scenario(Backend::Embedded).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn real_etcd() -> anyhow::Result<()> {
+                super::$scenario(Backend::Etcd).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn three_member_cluster() -> anyhow::Result<()> {
+                super::$scenario(Backend::Cluster).await
+            }
+        }
+    )*};
+}

@@ -481,33 +481,7 @@ async fn delete_and_the_errors_for_missing_and_existing_objects(backend: Backend
     Ok(())
 }
 
-/// Each scenario against `skiff up`, against the API on a real etcd, and
-/// against a three-member skiff cluster (writes through one member's API,
-/// watches through another's).
-macro_rules! on_every_backend {
-    ($($scenario:ident),*) => {$(
-        mod $scenario {
-            use super::*;
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn embedded_store() -> Result<()> {
-                super::$scenario(Backend::Embedded).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn real_etcd() -> Result<()> {
-                super::$scenario(Backend::Etcd).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn three_member_cluster() -> Result<()> {
-                super::$scenario(Backend::Cluster).await
-            }
-        }
-    )*};
-}
-
-on_every_backend!(
+skiff_tests::on_every_backend!(
     create_and_apply_then_get_in_every_form,
     get_watch_sees_changes_made_meanwhile,
     delete_and_the_errors_for_missing_and_existing_objects

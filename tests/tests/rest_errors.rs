@@ -634,33 +634,7 @@ async fn list_pages_are_consistent_at_one_revision(backend: Backend) -> Result<(
     Ok(())
 }
 
-/// Each check against `skiff up`, against the API on a real etcd (the
-/// registry relies only on etcd's semantics), and against a three-member
-/// skiff cluster.
-macro_rules! on_every_backend {
-    ($($scenario:ident),*) => {$(
-        mod $scenario {
-            use super::*;
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn embedded_store() -> Result<()> {
-                super::$scenario(Backend::Embedded).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn real_etcd() -> Result<()> {
-                super::$scenario(Backend::Etcd).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn three_member_cluster() -> Result<()> {
-                super::$scenario(Backend::Cluster).await
-            }
-        }
-    )*};
-}
-
-on_every_backend!(
+skiff_tests::on_every_backend!(
     missing_existing_and_stale_objects,
     refused_requests_change_nothing,
     no_content_type_dry_run_and_generate_name,

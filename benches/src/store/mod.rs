@@ -18,6 +18,7 @@ use anyhow::{bail, Context, Result};
 use rand::RngCore;
 use skiff_store::{Store, StoreConfig};
 
+use crate::data_root::DataRoot;
 use crate::machine;
 use cluster::Members;
 use compare::Run;
@@ -175,7 +176,7 @@ fn check_members(members: &[usize]) -> Result<()> {
 
 pub fn run(args: StoreArgs) -> Result<()> {
     let plan = Plan::from_args(&args)?;
-    let root = DataRoot::create(args.data_dir.as_deref())?;
+    let root = DataRoot::create(args.data_dir.as_deref(), "skiff-bench-", &["ops", "footprint"])?;
     print_setup(&plan, root.path());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -304,74 +305,6 @@ fn print_setup(plan: &Plan, root: &Path) {
         counts.join(", ")
     );
     println!("values:  {VALUE_LEN} random bytes; every put is durable (WAL fdatasync on a quorum of members) before it is answered");
-}
-
-/// The directory holding the benchmark's data directories: a temporary one
-/// (removed on drop), or the one the user named (only our subdirectories
-/// are removed).
-struct DataRoot {
-    temp: Option<tempfile::TempDir>,
-    path: PathBuf,
-}
-
-impl DataRoot {
-    fn create(requested: Option<&Path>) -> Result<DataRoot> {
-        if let Some(dir) = requested {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating the data directory {}", dir.display()))?;
-            return Ok(DataRoot {
-                temp: None,
-                path: dir.to_path_buf(),
-            });
-        }
-        let parent = if Path::new("target").is_dir() {
-            PathBuf::from("target")
-        } else {
-            std::env::temp_dir()
-        };
-        let temp = tempfile::Builder::new()
-            .prefix("skiff-bench-")
-            .tempdir_in(&parent)
-            .with_context(|| format!("creating a temporary directory in {}", parent.display()))?;
-        let path = temp.path().canonicalize()?;
-        Ok(DataRoot {
-            temp: Some(temp),
-            path,
-        })
-    }
-
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// A fresh, empty subdirectory: a benchmark never runs on old data.
-    fn subdir(&self, name: &str) -> Result<PathBuf> {
-        let dir = self.path.join(name);
-        if dir.exists() && std::fs::read_dir(&dir)?.next().is_some() {
-            bail!(
-                "{} is not empty; remove it or pass another --data-dir",
-                dir.display()
-            );
-        }
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(dir)
-    }
-
-    fn remove(self) -> Result<()> {
-        match self.temp {
-            Some(temp) => temp
-                .close()
-                .context("removing the temporary data directory"),
-            None => {
-                let ops = self.path.join("ops");
-                if ops.exists() {
-                    std::fs::remove_dir_all(&ops)
-                        .with_context(|| format!("removing {}", ops.display()))?;
-                }
-                Ok(())
-            }
-        }
-    }
 }
 
 /// Incompressible bytes: sled must store what a real object would cost.

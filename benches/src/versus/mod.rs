@@ -6,7 +6,6 @@
 
 mod client;
 mod cluster;
-mod data_root;
 mod load;
 mod plot;
 mod process;
@@ -24,7 +23,7 @@ use crate::machine;
 use crate::report;
 use client::Target;
 use cluster::{Cluster, STOP_GRACE};
-use data_root::DataRoot;
+use crate::data_root::DataRoot;
 use progress::Progress;
 use system::{Program, System};
 use table::{Measured, MemberRun};
@@ -217,7 +216,11 @@ pub fn run(args: VersusArgs) -> Result<()> {
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     let skiff = system::skiff_program(args.skiff_bin.as_deref())?;
     let etcd = system::etcd_program(args.etcd_bin.as_deref(), ci)?;
-    let root = DataRoot::create(args.data_dir.as_deref())?;
+    let root = DataRoot::create(
+        args.data_dir.as_deref(),
+        "skiff-bench-versus-",
+        &["skiff-", "etcd-"],
+    )?;
     print_setup(&plan, &skiff, etcd.as_ref(), root.path());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
