@@ -444,7 +444,7 @@ impl Registry {
         current: &Value,
         options: &DeleteOptions,
     ) -> i64 {
-        if resource.kind != "Pod" || resource.group != "" {
+        if resource.kind != "Pod" || !resource.group.is_empty() {
             return 0;
         }
         let bound = current["spec"]["nodeName"]
@@ -585,18 +585,13 @@ impl Registry {
 
 /// What a new object's status starts as, where Kubernetes sets one.
 fn default_status(resource: &ResourceType, object: &mut Value) {
-    match (resource.group, resource.kind) {
-        ("", "Namespace") => {
-            if object["status"]["phase"].is_null() {
-                object["status"] = json!({"phase": "Active"});
-            }
-        }
-        ("", "Pod") => {
-            if object["status"]["phase"].is_null() {
-                object["status"] = json!({"phase": "Pending"});
-            }
-        }
-        _ => {}
+    let phase = match (resource.group, resource.kind) {
+        ("", "Namespace") => "Active",
+        ("", "Pod") => "Pending",
+        _ => return,
+    };
+    if object["status"]["phase"].is_null() {
+        object["status"]["phase"] = json!(phase);
     }
 }
 

@@ -2,10 +2,6 @@
 //! as the Kubernetes API documents them, with the apiserver's error wording.
 //! Not for choosing which objects a controller owns: that is `kube`'s job.
 
-// `ApiError` is the crate's one error type; its size is status.rs's to
-// change (boxing `details`).
-#![allow(clippy::result_large_err)]
-
 use std::fmt;
 
 use serde_json::{Map, Value};

@@ -22,7 +22,8 @@ pub struct ApiError {
     pub reason: &'static str,
     pub message: String,
     /// (group, kind in lower-case plural form as Kubernetes sends it, name)
-    pub details: Option<Details>,
+    /// Boxed: errors travel in every `Result` of the request path.
+    pub details: Option<Box<Details>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -49,12 +50,12 @@ impl ApiError {
     }
 
     fn with(mut self, group: &str, resource: &str, name: &str) -> Self {
-        self.details = Some(Details {
+        self.details = Some(Box::new(Details {
             group: group.into(),
             kind: resource.into(),
             name: name.into(),
             ..Details::default()
-        });
+        }));
         self
     }
 

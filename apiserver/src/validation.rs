@@ -2,10 +2,6 @@
 //! its names, metadata and commonly-wrong fields are valid (422, worded as
 //! Kubernetes words them), strict unknown fields. Not defaulting or admission.
 
-// `ApiError` is the crate's one error type; its size is status.rs's to
-// change (boxing `details`).
-#![allow(clippy::result_large_err)]
-
 use std::collections::HashSet;
 
 use serde_json::{Map, Value};
