@@ -7,12 +7,14 @@
 pub mod discovery;
 pub mod object;
 pub mod openapi;
+pub mod patch;
 pub mod registry;
 pub mod resources;
 pub mod selectors;
 pub mod server;
 pub mod status;
 pub mod storage;
+pub mod table;
 pub mod validation;
 pub mod watch;
 

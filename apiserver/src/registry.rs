@@ -366,6 +366,47 @@ impl Registry {
         Ok(next)
     }
 
+    /// PATCH of the object or its status: the patch is applied to the
+    /// current object and the result stored as by [`Self::update`]. A
+    /// resourceVersion in the patch is a precondition; without one, a
+    /// write that raced with another is patched again on the new object.
+    pub async fn patch(
+        &self,
+        target: &Target<'_>,
+        name: &str,
+        content_type: &str,
+        body: &[u8],
+        subresource: Option<&str>,
+        dry_run: bool,
+        check: &(dyn Fn(&Value) -> ApiResult<()> + Sync),
+    ) -> ApiResult<Value> {
+        const ATTEMPTS: usize = 5;
+        let mut last = None;
+        for _ in 0..ATTEMPTS {
+            let (current, revision) = self.read(target, name).await?;
+            let mut patched =
+                crate::patch::apply_patch(target.resource, content_type, &current, body)?;
+            check(&patched)?;
+            let asked = object::meta_str(&patched, "resourceVersion").map(str::to_string);
+            let precondition = asked
+                .as_deref()
+                .is_some_and(|rv| rv != revision.to_string());
+            if precondition {
+                return Err(storage_error(target, name, StorageError::Conflict));
+            }
+            metadata_mut(&mut patched)
+                .insert("resourceVersion".into(), json!(revision.to_string()));
+            match self
+                .update(target, name, patched, subresource, dry_run)
+                .await
+            {
+                Err(err) if err.code == 409 && err.reason == "Conflict" => last = Some(err),
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or_else(|| storage_error(target, name, StorageError::Conflict)))
+    }
+
     /// DELETE: removes the object, or marks it when finalizers (or a pod's
     /// graceful termination on its node) must run first. Returns the object
     /// as deleted or as marked.

@@ -19,6 +19,7 @@ use crate::registry::{DeleteOptions, ListOptions, Registry, Target};
 use crate::resources::{self, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
+use crate::table;
 use crate::watch::WatchOptions;
 
 /// Kubernetes refuses request bodies over 3 MiB.
@@ -290,6 +291,29 @@ fn field_validation(
     }
 }
 
+/// Whether the reply is a Table (kubectl's `get`), and what its rows carry.
+fn render_as(
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+) -> ApiResult<Option<(table::TableVersion, table::IncludeObject)>> {
+    let Some(version) = table::wants_table(headers) else {
+        return Ok(None);
+    };
+    let include = table::IncludeObject::from_query(query.get("includeObject").map(String::as_str))
+        .map_err(|err| ApiError::bad_request(err.to_string()))?;
+    Ok(Some((version, include)))
+}
+
+fn table_response(version: table::TableVersion, table: &Value) -> Response {
+    let body = serde_json::to_vec(table).unwrap_or_default();
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, table::content_type(version))],
+        body,
+    )
+        .into_response()
+}
+
 fn json_response(code: StatusCode, value: &Value) -> Response {
     let body = serde_json::to_vec(value).unwrap_or_default();
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
@@ -323,6 +347,7 @@ async fn resource(
         &version,
         &rest,
         &query,
+        &headers,
         &body,
     )
     .await
@@ -339,6 +364,7 @@ async fn serve(
     version: &str,
     rest: &[String],
     query: &HashMap<String, String>,
+    headers: &HeaderMap,
     body: &[u8],
 ) -> ApiResult<Response> {
     let route = parse_route(group, version, rest)?;
@@ -363,6 +389,7 @@ async fn serve(
                     .and_then(|t| t.parse::<u64>().ok())
                     .map(Duration::from_secs),
                 send_initial_events: flag(query, "sendInitialEvents"),
+                table: render_as(headers, query)?,
             };
             let stream = crate::watch::start(registry, &target, options).await?;
             Ok((
@@ -379,12 +406,41 @@ async fn serve(
             let list = registry
                 .list(&target, &list_options(resource, query)?)
                 .await?;
-            Ok(json_response(StatusCode::OK, &list))
+            match render_as(headers, query)? {
+                Some((version, include)) => {
+                    let items = list["items"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+                    let now = jiff::Timestamp::now();
+                    let rows = table::table(
+                        resource,
+                        items,
+                        Some(&list["metadata"]),
+                        include,
+                        version,
+                        now,
+                    );
+                    Ok(table_response(version, &rows))
+                }
+                None => Ok(json_response(StatusCode::OK, &list)),
+            }
         }
-        (&Method::GET, Some(name), None | Some("status")) => Ok(json_response(
-            StatusCode::OK,
-            &registry.get(&target, name).await?,
-        )),
+        (&Method::GET, Some(name), None | Some("status")) => {
+            let object = registry.get(&target, name).await?;
+            match render_as(headers, query)? {
+                Some((version, include)) => {
+                    let now = jiff::Timestamp::now();
+                    let rows = table::table(
+                        resource,
+                        std::slice::from_ref(&object),
+                        None,
+                        include,
+                        version,
+                        now,
+                    );
+                    Ok(table_response(version, &rows))
+                }
+                None => Ok(json_response(StatusCode::OK, &object)),
+            }
+        }
         (&Method::POST, None, None) => {
             let object = crate::object::parse_body(body)?;
             field_validation(resource, query, &object)?;
@@ -398,6 +454,25 @@ async fn serve(
                 .update(&target, name, object, sub, dry_run(query)?)
                 .await?;
             Ok(json_response(StatusCode::OK, &updated))
+        }
+        (&Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let check = |object: &Value| field_validation(resource, query, object);
+            let patched = registry
+                .patch(
+                    &target,
+                    name,
+                    content_type,
+                    body,
+                    sub,
+                    dry_run(query)?,
+                    &check,
+                )
+                .await?;
+            Ok(json_response(StatusCode::OK, &patched))
         }
         (&Method::DELETE, Some(name), None) => {
             let options = delete_options(query, body)?;

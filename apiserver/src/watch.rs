@@ -30,6 +30,28 @@ pub struct WatchOptions {
     /// `sendInitialEvents=true`: the current objects first, then a bookmark
     /// marking their end.
     pub send_initial_events: bool,
+    /// Events carry a one-row Table instead of the object (kubectl `get -w`).
+    pub table: Option<(crate::table::TableVersion, crate::table::IncludeObject)>,
+}
+
+type Render = Option<(crate::table::TableVersion, crate::table::IncludeObject)>;
+
+/// The event of `object`, as a Table row when the watch asked for tables.
+fn render(kind: &str, resource: &ResourceType, object: &Value, table: Render) -> Bytes {
+    match table {
+        Some((version, include)) => {
+            let row = crate::table::table(
+                resource,
+                std::slice::from_ref(object),
+                None,
+                include,
+                version,
+                jiff::Timestamp::now(),
+            );
+            event(kind, &row)
+        }
+        None => event(kind, object),
+    }
 }
 
 fn event(kind: &str, object: &Value) -> Bytes {
@@ -94,7 +116,7 @@ pub async fn start(
         }
         let listed = registry.list(target, &list_options).await?;
         for item in listed["items"].as_array().cloned().unwrap_or_default() {
-            initial.push(event("ADDED", &item));
+            initial.push(render("ADDED", resource, &item, options.table));
         }
         let revision: i64 = listed["metadata"]["resourceVersion"]
             .as_str()
@@ -166,7 +188,7 @@ fn live(
                             let mut lines = Vec::new();
                             for change in changes {
                                 w.revision = w.revision.max(change.revision);
-                                if let Some(line) = translate(w.resource, &w.options.list, &change) {
+                                if let Some(line) = translate(w.resource, &w.options.list, &change, w.options.table) {
                                     lines.push(line);
                                 }
                             }
@@ -191,6 +213,7 @@ fn translate(
     resource: &'static ResourceType,
     options: &ListOptions,
     change: &Change,
+    table: Render,
 ) -> Option<Bytes> {
     let previous = change
         .prev
@@ -202,14 +225,14 @@ fn translate(
             let current = object::from_stored(resource, &change.value, change.revision).ok()?;
             let is = options.selects(&current);
             match (previous.is_some(), was, is) {
-                (_, true, true) => Some(event("MODIFIED", &current)),
-                (_, false, true) => Some(event("ADDED", &current)),
-                (true, true, false) => Some(event("DELETED", &current)),
+                (_, true, true) => Some(render("MODIFIED", resource, &current, table)),
+                (_, false, true) => Some(render("ADDED", resource, &current, table)),
+                (true, true, false) => Some(render("DELETED", resource, &current, table)),
                 _ => None,
             }
         }
         ChangeKind::Delete => match (was, previous.as_ref()) {
-            (true, Some(previous)) => Some(event("DELETED", previous)),
+            (true, Some(previous)) => Some(render("DELETED", resource, previous, table)),
             _ => None,
         },
     }
@@ -232,6 +255,7 @@ mod tests {
             crate::resources::find("", "v1", "pods").unwrap(),
             options,
             change,
+            None,
         )?;
         let event: Value = serde_json::from_slice(&line).unwrap();
         assert!(line.starts_with(b"{\"type\":"), "type first");
