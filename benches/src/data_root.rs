@@ -103,7 +103,10 @@ mod tests {
         std::fs::create_dir(dir.path().join("mine-not")).unwrap();
         let root = DataRoot::create(Some(dir.path()), "x-", &["ops"]).unwrap();
         root.subdir("ops").unwrap();
-        assert!(DataRoot::create(Some(dir.path()), "x-", &["ops"]).is_err(), "an earlier run's");
+        assert!(
+            DataRoot::create(Some(dir.path()), "x-", &["ops"]).is_err(),
+            "an earlier run's"
+        );
         root.remove().unwrap();
         assert!(!dir.path().join("ops").exists());
         assert!(dir.path().join("mine-not").exists());

@@ -154,11 +154,13 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
         None => None,
     };
     let (stop_api, api_stopped) = oneshot::channel::<()>();
+    let mut api_addr = None;
     let mut api_task = match (api_listener, &api) {
         (Some(listener), Some(api)) => {
             let addr = listener
                 .local_addr()
                 .context("reading the API listener's address")?;
+            api_addr = Some((addr, api.kubeconfig.clone()));
             crate::kubeconfig::write(&api.kubeconfig, addr)?;
             let registry =
                 skiff_apiserver::Registry::new(skiff_apiserver::Storage::Local(store.clone()));
@@ -181,7 +183,7 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
             let _ = stopped.await;
         },
     ));
-    print_ready(&args.name, &store, client_addr, peer_addr);
+    print_ready(&args.name, &store, client_addr, peer_addr, api_addr);
 
     let removed = {
         let store = store.clone();
@@ -237,16 +239,28 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
 }
 
 /// One line on stdout that says the member serves, and where.
-fn print_ready(name: &str, store: &Store, client: SocketAddr, peer: Option<SocketAddr>) {
+fn print_ready(
+    name: &str,
+    store: &Store,
+    client: SocketAddr,
+    peer: Option<SocketAddr>,
+    api: Option<(SocketAddr, PathBuf)>,
+) {
     let peer = match peer {
         Some(peer) => format!("peer {peer}"),
         None => "alone (no peers)".to_string(),
     };
-    let line = format!(
+    let mut line = format!(
         "skiff store {name} ready: client {client}, {peer}, member id {:x}, cluster id {:x}",
         store.member_id(),
         store.cluster_id()
     );
+    if let Some((api, kubeconfig)) = api {
+        line.push_str(&format!(
+            "\nKubernetes API: http://{api}; kubectl --kubeconfig {} get namespaces",
+            kubeconfig.display()
+        ));
+    }
     // A closed stdout must not stop the member.
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();

@@ -176,7 +176,11 @@ fn check_members(members: &[usize]) -> Result<()> {
 
 pub fn run(args: StoreArgs) -> Result<()> {
     let plan = Plan::from_args(&args)?;
-    let root = DataRoot::create(args.data_dir.as_deref(), "skiff-bench-", &["ops", "footprint"])?;
+    let root = DataRoot::create(
+        args.data_dir.as_deref(),
+        "skiff-bench-",
+        &["ops", "footprint"],
+    )?;
     print_setup(&plan, root.path());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::data_root::DataRoot;
 use crate::machine;
 use crate::report;
 use client::Target;
 use cluster::{Cluster, STOP_GRACE};
-use crate::data_root::DataRoot;
 use progress::Progress;
 use system::{Program, System};
 use table::{Measured, MemberRun};
