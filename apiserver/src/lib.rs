@@ -14,6 +14,7 @@ pub mod selectors;
 pub mod server;
 pub mod status;
 pub mod storage;
+pub mod subresources;
 pub mod table;
 pub mod validation;
 pub mod watch;

@@ -246,7 +246,10 @@ fn delete_options(query: &HashMap<String, String>, body: &[u8]) -> ApiResult<Del
                 .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
         );
     }
-    if !body.iter().all(u8::is_ascii_whitespace) {
+    // kubectl drain may send DeleteOptions as protobuf; it carries nothing
+    // we act on, so such a body is ignored rather than refused.
+    let protobuf = body.starts_with(b"k8s\0");
+    if !protobuf && !body.iter().all(u8::is_ascii_whitespace) {
         let value: Value = serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}"))
         })?;
@@ -422,6 +425,45 @@ async fn serve(
                 }
                 None => Ok(json_response(StatusCode::OK, &list)),
             }
+        }
+        (&Method::GET, Some(name), Some("scale")) => {
+            let scale = crate::subresources::get_scale(registry, &target, name).await?;
+            Ok(json_response(StatusCode::OK, &scale))
+        }
+        (&Method::PUT, Some(name), Some("scale")) => {
+            let scale = crate::object::parse_body(body)?;
+            let scale =
+                crate::subresources::put_scale(registry, &target, name, scale, dry_run(query)?)
+                    .await?;
+            Ok(json_response(StatusCode::OK, &scale))
+        }
+        (&Method::PATCH, Some(name), Some("scale")) => {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let scale = crate::subresources::patch_scale(
+                registry,
+                &target,
+                name,
+                content_type,
+                body,
+                dry_run(query)?,
+            )
+            .await?;
+            Ok(json_response(StatusCode::OK, &scale))
+        }
+        (&Method::POST, Some(name), Some("binding")) => {
+            let binding = crate::object::parse_body(body)?;
+            let status =
+                crate::subresources::bind(registry, &target, name, binding, dry_run(query)?)
+                    .await?;
+            Ok(json_response(StatusCode::CREATED, &status))
+        }
+        (&Method::POST, Some(name), Some("eviction")) => {
+            let eviction = crate::object::parse_body(body)?;
+            let status = crate::subresources::evict(registry, &target, name, eviction).await?;
+            Ok(json_response(StatusCode::CREATED, &status))
         }
         (&Method::GET, Some(name), None | Some("status")) => {
             let object = registry.get(&target, name).await?;

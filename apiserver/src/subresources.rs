@@ -1,0 +1,309 @@
+//! Subresources with their own kinds: `scale` (autoscaling/v1 Scale) of
+//! deployments, replicasets and statefulsets, `pods/binding` (a scheduler
+//! places a pod, once) and `pods/eviction` (policy/v1, refused when a
+//! PodDisruptionBudget would be violated).
+
+use serde_json::{json, Value};
+
+use crate::object::{self, metadata_mut};
+use crate::registry::{DeleteOptions, ListOptions, Registry, Target};
+use crate::resources;
+use crate::selectors::LabelSelector;
+use crate::status::{ApiError, ApiResult, Cause};
+
+/// The Scale of a workload object.
+pub fn scale_of(object: &Value) -> Value {
+    let selector = object["spec"]["selector"].clone();
+    let selector = LabelSelector::from_json(&selector)
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    let meta = &object["metadata"];
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+            "resourceVersion": meta["resourceVersion"],
+            "creationTimestamp": meta["creationTimestamp"],
+        },
+        "spec": {"replicas": object["spec"]["replicas"].as_i64().unwrap_or(1)},
+        "status": {
+            "replicas": object["status"]["replicas"].as_i64().unwrap_or(0),
+            "selector": selector,
+        },
+    })
+}
+
+fn check_scale_target(target: &Target) -> ApiResult<()> {
+    if target.resource.has_subresource("scale") {
+        Ok(())
+    } else {
+        Err(ApiError::not_found(
+            target.resource.group,
+            &format!("{}/scale", target.resource.plural),
+            "",
+        ))
+    }
+}
+
+pub async fn get_scale(registry: &Registry, target: &Target<'_>, name: &str) -> ApiResult<Value> {
+    check_scale_target(target)?;
+    Ok(scale_of(&registry.get(target, name).await?))
+}
+
+/// PUT of a Scale: sets spec.replicas (its resourceVersion, if any, is a
+/// precondition on the object).
+pub async fn put_scale(
+    registry: &Registry,
+    target: &Target<'_>,
+    name: &str,
+    scale: Value,
+    dry_run: bool,
+) -> ApiResult<Value> {
+    check_scale_target(target)?;
+    let replicas = scale["spec"]["replicas"].as_i64().ok_or_else(|| {
+        ApiError::invalid(
+            "autoscaling",
+            "Scale",
+            target.resource.plural,
+            name,
+            vec![Cause {
+                reason: "FieldValueRequired",
+                message: "Required value".into(),
+                field: "spec.replicas".into(),
+            }],
+        )
+    })?;
+    if replicas < 0 {
+        return Err(ApiError::invalid(
+            "autoscaling",
+            "Scale",
+            target.resource.plural,
+            name,
+            vec![Cause {
+                reason: "FieldValueInvalid",
+                message: format!("Invalid value: {replicas}: must be greater than or equal to 0"),
+                field: "spec.replicas".into(),
+            }],
+        ));
+    }
+    let mut object = registry.get(target, name).await?;
+    if let Some(rv) = object::meta_str(&scale, "resourceVersion").filter(|rv| !rv.is_empty()) {
+        metadata_mut(&mut object).insert("resourceVersion".into(), json!(rv));
+    }
+    object["spec"]["replicas"] = json!(replicas);
+    let updated = registry.update(target, name, object, None, dry_run).await?;
+    Ok(scale_of(&updated))
+}
+
+/// PATCH of a Scale: the patch applies to the Scale, then it is put.
+pub async fn patch_scale(
+    registry: &Registry,
+    target: &Target<'_>,
+    name: &str,
+    content_type: &str,
+    body: &[u8],
+    dry_run: bool,
+) -> ApiResult<Value> {
+    check_scale_target(target)?;
+    let current = scale_of(&registry.get(target, name).await?);
+    let scale_resource = target.resource;
+    let mut patched = crate::patch::apply_patch(scale_resource, content_type, &current, body)?;
+    // A patch carries no precondition unless it says so.
+    if object::meta_str(&patched, "resourceVersion")
+        == object::meta_str(&current, "resourceVersion")
+    {
+        metadata_mut(&mut patched).remove("resourceVersion");
+    }
+    put_scale(registry, target, name, patched, dry_run).await
+}
+
+fn success(code: u16) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code})
+}
+
+/// POST pods/NAME/binding: places the pod on a node, once.
+pub async fn bind(
+    registry: &Registry,
+    target: &Target<'_>,
+    name: &str,
+    binding: Value,
+    dry_run: bool,
+) -> ApiResult<Value> {
+    let node = binding["target"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "",
+                "Binding",
+                "bindings",
+                name,
+                vec![Cause {
+                    reason: "FieldValueRequired",
+                    message: "Required value".into(),
+                    field: "target.name".into(),
+                }],
+            )
+        })?
+        .to_string();
+    let mut pod = registry.get(target, name).await?;
+    if let Some(current) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+        return Err(ApiError::conflict(
+            "",
+            "pods",
+            name,
+            &format!("pod {name} is already assigned to node \"{current}\""),
+        ));
+    }
+    if object::is_deleting(&pod) {
+        return Err(ApiError::conflict(
+            "",
+            "pods",
+            name,
+            "pod is being deleted, cannot be assigned to a host",
+        ));
+    }
+    pod["spec"]["nodeName"] = json!(node);
+    registry.update(target, name, pod, None, dry_run).await?;
+    Ok(success(201))
+}
+
+/// Whether a pod counts as healthy for a disruption budget.
+fn healthy(pod: &Value) -> bool {
+    pod["status"]["phase"] == "Running"
+        && pod["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+        && !object::is_deleting(pod)
+}
+
+/// `minAvailable`/`maxUnavailable` as a count of `total` pods.
+fn resolve(value: &Value, total: usize, round_up: bool) -> Option<usize> {
+    if let Some(n) = value.as_u64() {
+        return Some(n as usize);
+    }
+    let percent: f64 = value.as_str()?.strip_suffix('%')?.parse().ok()?;
+    let exact = percent * total as f64 / 100.0;
+    Some(if round_up {
+        exact.ceil()
+    } else {
+        exact.floor()
+    } as usize)
+}
+
+/// POST pods/NAME/eviction: deletes the pod unless a disruption budget
+/// covering it would be violated (429).
+pub async fn evict(
+    registry: &Registry,
+    target: &Target<'_>,
+    name: &str,
+    eviction: Value,
+) -> ApiResult<Value> {
+    let pod = registry.get(target, name).await?;
+    let namespace = target.namespace.unwrap_or("default");
+    let pdbs = resources::find("policy", "v1", "poddisruptionbudgets").expect("pdbs are served");
+    let budgets = registry
+        .list(
+            &Target {
+                resource: pdbs,
+                namespace: Some(namespace),
+            },
+            &ListOptions::default(),
+        )
+        .await?;
+    let pods = registry.list(target, &ListOptions::default()).await?;
+    let pods = pods["items"].as_array().cloned().unwrap_or_default();
+    for budget in budgets["items"].as_array().into_iter().flatten() {
+        let Ok(selector) = LabelSelector::from_json(&budget["spec"]["selector"]) else {
+            continue;
+        };
+        if selector.is_empty() || !selector.matches_object(&pod) {
+            continue;
+        }
+        let covered: Vec<&Value> = pods.iter().filter(|p| selector.matches_object(p)).collect();
+        let total = covered.len();
+        let healthy_now = covered.iter().filter(|p| healthy(p)).count();
+        let needed = if let Some(min) = resolve(&budget["spec"]["minAvailable"], total, true) {
+            min
+        } else if let Some(max) = resolve(&budget["spec"]["maxUnavailable"], total, false) {
+            total.saturating_sub(max)
+        } else {
+            continue;
+        };
+        let after = if healthy(&pod) {
+            healthy_now.saturating_sub(1)
+        } else {
+            healthy_now
+        };
+        if after < needed {
+            let budget_name = object::name(budget);
+            let mut err = ApiError::new(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+            );
+            err.details = Some(Box::new(crate::status::Details {
+                causes: vec![Cause {
+                    reason: "DisruptionBudget",
+                    message: format!(
+                        "The disruption budget {budget_name} needs {needed} healthy pods and has {healthy_now} currently"
+                    ),
+                    field: String::new(),
+                }],
+                retry_after_seconds: Some(5),
+                ..Default::default()
+            }));
+            return Err(err);
+        }
+    }
+    let options = DeleteOptions {
+        grace_period_seconds: eviction["deleteOptions"]["gracePeriodSeconds"].as_i64(),
+        dry_run: eviction["deleteOptions"]["dryRun"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|v| v == "All")),
+        ..DeleteOptions::default()
+    };
+    registry.delete(target, name, &options).await?;
+    Ok(success(201))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scale_reads_replicas_and_the_selector() {
+        let deploy = json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u", "resourceVersion": "7"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"replicas": 2},
+        });
+        let scale = scale_of(&deploy);
+        assert_eq!(scale["kind"], "Scale");
+        assert_eq!(scale["apiVersion"], "autoscaling/v1");
+        assert_eq!(
+            (
+                scale["spec"]["replicas"].as_i64(),
+                scale["status"]["replicas"].as_i64()
+            ),
+            (Some(3), Some(2))
+        );
+        assert_eq!(scale["status"]["selector"], "app=web");
+        assert_eq!(scale["metadata"]["resourceVersion"], "7");
+    }
+
+    #[test]
+    fn budgets_resolve_counts_and_percentages() {
+        assert_eq!(resolve(&json!(2), 5, true), Some(2));
+        assert_eq!(resolve(&json!("50%"), 5, true), Some(3));
+        assert_eq!(resolve(&json!("50%"), 5, false), Some(2));
+        assert_eq!(resolve(&Value::Null, 5, true), None);
+        let ready = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+        assert!(healthy(&ready));
+        assert!(!healthy(&json!({"status": {"phase": "Pending"}})));
+    }
+}
