@@ -55,6 +55,14 @@ impl ListOptions {
     }
 }
 
+/// A PATCH request: its body, the body's media type, and a check of the
+/// patched object before it is stored (field validation).
+pub struct Patch<'a> {
+    pub content_type: &'a str,
+    pub body: &'a [u8],
+    pub check: &'a (dyn Fn(&Value) -> ApiResult<()> + Sync),
+}
+
 /// How a delete goes.
 #[derive(Debug, Default, Clone)]
 pub struct DeleteOptions {
@@ -374,13 +382,16 @@ impl Registry {
         &self,
         target: &Target<'_>,
         name: &str,
-        content_type: &str,
-        body: &[u8],
+        patch: &Patch<'_>,
         subresource: Option<&str>,
         dry_run: bool,
-        check: &(dyn Fn(&Value) -> ApiResult<()> + Sync),
     ) -> ApiResult<Value> {
         const ATTEMPTS: usize = 5;
+        let Patch {
+            content_type,
+            body,
+            check,
+        } = patch;
         let mut last = None;
         for _ in 0..ATTEMPTS {
             let (current, revision) = self.read(target, name).await?;

@@ -343,33 +343,43 @@ async fn resource(
         }
         Err(rejection) => return ApiError::bad_request(rejection.body_text()).into_response(),
     };
-    match serve(
-        &app.registry,
+    let request = Request {
         method,
-        &group,
-        &version,
-        &rest,
-        &query,
-        &headers,
-        &body,
-    )
-    .await
-    {
+        group: &group,
+        version: &version,
+        rest: &rest,
+        query: &query,
+        headers: &headers,
+        body: &body,
+    };
+    match serve(&app.registry, request).await {
         Ok(response) => response,
         Err(err) => err.into_response(),
     }
 }
 
-async fn serve(
-    registry: &Registry,
+/// A request on a resource path, as the handler took it apart.
+struct Request<'a> {
     method: Method,
-    group: &str,
-    version: &str,
-    rest: &[String],
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> ApiResult<Response> {
+    group: &'a str,
+    version: &'a str,
+    /// The path segments after the group-version.
+    rest: &'a [String],
+    query: &'a HashMap<String, String>,
+    headers: &'a HeaderMap,
+    body: &'a [u8],
+}
+
+async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response> {
+    let Request {
+        method,
+        group,
+        version,
+        rest,
+        query,
+        headers,
+        body,
+    } = request;
     let route = parse_route(group, version, rest)?;
     let resource = route.resource;
     let target = Target {
@@ -503,16 +513,13 @@ async fn serve(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
             let check = |object: &Value| field_validation(resource, query, object);
+            let patch = crate::registry::Patch {
+                content_type,
+                body,
+                check: &check,
+            };
             let patched = registry
-                .patch(
-                    &target,
-                    name,
-                    content_type,
-                    body,
-                    sub,
-                    dry_run(query)?,
-                    &check,
-                )
+                .patch(&target, name, &patch, sub, dry_run(query)?)
                 .await?;
             Ok(json_response(StatusCode::OK, &patched))
         }

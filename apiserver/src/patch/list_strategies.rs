@@ -9,9 +9,12 @@
 //! one scalar key becomes `MergeByKey`, `list::set` becomes `SetOfPrimitives`.
 //! The schemars output of k8s-openapi drops those extensions, and the spec
 //! itself is not available offline, so this is the nearest authoritative
-//! source in the build. Regenerate after a k8s-openapi upgrade by scanning
-//! `k8s-openapi-*/src/v1_33/**/*.rs` for those calls (the test
-//! `table_matches_k8s_openapi_source` does the scan and prints the rows).
+//! source in the build. To regenerate after a k8s-openapi upgrade, scan
+//! `k8s-openapi-*/src/v1_33/**/*.rs` for those calls, mapping Rust field
+//! names to JSON names through each file's `"json" => Field::Key_rust`
+//! lines; rows with several keys or a nested key are left out (replaced
+//! whole). The test `merge_keys_come_from_the_table_…` checks every row of
+//! a served definition against the schema.
 
 /// How strategic merge patch combines a list in the patch with the stored one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
