@@ -128,31 +128,11 @@ impl AggregatedVersion {
 /// `as=APIGroupDiscoveryList` of group `apidiscovery.k8s.io` (v2 preferred
 /// over v2beta1, wherever each appears); the legacy form otherwise.
 pub fn negotiate(request: &HeaderMap) -> DiscoveryFormat {
-    let mut offered = Vec::new();
-    for accept in request
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-    {
-        for range in accept.split(',') {
-            let mut parts = range.split(';').map(str::trim);
-            let media_type = parts.next().unwrap_or_default();
-            let (mut g, mut v, mut r#as, mut refused) = ("", "", "", false);
-            for param in parts {
-                match param.split_once('=').map(|(k, v)| (k.trim(), v.trim())) {
-                    Some(("g", value)) => g = value,
-                    Some(("v", value)) => v = value,
-                    Some(("as", value)) => r#as = value,
-                    Some(("q", value)) => refused = value.parse::<f32>().is_ok_and(|q| q <= 0.0),
-                    _ => {}
-                }
-            }
-            let json = media_type.eq_ignore_ascii_case("application/json");
-            if json && !refused && g == "apidiscovery.k8s.io" && r#as == "APIGroupDiscoveryList" {
-                offered.push(v.to_string());
-            }
-        }
-    }
+    let offered: Vec<String> = crate::accept::json_ranges(request)
+        .into_iter()
+        .filter(|r| r.group == "apidiscovery.k8s.io" && r.kind == "APIGroupDiscoveryList")
+        .map(|r| r.version)
+        .collect();
     if offered.iter().any(|v| v == "v2") {
         DiscoveryFormat::Aggregated(AggregatedVersion::V2)
     } else if offered.iter().any(|v| v == "v2beta1") {

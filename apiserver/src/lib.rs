@@ -4,6 +4,7 @@
 //! Kubernetes `Status` errors. The store is the skiff store in the same
 //! process or any etcd v3 endpoint.
 
+pub mod accept;
 pub mod discovery;
 pub mod object;
 pub mod openapi;

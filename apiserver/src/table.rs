@@ -3,7 +3,7 @@
 //! (kubectl renders nothing itself, not even AGE). Not the place for fetching
 //! objects or for negotiating any other media type.
 
-use axum::http::{header, HeaderMap};
+use axum::http::HeaderMap;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{json, Map, Value};
 
@@ -31,31 +31,12 @@ impl TableVersion {
 /// application/json`). v1 wins wherever it appears; v1beta1 only when it is
 /// the only Table version asked for. Ranges with `q=0` are refused ones.
 pub fn wants_table(headers: &HeaderMap) -> Option<TableVersion> {
-    let mut offered = Vec::new();
-    for accept in headers
-        .get_all(header::ACCEPT)
+    let ranges = crate::accept::json_ranges(headers);
+    let offered: Vec<&str> = ranges
         .iter()
-        .filter_map(|v| v.to_str().ok())
-    {
-        for range in accept.split(',') {
-            let mut parts = range.split(';').map(str::trim);
-            let media_type = parts.next().unwrap_or_default();
-            let (mut g, mut v, mut r#as, mut refused) = ("", "", "", false);
-            for param in parts {
-                match param.split_once('=').map(|(k, v)| (k.trim(), v.trim())) {
-                    Some(("g", value)) => g = value,
-                    Some(("v", value)) => v = value,
-                    Some(("as", value)) => r#as = value,
-                    Some(("q", value)) => refused = value.parse::<f32>().is_ok_and(|q| q <= 0.0),
-                    _ => {}
-                }
-            }
-            let json = media_type.eq_ignore_ascii_case("application/json");
-            if json && !refused && r#as == "Table" && (g.is_empty() || g == "meta.k8s.io") {
-                offered.push(v);
-            }
-        }
-    }
+        .filter(|r| r.kind == "Table" && (r.group.is_empty() || r.group == "meta.k8s.io"))
+        .map(|r| r.version.as_str())
+        .collect();
     if offered.iter().any(|v| *v == "v1" || v.is_empty()) {
         Some(TableVersion::V1)
     } else if offered.contains(&"v1beta1") {
@@ -1701,6 +1682,7 @@ fn default_cells(object: &Value, now: Timestamp) -> Vec<Value> {
 mod tests {
     use super::*;
     use crate::resources;
+    use axum::http::header;
     use axum::http::HeaderValue;
 
     const NOW: &str = "2025-01-01T12:00:00Z";
