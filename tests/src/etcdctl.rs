@@ -3,7 +3,7 @@
 //! txn on stdin, and run a watch whose printed events are collected until
 //! it is killed. Parsers for the outputs the tests check.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -115,26 +115,7 @@ impl Etcdctl {
             .stderr(Stdio::piped())
             .spawn()
             .context("running etcdctl watch")?;
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let stdout = child.stdout.take().context("etcdctl has no stdout")?;
-        let err = child.stderr.take().context("etcdctl has no stderr")?;
-        let sink = Arc::clone(&lines);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let sink = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                let mut text = sink.lock().unwrap();
-                text.push_str(&line);
-                text.push('\n');
-            }
-        });
+        let (lines, stderr) = crate::captured::capture(&mut child, "etcdctl")?;
         Ok(WatchProcess {
             child,
             lines,

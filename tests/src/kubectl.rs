@@ -3,7 +3,7 @@
 //! discovery cache of its own, run to its end or left running (`get -w`)
 //! with its output collected until it is killed.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -145,26 +145,7 @@ impl Kubectl {
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting kubectl {}", args.join(" ")))?;
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let out = child.stdout.take().context("kubectl has no stdout")?;
-        let err = child.stderr.take().context("kubectl has no stderr")?;
-        let sink = Arc::clone(&lines);
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let sink = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                let mut text = sink.lock().unwrap();
-                text.push_str(&line);
-                text.push('\n');
-            }
-        });
+        let (lines, stderr) = crate::captured::capture(&mut child, "kubectl")?;
         Ok(RunningKubectl {
             child,
             lines,

@@ -4,6 +4,7 @@
 //! The Raft tests run three `store-member` children as one cluster, printing the same acks.
 
 pub mod api_server;
+pub mod captured;
 pub mod etcdctl;
 pub mod kube_http;
 pub mod kubectl;
