@@ -5,12 +5,15 @@
 //! process or any etcd v3 endpoint.
 
 pub mod accept;
+pub mod apply;
 pub mod discovery;
+pub mod field_validation;
 pub mod object;
 pub mod openapi;
 pub mod patch;
 pub mod registry;
 pub mod resources;
+pub(crate) mod schema;
 pub mod selectors;
 pub mod server;
 pub mod status;

@@ -1,6 +1,7 @@
 //! PATCH bodies applied to a stored object: JSON patch, JSON merge patch and
 //! strategic merge patch. Not validation or storage (the registry does those
-//! to the result), and not server-side apply.
+//! to the result), and not server-side apply (`crate::apply`), whose body
+//! is only decoded here.
 
 mod json_patch;
 mod list_strategies;
@@ -57,13 +58,7 @@ pub fn apply_patch(
     current: &Value,
     patch: &[u8],
 ) -> Result<Value, ApiError> {
-    let media_type = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    let patched = match media_type.as_str() {
+    let patched = match media_type(content_type).as_str() {
         JSON_PATCH => json_patch::apply(current, &decode(patch)?),
         MERGE_PATCH => merge_patch::apply(current, &decode(patch)?),
         STRATEGIC_MERGE_PATCH => strategic::apply(resource.definition, current, &decode(patch)?),
@@ -72,13 +67,42 @@ pub fn apply_patch(
     Ok(patched?)
 }
 
+/// The media type of `content_type`, lower-case, without parameters.
+fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// Whether a PATCH is a server-side apply.
+pub fn is_apply(content_type: &str) -> bool {
+    media_type(content_type) == APPLY_PATCH
+}
+
+/// The body of a server-side apply: YAML (kubectl sends JSON, which is
+/// YAML too), one object.
+pub fn decode_apply(body: &[u8]) -> Result<Value, ApiError> {
+    let bad = |why: String| ApiError::bad_request(format!("error decoding YAML: {why}"));
+    let value: Value = match serde_json::from_slice(body) {
+        Ok(value) => value,
+        Err(_) => serde_yaml::from_slice(body).map_err(|e| bad(e.to_string()))?,
+    };
+    match value {
+        Value::Object(_) => Ok(value),
+        _ => Err(bad("the applied configuration must be an object".into())),
+    }
+}
+
 fn decode(body: &[u8]) -> Result<Value, PatchError> {
     serde_json::from_slice(body)
         .map_err(|err| PatchError::Malformed(format!("error decoding patch: {err}")))
 }
 
-/// 415 in Kubernetes' words, for apply patches (not served here) and any
-/// other media type.
+/// 415 in Kubernetes' words, for any other media type (and apply, where
+/// it is not served: subresources other than status).
 fn unsupported_media_type() -> ApiError {
     ApiError::unsupported_media_type(format!(
         "the body of the request was in an unknown format - accepted media types include: {JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}, {STRATEGIC_MERGE_PATCH}"

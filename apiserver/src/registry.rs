@@ -15,6 +15,9 @@ use crate::storage::{prefix_end, Storage, StorageError};
 pub const DEFAULT_NAMESPACES: &[&str] =
     &["default", "kube-system", "kube-public", "kube-node-lease"];
 
+/// The field manager of the objects the server makes itself.
+pub const SERVER_MANAGER: &str = "skiff-apiserver";
+
 /// How many keys a list reads from the store per round while filtering.
 const LIST_BATCH: i64 = 500;
 
@@ -61,12 +64,88 @@ pub struct Patch<'a> {
     pub content_type: &'a str,
     pub body: &'a [u8],
     pub check: &'a (dyn Fn(&Value) -> ApiResult<()> + Sync),
+    /// Server-side apply only: take fields other managers own.
+    pub force: bool,
 }
+
+/// Who writes, and whether for real.
+#[derive(Debug, Clone, Copy)]
+pub struct Write<'a> {
+    /// The field manager recorded in `managedFields` (`fieldManager`, or
+    /// the client's name from its User-Agent).
+    pub manager: &'a str,
+    pub dry_run: bool,
+    /// The subresource the write came through, when it is not the object
+    /// or its status (`scale`), for `managedFields`.
+    pub via: Option<&'a str>,
+}
+
+impl<'a> Write<'a> {
+    pub fn new(manager: &'a str, dry_run: bool) -> Self {
+        Write {
+            manager,
+            dry_run,
+            via: None,
+        }
+    }
+}
+
+/// `propagationPolicy` of a delete: what happens to the object's dependents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    /// The object goes now; the garbage collector removes dependents after.
+    Background,
+    /// The object stays (`foregroundDeletion` finalizer) until the garbage
+    /// collector has removed the dependents that block it.
+    Foreground,
+    /// The object stays (`orphan` finalizer) until the garbage collector
+    /// has taken its ownerReferences off the dependents.
+    Orphan,
+}
+
+impl Propagation {
+    pub fn parse(value: &str) -> ApiResult<Propagation> {
+        match value {
+            "Background" => Ok(Propagation::Background),
+            "Foreground" => Ok(Propagation::Foreground),
+            "Orphan" => Ok(Propagation::Orphan),
+            other => Err(ApiError::invalid(
+                "meta.k8s.io",
+                "DeleteOptions",
+                "deleteoptions",
+                "",
+                vec![crate::status::Cause {
+                    reason: "FieldValueNotSupported",
+                    message: format!(
+                        "Unsupported value: {}: supported values: \"Foreground\", \"Background\", \"Orphan\"",
+                        crate::selectors::go_quote(other)
+                    ),
+                    field: "propagationPolicy".into(),
+                }],
+            )),
+        }
+    }
+
+    /// The finalizer that holds the object for the garbage collector.
+    fn finalizer(self) -> Option<&'static str> {
+        match self {
+            Propagation::Background => None,
+            Propagation::Foreground => Some(FOREGROUND_FINALIZER),
+            Propagation::Orphan => Some(ORPHAN_FINALIZER),
+        }
+    }
+}
+
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+pub const ORPHAN_FINALIZER: &str = "orphan";
 
 /// How a delete goes.
 #[derive(Debug, Default, Clone)]
 pub struct DeleteOptions {
     pub grace_period_seconds: Option<i64>,
+    /// `propagationPolicy` (or the older `orphanDependents`); None: the
+    /// resource's default, Background.
+    pub propagation: Option<Propagation>,
     pub dry_run: bool,
     pub precondition_uid: Option<String>,
     pub precondition_resource_version: Option<String>,
@@ -78,19 +157,19 @@ pub fn storage_error(target: &Target, name: &str, err: StorageError) -> ApiError
     match err {
         StorageError::AlreadyExists => ApiError::already_exists(group, plural, name),
         StorageError::NotFound => ApiError::not_found(group, plural, name),
-        StorageError::Conflict => ApiError::conflict(
-            group,
-            plural,
-            name,
-            "the object has been modified; please apply your changes to the latest version and try again",
-        ),
-        StorageError::Compacted { requested, compacted } => ApiError::gone(format!(
+        StorageError::Conflict => ApiError::conflict(group, plural, name, CONFLICT_WHY),
+        StorageError::Compacted {
+            requested,
+            compacted,
+        } => ApiError::gone(format!(
             "too old resource version: {requested} ({compacted})"
         )),
-        StorageError::FutureRevision => ApiError::timeout(
-            "Too large resource version: the store has not reached it yet",
-        ),
-        StorageError::Unavailable(why) => ApiError::unavailable(format!("the store is unavailable: {why}")),
+        StorageError::FutureRevision => {
+            ApiError::timeout("Too large resource version: the store has not reached it yet")
+        }
+        StorageError::Unavailable(why) => {
+            ApiError::unavailable(format!("the store is unavailable: {why}"))
+        }
         StorageError::Internal(why) => ApiError::internal(why),
     }
 }
@@ -150,7 +229,10 @@ impl Registry {
         };
         for name in DEFAULT_NAMESPACES {
             let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-            match self.create(&target, body, false).await {
+            match self
+                .create(&target, body, &Write::new(SERVER_MANAGER, false))
+                .await
+            {
                 Ok(_) => {}
                 Err(err) if err.reason == "AlreadyExists" => {}
                 Err(err) => return Err(err),
@@ -194,9 +276,22 @@ impl Registry {
     pub async fn create(
         &self,
         target: &Target<'_>,
-        mut object: Value,
-        dry_run: bool,
+        object: Value,
+        write: &Write<'_>,
     ) -> ApiResult<Value> {
+        self.create_object(target, object, write, true).await
+    }
+
+    /// Creates `object`; `record`: its fields are the writer's in
+    /// `managedFields` (not for server-side apply, which has recorded them).
+    async fn create_object(
+        &self,
+        target: &Target<'_>,
+        mut object: Value,
+        write: &Write<'_>,
+        record: bool,
+    ) -> ApiResult<Value> {
+        let dry_run = write.dry_run;
         let resource = target.resource;
         object::check_type(resource, &mut object)?;
         object::check_namespace(resource, target.namespace, &mut object)?;
@@ -229,6 +324,16 @@ impl Registry {
             }
         }
         default_status(resource, &mut object);
+        crate::validation::prune_unknown_fields(resource, &mut object);
+        if record {
+            crate::apply::record_update(
+                resource,
+                None,
+                &mut object,
+                &manager_of(write, &resource.api_version(), None),
+                &object::now(),
+            );
+        }
         crate::validation::validate_object(resource, &object)?;
         let name = object::name(&object).to_string();
         if let (true, Some(namespace)) = (resource.namespaced, target.namespace) {
@@ -266,10 +371,26 @@ impl Registry {
         &self,
         target: &Target<'_>,
         name: &str,
+        object: Value,
+        subresource: Option<&str>,
+        write: &Write<'_>,
+    ) -> ApiResult<Value> {
+        self.update_object(target, name, object, subresource, write, true)
+            .await
+    }
+
+    /// Stores `object` over the current one; `record`: the fields the
+    /// writer changed become its own in `managedFields`.
+    async fn update_object(
+        &self,
+        target: &Target<'_>,
+        name: &str,
         mut object: Value,
         subresource: Option<&str>,
-        dry_run: bool,
+        write: &Write<'_>,
+        record: bool,
     ) -> ApiResult<Value> {
+        let dry_run = write.dry_run;
         let resource = target.resource;
         object::check_type(resource, &mut object)?;
         object::check_namespace(resource, target.namespace, &mut object)?;
@@ -346,6 +467,16 @@ impl Registry {
             let generation = current["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
             metadata_mut(&mut next).insert("generation".into(), json!(generation));
         }
+        crate::validation::prune_unknown_fields(resource, &mut next);
+        if record {
+            crate::apply::record_update(
+                resource,
+                Some(&current),
+                &mut next,
+                &manager_of(write, &resource.api_version(), subresource),
+                &object::now(),
+            );
+        }
         crate::validation::validate_object(resource, &next)?;
         if next == current {
             // Nothing changed: no write, the same resourceVersion.
@@ -378,44 +509,150 @@ impl Registry {
     /// current object and the result stored as by [`Self::update`]. A
     /// resourceVersion in the patch is a precondition; without one, a
     /// write that raced with another is patched again on the new object.
+    /// A server-side apply to a missing object creates it. Returns the
+    /// object and whether it was created.
     pub async fn patch(
         &self,
         target: &Target<'_>,
         name: &str,
         patch: &Patch<'_>,
         subresource: Option<&str>,
-        dry_run: bool,
-    ) -> ApiResult<Value> {
+        write: &Write<'_>,
+    ) -> ApiResult<(Value, bool)> {
         const ATTEMPTS: usize = 5;
-        let Patch {
-            content_type,
-            body,
-            check,
-        } = patch;
+        let apply = crate::patch::is_apply(patch.content_type);
+        let applied = match apply {
+            true => {
+                // Field validation looks at the configuration as sent.
+                let mut applied = crate::patch::decode_apply(patch.body)?;
+                (patch.check)(&applied)?;
+                crate::validation::prune_unknown_fields(target.resource, &mut applied);
+                Some(applied)
+            }
+            false => None,
+        };
         let mut last = None;
         for _ in 0..ATTEMPTS {
-            let (current, revision) = self.read(target, name).await?;
-            let mut patched =
-                crate::patch::apply_patch(target.resource, content_type, &current, body)?;
-            check(&patched)?;
-            let asked = object::meta_str(&patched, "resourceVersion").map(str::to_string);
-            let precondition = asked
-                .as_deref()
-                .is_some_and(|rv| rv != revision.to_string());
-            if precondition {
-                return Err(storage_error(target, name, StorageError::Conflict));
-            }
-            metadata_mut(&mut patched)
-                .insert("resourceVersion".into(), json!(revision.to_string()));
-            match self
-                .update(target, name, patched, subresource, dry_run)
-                .await
-            {
-                Err(err) if err.code == 409 && err.reason == "Conflict" => last = Some(err),
-                other => return other,
+            let read = match self.read(target, name).await {
+                Err(err) if err.code == 404 && apply => None,
+                other => Some(other?),
+            };
+            let attempt = match (&applied, read) {
+                (Some(applied), None) => {
+                    return self
+                        .apply_create(target, name, applied, patch, subresource, write)
+                        .await
+                        .map(|created| (created, !write.dry_run));
+                }
+                (Some(applied), Some((current, revision))) => {
+                    self.apply_update(
+                        target,
+                        name,
+                        (current, revision),
+                        applied,
+                        patch,
+                        subresource,
+                        write,
+                    )
+                    .await
+                }
+                (None, None) => unreachable!("only apply reads a missing object"),
+                (None, Some((current, revision))) => {
+                    let mut patched = crate::patch::apply_patch(
+                        target.resource,
+                        patch.content_type,
+                        &current,
+                        patch.body,
+                    )?;
+                    (patch.check)(&patched)?;
+                    check_precondition(target, name, &patched, revision)?;
+                    metadata_mut(&mut patched)
+                        .insert("resourceVersion".into(), json!(revision.to_string()));
+                    self.update(target, name, patched, subresource, write).await
+                }
+            };
+            match attempt {
+                Err(err) if err.code == 409 && err.reason == "Conflict" && is_write_race(&err) => {
+                    last = Some(err)
+                }
+                other => return other.map(|object| (object, false)),
             }
         }
         Err(last.unwrap_or_else(|| storage_error(target, name, StorageError::Conflict)))
+    }
+
+    /// Server-side apply to a missing object: the applied configuration,
+    /// owned by its manager, is created.
+    async fn apply_create(
+        &self,
+        target: &Target<'_>,
+        name: &str,
+        applied: &Value,
+        patch: &Patch<'_>,
+        subresource: Option<&str>,
+        write: &Write<'_>,
+    ) -> ApiResult<Value> {
+        if subresource.is_some() {
+            return Err(ApiError::not_found(
+                target.resource.group,
+                target.resource.plural,
+                name,
+            ));
+        }
+        if object::meta_str(applied, "resourceVersion").is_some_and(|v| !v.is_empty()) {
+            // A precondition on an object that does not exist.
+            return Err(ApiError::not_found(
+                target.resource.group,
+                target.resource.plural,
+                name,
+            ));
+        }
+        let mut object = crate::apply::apply(
+            target.resource,
+            None,
+            applied,
+            &manager_of(write, &target.resource.api_version(), None),
+            patch.force,
+            &object::now(),
+        )?;
+        match object::meta_str(&object, "name") {
+            None | Some("") => {
+                metadata_mut(&mut object).insert("name".into(), json!(name));
+            }
+            Some(n) if n == name => {}
+            Some(n) => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )))
+            }
+        }
+        self.create_object(target, object, write, false).await
+    }
+
+    /// Server-side apply to an existing object.
+    #[allow(clippy::too_many_arguments)]
+    async fn apply_update(
+        &self,
+        target: &Target<'_>,
+        name: &str,
+        (current, revision): (Value, i64),
+        applied: &Value,
+        patch: &Patch<'_>,
+        subresource: Option<&str>,
+        write: &Write<'_>,
+    ) -> ApiResult<Value> {
+        let mut merged = crate::apply::apply(
+            target.resource,
+            Some(&current),
+            applied,
+            &manager_of(write, &target.resource.api_version(), subresource),
+            patch.force,
+            &object::now(),
+        )?;
+        check_precondition(target, name, applied, revision)?;
+        metadata_mut(&mut merged).insert("resourceVersion".into(), json!(revision.to_string()));
+        self.update_object(target, name, merged, subresource, write, false)
+            .await
     }
 
     /// DELETE: removes the object, or marks it when finalizers (or a pod's
@@ -454,17 +691,25 @@ impl Registry {
         }
         let key = resource.key(target.namespace, name);
         let grace = self.grace_period(resource, &current, options);
-        let must_wait = !object::finalizers(&current).is_empty() || grace > 0;
+        let held_by = options.propagation.and_then(Propagation::finalizer);
+        let must_wait = !object::finalizers(&current).is_empty() || grace > 0 || held_by.is_some();
         if must_wait {
-            if object::is_deleting(&current) {
-                // Already marked; only a shorter grace period changes it.
-                return Ok(current);
-            }
             let mut marked = current.clone();
-            let meta = metadata_mut(&mut marked);
-            meta.insert("deletionTimestamp".into(), json!(object::now_plus(grace)));
-            meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
-            if options.dry_run {
+            if let Some(finalizer) = held_by {
+                // The garbage collector finishes the delete; the policy
+                // asked now replaces one asked before.
+                let mut finalizers = object::finalizers(&current);
+                finalizers.retain(|f| f != FOREGROUND_FINALIZER && f != ORPHAN_FINALIZER);
+                finalizers.push(finalizer.to_string());
+                metadata_mut(&mut marked).insert("finalizers".into(), json!(finalizers));
+            }
+            if !object::is_deleting(&current) {
+                let meta = metadata_mut(&mut marked);
+                meta.insert("deletionTimestamp".into(), json!(object::now_plus(grace)));
+                meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            }
+            if marked == current || options.dry_run {
+                // Already marked as asked.
                 return Ok(marked);
             }
             let written = self
@@ -634,6 +879,43 @@ impl Registry {
         }))
     }
 }
+
+/// The managedFields writer of a write.
+fn manager_of<'a>(
+    write: &Write<'a>,
+    api_version: &'a str,
+    subresource: Option<&'a str>,
+) -> crate::apply::Manager<'a> {
+    crate::apply::Manager {
+        name: write.manager,
+        api_version,
+        subresource: write.via.or(subresource),
+    }
+}
+
+/// A resourceVersion in a patch is a precondition on the object.
+fn check_precondition(
+    target: &Target<'_>,
+    name: &str,
+    patched: &Value,
+    revision: i64,
+) -> ApiResult<()> {
+    match object::meta_str(patched, "resourceVersion") {
+        Some(rv) if !rv.is_empty() && rv != revision.to_string() => {
+            Err(storage_error(target, name, StorageError::Conflict))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether a 409 is the store's "modified meanwhile" (worth patching
+/// again), not a precondition or apply conflict the client must see.
+fn is_write_race(err: &ApiError) -> bool {
+    err.message.ends_with(CONFLICT_WHY)
+}
+
+const CONFLICT_WHY: &str =
+    "the object has been modified; please apply your changes to the latest version and try again";
 
 /// What a new object's status starts as, where Kubernetes sets one.
 fn default_status(resource: &ResourceType, object: &mut Value) {

@@ -164,7 +164,7 @@ static TABLE: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
         entry::<core::v1::Pod>(
             &["po"],
             ALL,
-            &["status", "binding", "eviction"],
+            &["status", "binding", "eviction", "log"],
             "io.k8s.api.core.v1.Pod",
         ),
         entry::<core::v1::Node>(&["no"], NONE, STATUS, "io.k8s.api.core.v1.Node"),

@@ -848,7 +848,7 @@ fn unescape_value(value: &str) -> Result<String, String> {
 // ---------------------------------------------------------------------------
 
 /// A string as Go's `%q` prints it, as Kubernetes messages show values.
-pub(crate) fn go_quote(s: &str) -> String {
+pub fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -15,7 +15,8 @@ use axum::Router;
 use serde_json::Value;
 use tower::ServiceExt;
 
-use crate::registry::{DeleteOptions, ListOptions, Registry, Target};
+use crate::field_validation;
+use crate::registry::{DeleteOptions, ListOptions, Propagation, Registry, Target, Write};
 use crate::resources::{self, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
@@ -246,6 +247,18 @@ fn delete_options(query: &HashMap<String, String>, body: &[u8]) -> ApiResult<Del
                 .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
         );
     }
+    if let Some(policy) = query.get("propagationPolicy").filter(|p| !p.is_empty()) {
+        options.propagation = Some(Propagation::parse(policy)?);
+    }
+    if let Some(orphan) = query.get("orphanDependents").filter(|p| !p.is_empty()) {
+        if options.propagation.is_some() {
+            return Err(both_orphan_and_policy());
+        }
+        options.propagation = Some(match orphan.as_str() {
+            "true" => Propagation::Orphan,
+            _ => Propagation::Background,
+        });
+    }
     // kubectl drain may send DeleteOptions as protobuf; it carries nothing
     // we act on, so such a body is ignored rather than refused.
     let protobuf = body.starts_with(b"k8s\0");
@@ -259,6 +272,18 @@ fn delete_options(query: &HashMap<String, String>, body: &[u8]) -> ApiResult<Del
         if let Some(dry) = value.get("dryRun").and_then(Value::as_array) {
             options.dry_run |= dry.iter().any(|d| d == "All");
         }
+        if let Some(policy) = value.get("propagationPolicy").and_then(Value::as_str) {
+            options.propagation = Some(Propagation::parse(policy)?);
+        }
+        if let Some(orphan) = value.get("orphanDependents").and_then(Value::as_bool) {
+            if options.propagation.is_some() {
+                return Err(both_orphan_and_policy());
+            }
+            options.propagation = Some(match orphan {
+                true => Propagation::Orphan,
+                false => Propagation::Background,
+            });
+        }
         if let Some(pre) = value.get("preconditions") {
             options.precondition_uid = pre.get("uid").and_then(Value::as_str).map(str::to_string);
             options.precondition_resource_version = pre
@@ -270,28 +295,71 @@ fn delete_options(query: &HashMap<String, String>, body: &[u8]) -> ApiResult<Del
     Ok(options)
 }
 
-/// `fieldValidation=Strict` (what kubectl sends): unknown fields are an
-/// error. `Ignore`, `Warn` and absent: they are dropped (`Warn` is treated
-/// as `Ignore` for now).
-fn field_validation(
-    resource: &ResourceType,
-    query: &HashMap<String, String>,
-    object: &Value,
-) -> ApiResult<()> {
-    match query.get("fieldValidation").map(String::as_str) {
-        Some("Strict") => {
-            let unknown = crate::validation::strict_unknown_fields(resource, object);
-            if unknown.is_empty() {
-                Ok(())
-            } else {
-                Err(crate::validation::strict_decoding_error(resource, &unknown))
-            }
+fn both_orphan_and_policy() -> ApiError {
+    ApiError::invalid(
+        "meta.k8s.io",
+        "DeleteOptions",
+        "deleteoptions",
+        "",
+        vec![crate::status::Cause {
+            reason: "FieldValueInvalid",
+            message:
+                "Invalid value: \"null\": Cannot both set OrphanDependents and PropagationPolicy"
+                    .into(),
+            field: "orphanDependents".into(),
+        }],
+    )
+}
+
+/// The field manager of a write: `fieldManager`, or else the client's name
+/// as its User-Agent gives it (`kubectl/v1.32.0 (linux/amd64) …` →
+/// `kubectl`), as Kubernetes does.
+fn field_manager<'a>(
+    query: &'a HashMap<String, String>,
+    headers: &'a HeaderMap,
+) -> ApiResult<&'a str> {
+    if let Some(manager) = query.get("fieldManager").filter(|m| !m.is_empty()) {
+        if manager.len() > 128 {
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "PatchOptions",
+                "patchoptions",
+                "",
+                vec![crate::status::Cause {
+                    reason: "FieldValueTooLong",
+                    message: "Too long: may not be more than 128 bytes".into(),
+                    field: "fieldManager".into(),
+                }],
+            ));
         }
-        None | Some("" | "Ignore" | "Warn") => Ok(()),
-        Some(other) => Err(ApiError::bad_request(format!(
-            "fieldValidation must be Ignore, Warn or Strict, not {other:?}"
-        ))),
+        if manager.chars().any(|c| c.is_control()) {
+            return Err(ApiError::bad_request(
+                "fieldManager: Invalid value: must only contain printable characters",
+            ));
+        }
+        return Ok(manager);
     }
+    let agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|a| a.split('/').next())
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .unwrap_or("unknown");
+    Ok(&agent[..agent.floor_char_boundary(128)])
+}
+
+/// A JSON reply carrying one `Warning` header per warning.
+fn warned_response(code: StatusCode, value: &Value, warnings: &[String]) -> Response {
+    let mut response = json_response(code, value);
+    for warning in warnings {
+        if let Ok(header) =
+            header::HeaderValue::from_str(&field_validation::warning_header(warning))
+        {
+            response.headers_mut().append(header::WARNING, header);
+        }
+    }
+    response
 }
 
 /// Whether the reply is a Table (kubectl's `get`), and what its rows carry.
@@ -382,6 +450,11 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
     } = request;
     let route = parse_route(group, version, rest)?;
     let resource = route.resource;
+    let validation = match method {
+        Method::GET => field_validation::Mode::Ignore,
+        _ => field_validation::Mode::from_query(query)?,
+    };
+    let manager = field_manager(query, headers)?;
     let target = Target {
         resource,
         namespace: route.namespace.as_deref(),
@@ -442,9 +515,14 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
         }
         (&Method::PUT, Some(name), Some("scale")) => {
             let scale = crate::object::parse_body(body)?;
-            let scale =
-                crate::subresources::put_scale(registry, &target, name, scale, dry_run(query)?)
-                    .await?;
+            let scale = crate::subresources::put_scale(
+                registry,
+                &target,
+                name,
+                scale,
+                &Write::new(manager, dry_run(query)?),
+            )
+            .await?;
             Ok(json_response(StatusCode::OK, &scale))
         }
         (&Method::PATCH, Some(name), Some("scale")) => {
@@ -458,22 +536,32 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
                 name,
                 content_type,
                 body,
-                dry_run(query)?,
+                &Write::new(manager, dry_run(query)?),
             )
             .await?;
             Ok(json_response(StatusCode::OK, &scale))
         }
         (&Method::POST, Some(name), Some("binding")) => {
             let binding = crate::object::parse_body(body)?;
-            let status =
-                crate::subresources::bind(registry, &target, name, binding, dry_run(query)?)
-                    .await?;
+            let status = crate::subresources::bind(
+                registry,
+                &target,
+                name,
+                binding,
+                &Write::new(manager, dry_run(query)?),
+            )
+            .await?;
             Ok(json_response(StatusCode::CREATED, &status))
         }
         (&Method::POST, Some(name), Some("eviction")) => {
             let eviction = crate::object::parse_body(body)?;
             let status = crate::subresources::evict(registry, &target, name, eviction).await?;
             Ok(json_response(StatusCode::CREATED, &status))
+        }
+        (&Method::GET, Some(name), Some("log")) if resource.kind == "Pod" && group.is_empty() => {
+            let container = query.get("container").map(String::as_str);
+            let logs = crate::subresources::logs(registry, &target, name, container).await?;
+            Ok(json_response(StatusCode::OK, &logs))
         }
         (&Method::GET, Some(name), None | Some("status")) => {
             let object = registry.get(&target, name).await?;
@@ -495,33 +583,72 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
         }
         (&Method::POST, None, None) => {
             let object = crate::object::parse_body(body)?;
-            field_validation(resource, query, &object)?;
-            let created = registry.create(&target, object, dry_run(query)?).await?;
-            Ok(json_response(StatusCode::CREATED, &created))
+            let warnings = field_validation::check(resource, validation, &object, Some(body))?;
+            let write = Write::new(manager, dry_run(query)?);
+            let created = registry.create(&target, object, &write).await?;
+            Ok(warned_response(StatusCode::CREATED, &created, &warnings))
         }
         (&Method::PUT, Some(name), sub @ (None | Some("status"))) => {
             let object = crate::object::parse_body(body)?;
-            field_validation(resource, query, &object)?;
-            let updated = registry
-                .update(&target, name, object, sub, dry_run(query)?)
-                .await?;
-            Ok(json_response(StatusCode::OK, &updated))
+            let warnings = field_validation::check(resource, validation, &object, Some(body))?;
+            let write = Write::new(manager, dry_run(query)?);
+            let updated = registry.update(&target, name, object, sub, &write).await?;
+            Ok(warned_response(StatusCode::OK, &updated, &warnings))
         }
         (&Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
             let content_type = headers
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
-            let check = |object: &Value| field_validation(resource, query, object);
+            // Fields given twice in the patch itself, then unknown fields
+            // of the patched object.
+            let duplicates = match validation {
+                field_validation::Mode::Ignore => Vec::new(),
+                _ => field_validation::duplicate_fields(body),
+            };
+            let warnings = std::sync::Mutex::new(Vec::new());
+            let check = |object: &Value| {
+                let mut found: Vec<String> = duplicates
+                    .iter()
+                    .map(|f| format!("duplicate field {}", crate::selectors::go_quote(f)))
+                    .collect();
+                found.extend(field_validation::check(resource, validation, object, None)?);
+                if validation == field_validation::Mode::Strict && !found.is_empty() {
+                    return Err(crate::validation::strict_decoding_error(resource, &found));
+                }
+                *warnings.lock().unwrap_or_else(|e| e.into_inner()) = found;
+                Ok(())
+            };
             let patch = crate::registry::Patch {
                 content_type,
                 body,
                 check: &check,
+                force: flag(query, "force"),
             };
-            let patched = registry
-                .patch(&target, name, &patch, sub, dry_run(query)?)
-                .await?;
-            Ok(json_response(StatusCode::OK, &patched))
+            if crate::patch::is_apply(content_type)
+                && query.get("fieldManager").is_none_or(|m| m.is_empty())
+            {
+                return Err(ApiError::invalid(
+                    "meta.k8s.io",
+                    "PatchOptions",
+                    "patchoptions",
+                    "",
+                    vec![crate::status::Cause {
+                        reason: "FieldValueRequired",
+                        message: "Required value: is required for apply patch".into(),
+                        field: "fieldManager".into(),
+                    }],
+                ));
+            }
+            let write = Write::new(manager, dry_run(query)?);
+            let (patched, created) = registry.patch(&target, name, &patch, sub, &write).await?;
+            let warnings = warnings.into_inner().unwrap_or_else(|e| e.into_inner());
+            let code = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok(warned_response(code, &patched, &warnings))
         }
         (&Method::DELETE, Some(name), None) => {
             let options = delete_options(query, body)?;

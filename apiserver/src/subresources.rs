@@ -1,12 +1,13 @@
 //! Subresources with their own kinds: `scale` (autoscaling/v1 Scale) of
 //! deployments, replicasets and statefulsets, `pods/binding` (a scheduler
 //! places a pod, once) and `pods/eviction` (policy/v1, refused when a
-//! PodDisruptionBudget would be violated).
+//! PodDisruptionBudget would be violated) and `pods/log` (from the node's
+//! kubelet).
 
 use serde_json::{json, Value};
 
 use crate::object::{self, metadata_mut};
-use crate::registry::{DeleteOptions, ListOptions, Registry, Target};
+use crate::registry::{DeleteOptions, ListOptions, Propagation, Registry, Target, Write};
 use crate::resources;
 use crate::selectors::LabelSelector;
 use crate::status::{ApiError, ApiResult, Cause};
@@ -60,7 +61,7 @@ pub async fn put_scale(
     target: &Target<'_>,
     name: &str,
     scale: Value,
-    dry_run: bool,
+    write: &Write<'_>,
 ) -> ApiResult<Value> {
     check_scale_target(target)?;
     let replicas = scale["spec"]["replicas"].as_i64().ok_or_else(|| {
@@ -94,7 +95,11 @@ pub async fn put_scale(
         metadata_mut(&mut object).insert("resourceVersion".into(), json!(rv));
     }
     object["spec"]["replicas"] = json!(replicas);
-    let updated = registry.update(target, name, object, None, dry_run).await?;
+    let write = Write {
+        via: Some("scale"),
+        ..*write
+    };
+    let updated = registry.update(target, name, object, None, &write).await?;
     Ok(scale_of(&updated))
 }
 
@@ -105,7 +110,7 @@ pub async fn patch_scale(
     name: &str,
     content_type: &str,
     body: &[u8],
-    dry_run: bool,
+    write: &Write<'_>,
 ) -> ApiResult<Value> {
     check_scale_target(target)?;
     let current = scale_of(&registry.get(target, name).await?);
@@ -117,7 +122,7 @@ pub async fn patch_scale(
     {
         metadata_mut(&mut patched).remove("resourceVersion");
     }
-    put_scale(registry, target, name, patched, dry_run).await
+    put_scale(registry, target, name, patched, write).await
 }
 
 fn success(code: u16) -> Value {
@@ -130,7 +135,7 @@ pub async fn bind(
     target: &Target<'_>,
     name: &str,
     binding: Value,
-    dry_run: bool,
+    write: &Write<'_>,
 ) -> ApiResult<Value> {
     let node = binding["target"]["name"]
         .as_str()
@@ -167,7 +172,11 @@ pub async fn bind(
         ));
     }
     pod["spec"]["nodeName"] = json!(node);
-    registry.update(target, name, pod, None, dry_run).await?;
+    let write = Write {
+        via: Some("binding"),
+        ..*write
+    };
+    registry.update(target, name, pod, None, &write).await?;
     Ok(success(201))
 }
 
@@ -265,10 +274,58 @@ pub async fn evict(
         dry_run: eviction["deleteOptions"]["dryRun"]
             .as_array()
             .is_some_and(|d| d.iter().any(|v| v == "All")),
+        propagation: match eviction["deleteOptions"]["propagationPolicy"].as_str() {
+            Some(policy) => Some(Propagation::parse(policy)?),
+            None => None,
+        },
         ..DeleteOptions::default()
     };
     registry.delete(target, name, &options).await?;
     Ok(success(201))
+}
+
+/// GET pods/NAME/log: checks the request against the pod. Logs live on
+/// the pod's node and are served by its kubelet; skiff has no kubelet yet,
+/// so a valid request is answered with a 503 that says so, never a hang.
+pub async fn logs(
+    registry: &Registry,
+    target: &Target<'_>,
+    name: &str,
+    container: Option<&str>,
+) -> ApiResult<Value> {
+    let pod = registry.get(target, name).await?;
+    let names: Vec<&str> = ["containers", "initContainers", "ephemeralContainers"]
+        .iter()
+        .flat_map(|list| pod["spec"][*list].as_array().into_iter().flatten())
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    let regular = pod["spec"]["containers"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or(0);
+    let container = match container.filter(|c| !c.is_empty()) {
+        Some(c) if names.contains(&c) => c.to_string(),
+        Some(c) => {
+            return Err(ApiError::bad_request(format!(
+                "container {c} is not valid for pod {name}"
+            )))
+        }
+        None if regular == 1 => names[0].to_string(),
+        None => {
+            return Err(ApiError::bad_request(format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                names.join(" ")
+            )))
+        }
+    };
+    match pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+        None => Err(ApiError::bad_request(format!(
+            "container \"{container}\" in pod \"{name}\" is waiting to start: the pod is not scheduled to a node"
+        ))),
+        Some(node) => Err(ApiError::unavailable(format!(
+            "cannot get the logs of container \"{container}\" in pod \"{name}\": node \"{node}\" runs no kubelet that serves logs (skiff's kubelet does not exist yet)"
+        ))),
+    }
 }
 
 #[cfg(test)]

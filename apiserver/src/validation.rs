@@ -1237,17 +1237,44 @@ fn collect_unknown(sent: &Value, known: &Value, path: &str, unknown: &mut Vec<St
     }
 }
 
+/// Removes the fields `resource`'s type does not have, as Kubernetes drops
+/// them when it decodes a request (after `fieldValidation` has had its
+/// say). An object its type cannot read is left alone for validation to
+/// refuse.
+pub fn prune_unknown_fields(resource: &ResourceType, object: &mut Value) {
+    let Ok(known) = (resource.roundtrip)(object) else {
+        return;
+    };
+    prune(object, &known);
+}
+
+fn prune(sent: &mut Value, known: &Value) {
+    match (sent, known) {
+        (Value::Object(sent), Value::Object(known)) => {
+            sent.retain(|key, value| value.is_null() || known.contains_key(key));
+            for (key, value) in sent.iter_mut() {
+                if let Some(known) = known.get(key) {
+                    prune(value, known);
+                }
+            }
+        }
+        (Value::Array(sent), Value::Array(known)) => {
+            for (value, known) in sent.iter_mut().zip(known) {
+                prune(value, known);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// The 400 a Kubernetes apiserver answers under `fieldValidation=Strict`:
 /// `Pod in version "v1" cannot be handled as a Pod: strict decoding error:
-/// unknown field "spec.foo"`.
-pub fn strict_decoding_error(resource: &ResourceType, unknown: &[String]) -> ApiError {
-    let listed: Vec<String> = unknown
-        .iter()
-        .map(|f| format!("unknown field {}", go_quote(f)))
-        .collect();
+/// unknown field "spec.foo"`. `problems` are worded already (`unknown
+/// field "spec.foo"`, `duplicate field "metadata.name"`).
+pub fn strict_decoding_error(resource: &ResourceType, problems: &[String]) -> ApiError {
     cannot_be_handled(
         resource,
-        &format!("strict decoding error: {}", listed.join(", ")),
+        &format!("strict decoding error: {}", problems.join(", ")),
     )
 }
 
@@ -1277,6 +1304,25 @@ mod tests {
         let err = validate_object(resource, &object).expect_err("should be invalid");
         assert_eq!((err.code, err.reason), (422, "Invalid"), "{}", err.message);
         lines(&err.details.expect("details").causes)
+    }
+
+    #[test]
+    fn unknown_fields_are_pruned_known_ones_kept_as_sent() {
+        let mut object = good_pod();
+        object["spec"]["foo"] = json!(1);
+        object["spec"]["containers"][0]["bar"] = json!({"x": 1});
+        object["metadata"]["labels"] = json!({"any-key": "kept"});
+        let mut expected = object.clone();
+        prune_unknown_fields(pod(), &mut object);
+        expected["spec"].as_object_mut().unwrap().remove("foo");
+        expected["spec"]["containers"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("bar");
+        assert_eq!(object, expected);
+        let mut broken = json!({"spec": {"containers": 3}, "extra": 1});
+        prune_unknown_fields(pod(), &mut broken);
+        assert_eq!(broken, json!({"spec": {"containers": 3}, "extra": 1}));
     }
 
     fn good_pod() -> Value {
@@ -1832,7 +1878,11 @@ mod tests {
             strict_unknown_fields(deployment, &rollout),
             vec!["spec.strategy.rollingUpdate.maxSpeed"]
         );
-        let err = strict_decoding_error(pod(), &unknown[1..3]);
+        let worded: Vec<String> = unknown[1..3]
+            .iter()
+            .map(|f| format!("unknown field {}", go_quote(f)))
+            .collect();
+        let err = strict_decoding_error(pod(), &worded);
         assert_eq!((err.code, err.reason), (400, "BadRequest"));
         assert_eq!(
             err.message,

@@ -215,3 +215,107 @@ async fn apply_patch_scale_label_and_tables() -> Result<()> {
     drop(server);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_conflicts_and_force() -> Result<()> {
+    let Some(binary) = kubectl_or_skip("server_side_apply_conflicts_and_force") else {
+        return Ok(());
+    };
+    let server = ApiServer::start().await?;
+    let kubectl = Kubectl::new(binary, &server.kubeconfig())?;
+    kubectl.manifest("web.yaml", DEPLOYMENT)?;
+    kubectl.manifest(
+        "web-2.yaml",
+        &DEPLOYMENT.replace("nginx:1.27", "nginx:1.28"),
+    )?;
+    // Another team's configuration: only the replica count.
+    kubectl.manifest(
+        "replicas.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 5\n",
+    )?;
+    // The first configuration without its sidecar.
+    let without_sidecar =
+        DEPLOYMENT.replace("      - name: sidecar\n        image: busybox:1.36\n", "");
+    kubectl.manifest("web-solo.yaml", &without_sidecar)?;
+
+    let applied = "deployment.apps/web serverside-applied\n";
+    assert_eq!(
+        kubectl.ok(&["apply", "--server-side", "-f", "web.yaml"])?,
+        applied
+    );
+    assert_eq!(
+        kubectl.ok(&["apply", "--server-side", "-f", "web-2.yaml"])?,
+        applied
+    );
+    let images = "jsonpath={.spec.template.spec.containers[*].image}";
+    assert_eq!(
+        kubectl.ok(&["get", "deploy", "web", "-o", images])?,
+        "nginx:1.28 busybox:1.36"
+    );
+    let managers = "jsonpath={.metadata.managedFields[*].manager}";
+    assert_eq!(
+        kubectl.ok(&["get", "deploy", "web", "-o", managers])?,
+        "kubectl"
+    );
+
+    // The replica count belongs to kubectl's configuration: a conflict.
+    let conflict = kubectl.fails(&[
+        "apply",
+        "--server-side",
+        "--field-manager=autoscaler",
+        "-f",
+        "replicas.yaml",
+    ])?;
+    assert!(
+        conflict.contains(
+            "error: Apply failed with 1 conflict: conflict with \"kubectl\": .spec.replicas"
+        ),
+        "{conflict}"
+    );
+    assert!(conflict.contains("--force-conflicts"), "{conflict}");
+    let replicas = "jsonpath={.spec.replicas}";
+    assert_eq!(kubectl.ok(&["get", "deploy", "web", "-o", replicas])?, "2");
+
+    // --force-conflicts takes the field over.
+    assert_eq!(
+        kubectl.ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=autoscaler",
+            "-f",
+            "replicas.yaml",
+        ])?,
+        applied
+    );
+    assert_eq!(kubectl.ok(&["get", "deploy", "web", "-o", replicas])?, "5");
+    let mut both: Vec<String> = kubectl
+        .ok(&["get", "deploy", "web", "-o", managers])?
+        .split(' ')
+        .map(str::to_string)
+        .collect();
+    both.sort();
+    assert_eq!(both, ["autoscaler", "kubectl"]);
+    // kubectl now conflicts with the autoscaler in turn.
+    let conflict = kubectl.fails(&["apply", "--server-side", "-f", "web.yaml"])?;
+    assert!(
+        conflict.contains("conflict with \"autoscaler\": .spec.replicas"),
+        "{conflict}"
+    );
+
+    // A configuration that drops the sidecar (and the replicas, no longer
+    // kubectl's) removes the sidecar and leaves the count alone.
+    let solo = without_sidecar.replace("  replicas: 2\n", "");
+    kubectl.manifest("web-solo.yaml", &solo)?;
+    assert_eq!(
+        kubectl.ok(&["apply", "--server-side", "-f", "web-solo.yaml"])?,
+        applied
+    );
+    assert_eq!(
+        kubectl.ok(&["get", "deploy", "web", "-o", images])?,
+        "nginx:1.27"
+    );
+    assert_eq!(kubectl.ok(&["get", "deploy", "web", "-o", replicas])?, "5");
+    drop(server);
+    Ok(())
+}

@@ -4,79 +4,16 @@
 //! `$deleteFromPrimitiveList/<list>`. The schema says which definition each
 //! field holds; `list_strategies` says how each list of a definition merges.
 
-use std::sync::LazyLock;
-
-use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value};
 
 use super::list_strategies::{list_strategy, ListStrategy};
 use super::PatchError;
-use crate::resources;
+use crate::schema::{field_of, Field, Shape};
 
 const PATCH: &str = "$patch";
 const RETAIN_KEYS: &str = "$retainKeys";
 const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
 const DELETE_FROM_PRIMITIVE_LIST: &str = "$deleteFromPrimitiveList/";
-
-/// Every schema definition of the served types, by name.
-static DEFINITIONS: LazyLock<Map<String, Value>> = LazyLock::new(|| {
-    let mut generator = SchemaSettings::openapi3().into_generator();
-    for resource in resources::all() {
-        (resource.schema)(&mut generator);
-    }
-    generator.take_definitions(true)
-});
-
-/// What the schema says a value at some place in the object is.
-#[derive(Clone, Copy)]
-enum Shape<'s> {
-    /// An object of this definition (`None`: not known, so lists replace).
-    Struct(Option<&'s str>),
-    /// A map whose values are objects of this definition.
-    Values(Option<&'s str>),
-}
-
-/// What the schema says a field holds: its own definition and, for lists,
-/// the definition of the items.
-struct Field<'s> {
-    shape: Shape<'s>,
-    items: Option<&'s str>,
-}
-
-fn definition_name(schema: &Value) -> Option<&str> {
-    let reference = schema
-        .get("$ref")
-        .or_else(|| schema.get("allOf")?.get(0)?.get("$ref"))?
-        .as_str()?;
-    reference.rsplit('/').next()
-}
-
-fn field_of<'s>(owner: Option<&str>, name: &str) -> Field<'s> {
-    let unknown = Field {
-        shape: Shape::Struct(None),
-        items: None,
-    };
-    let Some(schema) = owner
-        .and_then(|d| DEFINITIONS.get(d))
-        .and_then(|d| d.get("properties")?.get(name))
-    else {
-        return unknown;
-    };
-    match schema.get("type").and_then(Value::as_str) {
-        Some("array") => Field {
-            shape: Shape::Struct(None),
-            items: schema.get("items").and_then(definition_name),
-        },
-        Some("object") if schema.get("additionalProperties").is_some() => Field {
-            shape: Shape::Values(schema.get("additionalProperties").and_then(definition_name)),
-            items: None,
-        },
-        _ => Field {
-            shape: Shape::Struct(definition_name(schema)),
-            items: None,
-        },
-    }
-}
 
 /// Applies the strategic merge `patch` to a copy of `document`, an object
 /// of the definition `definition`.
@@ -443,6 +380,7 @@ fn reorder(
 #[cfg(test)]
 pub(super) fn check_table_against_schema() -> Result<(), String> {
     use super::list_strategies::TABLE;
+    use crate::schema::{definition_name, DEFINITIONS};
     let mut checked = 0;
     for (definition, field, strategy) in TABLE {
         let Some(owner) = DEFINITIONS.get(*definition) else {
