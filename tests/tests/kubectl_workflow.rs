@@ -319,3 +319,57 @@ async fn server_side_apply_conflicts_and_force() -> Result<()> {
     drop(server);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_takes_over_from_client_side_apply() -> Result<()> {
+    let Some(binary) = kubectl_or_skip("server_side_apply_takes_over_from_client_side_apply")
+    else {
+        return Ok(());
+    };
+    let server = ApiServer::start().await?;
+    let kubectl = Kubectl::new(binary, &server.kubeconfig())?;
+    kubectl.manifest("web.yaml", DEPLOYMENT)?;
+    kubectl.manifest(
+        "web-2.yaml",
+        &DEPLOYMENT.replace("nginx:1.27", "nginx:1.28"),
+    )?;
+    assert_eq!(
+        kubectl.ok(&["apply", "-f", "web.yaml"])?,
+        "deployment.apps/web created\n"
+    );
+    // The image kubectl's client-side apply set is kubectl's to change
+    // server-side: no conflict with "kubectl-client-side-apply".
+    assert_eq!(
+        kubectl.ok(&["apply", "--server-side", "-f", "web-2.yaml"])?,
+        "deployment.apps/web serverside-applied\n"
+    );
+    let images = "jsonpath={.spec.template.spec.containers[*].image}";
+    assert_eq!(
+        kubectl.ok(&["get", "deploy", "web", "-o", images])?,
+        "nginx:1.28 busybox:1.36"
+    );
+    // kubectl moved the client-side manager's fields over to itself.
+    let managers = "jsonpath={.metadata.managedFields[*].manager}";
+    assert_eq!(
+        kubectl.ok(&["get", "deploy", "web", "-o", managers])?,
+        "kubectl kubectl-last-applied"
+    );
+    // A field another writer changed since is a conflict all the same.
+    assert_eq!(
+        kubectl.ok(&["scale", "deploy", "web", "--replicas=4"])?,
+        "deployment.apps/web scaled\n"
+    );
+    kubectl.manifest(
+        "web-3.yaml",
+        &DEPLOYMENT.replace("replicas: 2", "replicas: 3"),
+    )?;
+    let conflict = kubectl.fails(&["apply", "--server-side", "-f", "web-3.yaml"])?;
+    assert!(
+        conflict.contains(
+            "conflict with \"kubectl\" with subresource \"scale\" using apps/v1: .spec.replicas"
+        ),
+        "{conflict}"
+    );
+    drop(server);
+    Ok(())
+}

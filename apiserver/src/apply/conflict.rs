@@ -68,3 +68,12 @@ pub(crate) fn error(
     }));
     err
 }
+
+/// Whether `err` is an apply conflict (not some other 409).
+pub(crate) fn is_conflict(err: &ApiError) -> bool {
+    err.code == 409
+        && err
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.reason == "FieldManagerConflict"))
+}

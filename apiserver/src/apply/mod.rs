@@ -103,10 +103,17 @@ pub fn apply(
 
     let changes = changes_between(resource, manager, root, live, &merged);
     let set_by_apply = changes.set_by_write();
+    let takeover = client_side_takeover(resource, manager, live, root);
     let conflicts: Vec<(&Entry, FieldSet)> = entries
         .iter()
         .filter(|e| !e.is(me))
-        .map(|e| (e, e.fields.intersection(&set_by_apply)))
+        .map(|e| {
+            let fields = e.fields.intersection(&set_by_apply);
+            match e.manager == CLIENT_SIDE_APPLY {
+                true => (e, fields.difference(&takeover)),
+                false => (e, fields),
+            }
+        })
         .filter(|(_, fields)| !fields.is_empty())
         .collect();
     if !conflicts.is_empty() && !force {
@@ -126,6 +133,35 @@ pub fn apply(
     }
     set_managed_fields(&mut merged, managed::encode(entries));
     Ok(merged)
+}
+
+/// The annotation client-side `kubectl apply` keeps its configuration in.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The field manager of client-side `kubectl apply`.
+const CLIENT_SIDE_APPLY: &str = "kubectl-client-side-apply";
+
+/// Kubernetes' path from client-side to server-side apply: `kubectl`'s
+/// server-side apply may take, without a conflict, the fields that its
+/// client-side self configured (the last-applied annotation) and still
+/// owns. Other managers, and fields others changed since, still conflict.
+fn client_side_takeover(
+    resource: &ResourceType,
+    manager: &Manager,
+    live: &Value,
+    root: Node,
+) -> FieldSet {
+    if manager.name != "kubectl" {
+        return FieldSet::default();
+    }
+    live.pointer("/metadata/annotations")
+        .and_then(|a| a.get(LAST_APPLIED))
+        .and_then(Value::as_str)
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .filter(Value::is_object)
+        .and_then(|last| fields::of_config(&last, root).ok())
+        .map(|set| tracked(set, resource, manager.subresource))
+        .unwrap_or_default()
 }
 
 /// Sets the fields of the entry `who` of `manager` (adding the entry if

@@ -999,3 +999,94 @@ fn odd_shapes_never_panic() {
         record_update(deployments(), None, &mut created, &manager("m"), T2);
     }
 }
+
+// --- from client-side to server-side apply ---
+
+/// `web` as client-side `kubectl apply` creates it: owned by an update of
+/// "kubectl-client-side-apply", its configuration in the annotation.
+fn created_client_side(replicas: i64, image: &str) -> Value {
+    let config = web(replicas, image);
+    let mut object = config.clone();
+    object["metadata"]["annotations"] = json!({LAST_APPLIED: config.to_string()});
+    record_update(
+        deployments(),
+        None,
+        &mut object,
+        &manager("kubectl-client-side-apply"),
+        T1,
+    );
+    object
+}
+
+#[test]
+fn kubectl_takes_over_what_its_client_side_apply_set() {
+    let live = created_client_side(2, "nginx:1.25");
+    let config = web(2, "nginx:1.26");
+    // kubectl's server-side apply takes over its client-side fields, as in
+    // Kubernetes; they are no longer the client-side manager's.
+    let upgraded = apply(
+        deployments(),
+        Some(&live),
+        &config,
+        &manager("kubectl"),
+        false,
+        T2,
+    )
+    .expect("kubectl takes over its client-side fields");
+    assert_eq!(
+        upgraded["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:1.26"
+    );
+    assert!(owned(&upgraded, "kubectl", "Apply").contains(&image_path()));
+    assert!(!owned(&upgraded, "kubectl-client-side-apply", "Update").contains(&image_path()));
+    // Only kubectl: another manager still gets the conflict.
+    let err = apply(
+        deployments(),
+        Some(&live),
+        &config,
+        &manager("ops"),
+        false,
+        T2,
+    )
+    .expect_err("ops conflicts");
+    assert!(conflict::is_conflict(&err));
+}
+
+#[test]
+fn the_client_side_takeover_still_conflicts_where_others_wrote_since() {
+    let live = scaled(&created_client_side(2, "nginx:1.25"), 5, T2);
+    let err = apply(
+        deployments(),
+        Some(&live),
+        &web(3, "nginx:1.26"),
+        &manager("kubectl"),
+        false,
+        T3,
+    )
+    .expect_err("the scaler's replica count conflicts");
+    let fields: Vec<&str> = err
+        .details
+        .as_ref()
+        .unwrap()
+        .causes
+        .iter()
+        .map(|c| c.field.as_str())
+        .collect();
+    assert_eq!(fields, [".spec.replicas"], "the image is kubectl's to take");
+    // Without a last-applied annotation there is nothing to take over.
+    let mut bare = created_client_side(2, "nginx:1.25");
+    bare["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("annotations");
+    let err = apply(
+        deployments(),
+        Some(&bare),
+        &web(2, "nginx:1.26"),
+        &manager("kubectl"),
+        false,
+        T3,
+    )
+    .expect_err("a conflict with kubectl-client-side-apply");
+    assert!(conflict::is_conflict(&err));
+}
