@@ -70,6 +70,7 @@ pub(crate) fn error(
 }
 
 /// Whether `err` is an apply conflict (not some other 409).
+#[cfg(test)]
 pub(crate) fn is_conflict(err: &ApiError) -> bool {
     err.code == 409
         && err
