@@ -476,6 +476,7 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
                     .map(Duration::from_secs),
                 send_initial_events: flag(query, "sendInitialEvents"),
                 table: render_as(headers, query)?,
+                convert: None,
             };
             let stream = crate::watch::start(registry, &target, options).await?;
             Ok((

@@ -32,13 +32,40 @@ pub struct WatchOptions {
     pub send_initial_events: bool,
     /// Events carry a one-row Table instead of the object (kubectl `get -w`).
     pub table: Option<(crate::table::TableVersion, crate::table::IncludeObject)>,
+    /// Turns each stored object into the version the watch asked for
+    /// (None: the storage version is the one asked).
+    pub convert: Option<Converter>,
 }
 
-type Render = Option<(crate::table::TableVersion, crate::table::IncludeObject)>;
+/// Converts a stored object to the version a client asked for.
+pub type Converter = std::sync::Arc<dyn Fn(&Value) -> Value + Send + Sync>;
+
+#[derive(Clone)]
+struct Render {
+    table: Option<(crate::table::TableVersion, crate::table::IncludeObject)>,
+    convert: Option<Converter>,
+}
+
+impl WatchOptions {
+    fn render(&self) -> Render {
+        Render {
+            table: self.table,
+            convert: self.convert.clone(),
+        }
+    }
+}
 
 /// The event of `object`, as a Table row when the watch asked for tables.
-fn render(kind: &str, resource: &ResourceType, object: &Value, table: Render) -> Bytes {
-    match table {
+fn render(kind: &str, resource: &ResourceType, object: &Value, how: &Render) -> Bytes {
+    let converted;
+    let object = match &how.convert {
+        Some(convert) => {
+            converted = convert(object);
+            &converted
+        }
+        None => object,
+    };
+    match how.table {
         Some((version, include)) => {
             let row = crate::table::table(
                 resource,
@@ -116,7 +143,7 @@ pub async fn start(
         }
         let listed = registry.list(target, &list_options).await?;
         for item in listed["items"].as_array().cloned().unwrap_or_default() {
-            initial.push(render("ADDED", resource, &item, options.table));
+            initial.push(render("ADDED", resource, &item, &options.render()));
         }
         let revision: i64 = listed["metadata"]["resourceVersion"]
             .as_str()
@@ -188,7 +215,7 @@ fn live(
                             let mut lines = Vec::new();
                             for change in changes {
                                 w.revision = w.revision.max(change.revision);
-                                if let Some(line) = translate(w.resource, &w.options.list, &change, w.options.table) {
+                                if let Some(line) = translate(w.resource, &w.options.list, &change, &w.options.render()) {
                                     lines.push(line);
                                 }
                             }
@@ -213,7 +240,7 @@ fn translate(
     resource: &'static ResourceType,
     options: &ListOptions,
     change: &Change,
-    table: Render,
+    table: &Render,
 ) -> Option<Bytes> {
     let previous = change
         .prev
@@ -255,7 +282,10 @@ mod tests {
             crate::resources::find("", "v1", "pods").unwrap(),
             options,
             change,
-            None,
+            &Render {
+                table: None,
+                convert: None,
+            },
         )?;
         let event: Value = serde_json::from_slice(&line).unwrap();
         assert!(line.starts_with(b"{\"type\":"), "type first");
