@@ -435,6 +435,15 @@ impl RaftCore {
         let mut light = self.node.advance(ready);
         if let Some(commit) = light.commit_index() {
             self.node.mut_store().set_commit(commit);
+            // raft-rs counts this commit index as persisted and will not
+            // hand it out again: write it now, to ride along with the next
+            // sync (or the state flush), so that a restarted member applies
+            // what it had acknowledged without waiting for a leader.
+            self.wal.append(&WalRecord::HardState {
+                term: self.node.raft.term,
+                vote: self.node.raft.vote,
+                commit,
+            });
         }
         send(light.take_messages());
         self.apply_entries(&mut applier, light.take_committed_entries(), &mut out)?;
