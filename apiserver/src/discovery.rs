@@ -395,9 +395,7 @@ fn served_at<'a>(
     group: &'a str,
     version: &'a str,
 ) -> impl Iterator<Item = &'static ResourceType> + 'a {
-    resources::all()
-        .iter()
-        .filter(move |r| r.group == group && r.version == version)
+    resources::served().filter(move |r| r.group == group && r.version == version)
 }
 
 fn core_versions() -> Vec<&'static str> {
@@ -742,6 +740,63 @@ mod tests {
                 (Some("Status"), Some("NotFound"))
             );
         }
+    }
+
+    #[tokio::test]
+    async fn converted_versions_are_listed_after_the_preferred_one() {
+        let (_, _, groups) = fetch("/apis", None).await;
+        for (group, beta) in [
+            ("batch", "batch/v1beta1"),
+            ("scheduling.k8s.io", "scheduling.k8s.io/v1beta1"),
+        ] {
+            let entry = groups["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|g| g["name"] == group)
+                .unwrap();
+            assert_eq!(entry["preferredVersion"]["version"], "v1", "{group}");
+            assert_eq!(entry["versions"][0]["version"], "v1", "{group}");
+            assert_eq!(entry["versions"][1]["groupVersion"], beta, "{group}");
+        }
+        let (_, content_type, aggregated) = fetch("/apis", Some(KUBECTL_ACCEPT)).await;
+        assert!(content_type.contains("as=APIGroupDiscoveryList"));
+        let batch = aggregated["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["metadata"]["name"] == "batch")
+            .unwrap();
+        let versions: Vec<&str> = batch["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["version"].as_str().unwrap())
+            .collect();
+        assert_eq!(versions, ["v1", "v1beta1"]);
+        let beta = &batch["versions"][1]["resources"];
+        assert_eq!(
+            beta.as_array().unwrap().len(),
+            1,
+            "only cronjobs at v1beta1"
+        );
+        assert_eq!(
+            beta[0]["responseKind"],
+            json!({"group": "batch", "version": "v1beta1", "kind": "CronJob"})
+        );
+        let (status, _, list) = fetch("/apis/scheduling.k8s.io/v1beta1", None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(list["groupVersion"], "scheduling.k8s.io/v1beta1");
+        assert_eq!(list["resources"][0]["kind"], "PriorityClass");
+        let (status, _, list) = fetch("/apis/batch/v1beta1", None).await;
+        assert_eq!(status, StatusCode::OK);
+        let names: Vec<&str> = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["cronjobs", "cronjobs/status"]);
     }
 
     #[test]

@@ -5,7 +5,11 @@
 //! process or any etcd v3 endpoint.
 
 pub mod accept;
+pub mod admission;
 pub mod apply;
+pub mod cache;
+pub mod conversion;
+pub mod crd;
 pub mod discovery;
 pub mod field_validation;
 pub mod object;

@@ -189,8 +189,7 @@ fn content_hash(body: &[u8]) -> String {
 /// `fieldValidation` parameter (kubectl's test for server-side validation).
 /// Empty `paths` and `schemas` when nothing is served there.
 pub fn group_version_document(group: &str, version: &str) -> Value {
-    let served: Vec<&ResourceType> = resources::all()
-        .iter()
+    let served: Vec<&ResourceType> = resources::served()
         .filter(|r| r.group == group && r.version == version)
         .collect();
     let mut generator = SchemaSettings::openapi3().into_generator();
@@ -206,6 +205,7 @@ pub fn group_version_document(group: &str, version: &str) -> Value {
         add_resource_paths(&mut paths, r, &refs);
     }
     let mut schemas = generator.take_definitions(true);
+    add_patch_strategies(&mut schemas);
     for r in &served {
         if let Some(Value::Object(schema)) = schemas.get_mut(r.definition) {
             schema.insert(
@@ -221,6 +221,31 @@ pub fn group_version_document(group: &str, version: &str) -> Value {
         "paths": paths,
         "components": { "schemas": schemas },
     })
+}
+
+/// Marks each list that strategic merge patch merges with Kubernetes'
+/// `x-kubernetes-patch-strategy` (and `-merge-key`), which k8s-openapi's
+/// schemas lack. kubectl apply reads them from this document: without them
+/// it replaces such lists whole, so fields the server defaulted inside
+/// (a container's `imagePullPolicy`) would make every apply a change.
+fn add_patch_strategies(schemas: &mut Map<String, Value>) {
+    for (definition, schema) in schemas.iter_mut() {
+        let Some(Value::Object(properties)) = schema.get_mut("properties") else {
+            continue;
+        };
+        for (field, property) in properties.iter_mut() {
+            let Some(strategy) = crate::patch::list_strategy(definition, field) else {
+                continue;
+            };
+            let Value::Object(property) = property else {
+                continue;
+            };
+            property.insert("x-kubernetes-patch-strategy".into(), json!("merge"));
+            if let crate::patch::ListStrategy::MergeByKey(key) = strategy {
+                property.insert("x-kubernetes-patch-merge-key".into(), json!(key));
+            }
+        }
+    }
 }
 
 /// `$ref`s to the meta types every group-version document uses.
@@ -596,7 +621,7 @@ mod tests {
 
     #[test]
     fn the_table_names_the_definitions_k8s_openapi_generates() {
-        for r in resources::all() {
+        for r in resources::served() {
             let mut generator = SchemaSettings::openapi3().into_generator();
             let reference = (r.schema)(&mut generator).to_value();
             assert_eq!(
@@ -626,6 +651,14 @@ mod tests {
             .as_array()
             .unwrap()
             .contains(&json!("containers")));
+        assert_eq!(
+            spec["properties"]["containers"]["x-kubernetes-patch-merge-key"],
+            "name"
+        );
+        assert_eq!(
+            spec["properties"]["containers"]["x-kubernetes-patch-strategy"],
+            "merge"
+        );
         let container = &doc["components"]["schemas"]["io.k8s.api.core.v1.Container"];
         assert_eq!(container["properties"]["image"]["type"], "string");
         let list = &doc["components"]["schemas"]["io.k8s.api.core.v1.PodList"];
@@ -647,10 +680,7 @@ mod tests {
     fn every_kind_has_a_patch_operation_with_field_validation() {
         for (group, version) in resources::group_versions() {
             let doc = parse(&document(group, version).unwrap().body);
-            for r in resources::all()
-                .iter()
-                .filter(|r| r.group == group && r.version == version)
-            {
+            for r in resources::served().filter(|r| r.group == group && r.version == version) {
                 let found = doc["paths"].as_object().unwrap().values().any(|item| {
                     let patch = &item["patch"];
                     patch["x-kubernetes-group-version-kind"] == gvk(r, r.kind)
@@ -664,6 +694,40 @@ mod tests {
                 assert_eq!(schema["x-kubernetes-group-version-kind"][0], gvk(r, r.kind));
             }
         }
+    }
+
+    #[test]
+    fn converted_versions_have_documents_of_their_own() {
+        let doc = parse(
+            &document("batch", "v1beta1")
+                .expect("batch/v1beta1 served")
+                .body,
+        );
+        let schemas = &doc["components"]["schemas"];
+        let cron_job = &schemas["io.k8s.api.batch.v1beta1.CronJob"];
+        assert_eq!(
+            cron_job["x-kubernetes-group-version-kind"],
+            json!([{"group": "batch", "version": "v1beta1", "kind": "CronJob"}])
+        );
+        assert!(cron_job["properties"]["spec"]
+            .to_string()
+            .contains("io.k8s.api.batch.v1beta1.CronJobSpec"));
+        assert!(
+            schemas["io.k8s.api.batch.v1beta1.CronJobSpec"]["properties"]["schedule"].is_object()
+        );
+        let paths = doc["paths"].as_object().unwrap();
+        let item = &paths["/apis/batch/v1beta1/namespaces/{namespace}/cronjobs/{name}"];
+        assert_eq!(
+            item["patch"]["operationId"],
+            "patchBatchV1beta1NamespacedCronJob"
+        );
+        assert!(!paths.contains_key("/apis/batch/v1beta1/namespaces/{namespace}/jobs"));
+        let scheduling = parse(&document("scheduling.k8s.io", "v1beta1").unwrap().body);
+        assert_eq!(
+            scheduling["components"]["schemas"]["io.k8s.api.scheduling.v1beta1.PriorityClass"]
+                ["x-kubernetes-group-version-kind"][0]["version"],
+            "v1beta1"
+        );
     }
 
     #[test]

@@ -26,6 +26,10 @@ pub struct Registry {
     storage: Storage,
     /// Set when the server stops: open watches end cleanly.
     stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    /// Serves watches, and lists and gets with a resourceVersion.
+    pub(crate) cache: crate::cache::WatchCache,
+    /// The admission chain every create, update and delete goes through.
+    admission: std::sync::Arc<crate::admission::Admission>,
 }
 
 /// Which object or collection a request is about.
@@ -200,8 +204,13 @@ fn same_spec(a: &Value, b: &Value) -> bool {
 impl Registry {
     pub fn new(storage: Storage) -> Registry {
         Registry {
+            cache: crate::cache::WatchCache::new(
+                storage.clone(),
+                crate::cache::CacheConfig::from_env(),
+            ),
             storage,
             stopping: std::sync::Arc::new(tokio::sync::watch::channel(false).0),
+            admission: std::sync::Arc::new(crate::admission::Admission::new()),
         }
     }
 
@@ -219,7 +228,8 @@ impl Registry {
         &self.storage
     }
 
-    /// Creates the namespaces every cluster has, where missing.
+    /// Creates the namespaces and system PriorityClasses every cluster
+    /// has, where missing.
     pub async fn ensure_default_namespaces(&self) -> ApiResult<()> {
         let resource =
             crate::resources::find("", "v1", "namespaces").expect("namespaces are served");
@@ -231,6 +241,23 @@ impl Registry {
             let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
             match self
                 .create(&target, body, &Write::new(SERVER_MANAGER, false))
+                .await
+            {
+                Ok(_) => {}
+                Err(err) if err.reason == "AlreadyExists" => {}
+                Err(err) => return Err(err),
+            }
+        }
+        // The built-in PriorityClasses, too.
+        let (group, version, plural) = crate::admission::priority::PRIORITY_CLASSES;
+        let classes = Target {
+            resource: crate::resources::find(group, version, plural)
+                .expect("priorityclasses are served"),
+            namespace: None,
+        };
+        for class in crate::admission::priority::system_class_objects() {
+            match self
+                .create(&classes, class, &Write::new(SERVER_MANAGER, false))
                 .await
             {
                 Ok(_) => {}
@@ -261,14 +288,17 @@ impl Registry {
         Ok(self.read(target, name).await?.0)
     }
 
-    async fn require_namespace(&self, namespace: &str) -> ApiResult<()> {
-        let key = format!("/registry/core/namespaces/{namespace}");
-        match self.storage.get(&key).await {
-            Ok(Some(_)) => Ok(()),
-            Ok(None) => Err(ApiError::not_found("", "namespaces", namespace)),
-            Err(err) => Err(ApiError::unavailable(format!(
-                "the store is unavailable: {err}"
-            ))),
+    /// GET with `?resourceVersion=`: "0" (any) or N (not older than N)
+    /// comes from the watch cache; none reads the store, as [`Self::get`].
+    pub async fn get_at(
+        &self,
+        target: &Target<'_>,
+        name: &str,
+        resource_version: &str,
+    ) -> ApiResult<Value> {
+        match self.cache.get(target, name, resource_version).await? {
+            Some(object) => Ok(object),
+            None => self.get(target, name).await,
         }
     }
 
@@ -324,6 +354,19 @@ impl Registry {
             }
         }
         default_status(resource, &mut object);
+        let mut attrs = crate::admission::Attributes {
+            operation: crate::admission::Operation::Create,
+            resource,
+            subresource: None,
+            namespace: target.namespace.map(str::to_string),
+            name: object::name(&object).to_string(),
+            object: Some(object),
+            old_object: None,
+            dry_run,
+            user: None,
+        };
+        self.admission.mutate(self, &mut attrs).await?;
+        let mut object = attrs.object.take().unwrap_or_default();
         crate::validation::prune_unknown_fields(resource, &mut object);
         if record {
             crate::apply::record_update(
@@ -336,9 +379,10 @@ impl Registry {
         }
         crate::validation::validate_object(resource, &object)?;
         let name = object::name(&object).to_string();
-        if let (true, Some(namespace)) = (resource.namespaced, target.namespace) {
-            self.require_namespace(namespace).await?;
-        }
+        // NamespaceLifecycle (in the chain) refuses a missing namespace.
+        attrs.object = Some(object);
+        self.admission.validate(self, &attrs).await?;
+        let mut object = attrs.object.take().unwrap_or_default();
         if dry_run {
             if self
                 .storage
@@ -357,11 +401,14 @@ impl Registry {
             return Ok(object);
         }
         let key = resource.key(target.namespace, &name);
-        let revision = self
-            .storage
-            .create(&key, object::to_stored(&object))
-            .await
-            .map_err(|err| storage_error(target, &name, err))?;
+        let revision = match self.storage.create(&key, object::to_stored(&object)).await {
+            Ok(revision) => revision,
+            Err(err) => {
+                attrs.object = Some(object);
+                self.admission.release(self, &attrs).await;
+                return Err(storage_error(target, &name, err));
+            }
+        };
         metadata_mut(&mut object).insert("resourceVersion".into(), json!(revision.to_string()));
         Ok(object)
     }
@@ -463,6 +510,19 @@ impl Registry {
             }
             meta.insert("resourceVersion".into(), json!(revision.to_string()));
         }
+        let mut attrs = crate::admission::Attributes {
+            operation: crate::admission::Operation::Update,
+            resource,
+            subresource: subresource.or(write.via).map(str::to_string),
+            namespace: target.namespace.map(str::to_string),
+            name: name.to_string(),
+            object: Some(next),
+            old_object: Some(current.clone()),
+            dry_run,
+            user: None,
+        };
+        self.admission.mutate(self, &mut attrs).await?;
+        let mut next = attrs.object.take().unwrap_or_default();
         if !same_spec(&current, &next) {
             let generation = current["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
             metadata_mut(&mut next).insert("generation".into(), json!(generation));
@@ -482,25 +542,34 @@ impl Registry {
             // Nothing changed: no write, the same resourceVersion.
             return Ok(current);
         }
+        attrs.object = Some(next);
+        self.admission.validate(self, &attrs).await?;
+        let mut next = attrs.object.take().unwrap_or_default();
         if dry_run {
             return Ok(next);
         }
         let key = resource.key(target.namespace, name);
-        if object::is_deleting(&next) && object::finalizers(&next).is_empty() {
+        let gone = object::is_deleting(&next) && object::finalizers(&next).is_empty();
+        let stored = match gone {
             // The last finalizer is gone: the object goes.
-            let deleted = self
-                .storage
-                .delete(&key, revision)
-                .await
-                .map_err(|err| storage_error(target, name, err))?;
-            metadata_mut(&mut next).insert("resourceVersion".into(), json!(deleted.to_string()));
-            return Ok(next);
+            true => self.storage.delete(&key, revision).await,
+            false => {
+                self.storage
+                    .update(&key, object::to_stored(&next), revision)
+                    .await
+            }
+        };
+        let written = match stored {
+            Ok(written) => written,
+            Err(err) => {
+                attrs.object = Some(next);
+                self.admission.release(self, &attrs).await;
+                return Err(storage_error(target, name, err));
+            }
+        };
+        if gone {
+            self.admission.removed(self, resource, &next).await;
         }
-        let written = self
-            .storage
-            .update(&key, object::to_stored(&next), revision)
-            .await
-            .map_err(|err| storage_error(target, name, err))?;
         metadata_mut(&mut next).insert("resourceVersion".into(), json!(written.to_string()));
         Ok(next)
     }
@@ -689,6 +758,19 @@ impl Registry {
                 ));
             }
         }
+        let mut attrs = crate::admission::Attributes {
+            operation: crate::admission::Operation::Delete,
+            resource,
+            subresource: None,
+            namespace: target.namespace.map(str::to_string),
+            name: name.to_string(),
+            object: None,
+            old_object: Some(current.clone()),
+            dry_run: options.dry_run,
+            user: None,
+        };
+        self.admission.mutate(self, &mut attrs).await?;
+        self.admission.validate(self, &attrs).await?;
         let key = resource.key(target.namespace, name);
         let grace = self.grace_period(resource, &current, options);
         let held_by = options.propagation.and_then(Propagation::finalizer);
@@ -707,6 +789,10 @@ impl Registry {
                 let meta = metadata_mut(&mut marked);
                 meta.insert("deletionTimestamp".into(), json!(object::now_plus(grace)));
                 meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            }
+            if resource.kind == "Namespace" && resource.group.is_empty() {
+                // No new content while it waits (NamespaceLifecycle).
+                marked["status"]["phase"] = json!("Terminating");
             }
             if marked == current || options.dry_run {
                 // Already marked as asked.
@@ -728,6 +814,7 @@ impl Registry {
             .delete(&key, revision)
             .await
             .map_err(|err| storage_error(target, name, err))?;
+        self.admission.removed(self, resource, &current).await;
         let mut gone = current;
         metadata_mut(&mut gone).insert("resourceVersion".into(), json!(deleted.to_string()));
         Ok(gone)
@@ -764,6 +851,21 @@ impl Registry {
     /// GET of a collection: the objects that match, a page at a time.
     pub async fn list(&self, target: &Target<'_>, options: &ListOptions) -> ApiResult<Value> {
         let resource = target.resource;
+        // The watch cache serves first pages (any resourceVersion but an
+        // Exact one); a continued list reads the store at the first page's
+        // revision, which the cache's state equals.
+        if let Some(cached) = self.cache.list(target, options).await? {
+            let mut metadata = json!({"resourceVersion": cached.revision.to_string()});
+            if let Some(start) = cached.next_start {
+                metadata["continue"] = json!(encode_continue(cached.revision, &start));
+            }
+            return Ok(json!({
+                "kind": resource.list_kind,
+                "apiVersion": resource.api_version(),
+                "metadata": metadata,
+                "items": cached.items,
+            }));
+        }
         let prefix = match (resource.namespaced, target.namespace) {
             (true, Some(namespace)) => resource.namespace_prefix(namespace),
             _ => resource.storage_prefix(),

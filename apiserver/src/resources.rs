@@ -7,6 +7,8 @@ use std::sync::LazyLock;
 use k8s_openapi::{ListableResource, NamespaceResourceScope, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::conversion::ServedVersion;
+
 /// One resource the API serves.
 #[derive(Debug)]
 pub struct ResourceType {
@@ -38,6 +40,24 @@ pub struct ResourceType {
     /// The schema name k8s-openapi gives the type (the last path segment of
     /// its Rust path, e.g. `io.k8s.api.core.v1.Pod`).
     pub definition: &'static str,
+    /// `Some` for a version served beside the storage version and
+    /// converted to and from it; `None` for the storage version itself.
+    pub conversion: Option<Conversion>,
+}
+
+/// How a served version that is not the storage version maps to it. The
+/// registry sees only the storage version: the server converts request
+/// bodies to it and replies (and watch events) from it.
+#[derive(Debug, Clone, Copy)]
+pub struct Conversion {
+    pub storage_version: &'static str,
+    /// Fills in this version's defaults (of a whole object, before
+    /// `to_storage`).
+    pub set_defaults: fn(&mut serde_json::Value),
+    pub to_storage: fn(&serde_json::Value) -> serde_json::Value,
+    pub from_storage: fn(&serde_json::Value) -> serde_json::Value,
+    /// The text of the `Warning` header on every request at this version.
+    pub deprecation: Option<&'static str>,
 }
 
 impl ResourceType {
@@ -93,6 +113,22 @@ impl ResourceType {
 
     pub fn has_subresource(&self, name: &str) -> bool {
         self.subresources.contains(&name)
+    }
+
+    /// The row of the version objects of this resource are stored at
+    /// (itself, unless it is a converted version).
+    pub fn storage(&'static self) -> &'static ResourceType {
+        match &self.conversion {
+            None => self,
+            Some(conversion) => all()
+                .iter()
+                .find(|r| {
+                    r.group == self.group
+                        && r.version == conversion.storage_version
+                        && r.plural == self.plural
+                })
+                .expect("a converted version's storage version is in the table"),
+        }
     }
 }
 
@@ -151,6 +187,81 @@ where
         roundtrip: roundtrip_as::<T>,
         schema: schema_of::<T>,
         definition,
+        conversion: None,
+    }
+}
+
+fn decode_converted<C>(value: &serde_json::Value) -> Result<(), serde_json::Error>
+where
+    C: ServedVersion,
+    C::Storage: DeserializeOwned,
+{
+    decode_as::<C::Storage>(&C::to_storage(value))
+}
+
+/// Known fields of the served version: the object converted, taken
+/// through the storage type, and converted back. Field paths are the
+/// served version's wherever the two name a field alike.
+fn roundtrip_converted<C>(value: &serde_json::Value) -> Result<serde_json::Value, RoundtripError>
+where
+    C: ServedVersion,
+    C::Storage: DeserializeOwned + serde::Serialize,
+{
+    let known = roundtrip_as::<C::Storage>(&C::to_storage(value))?;
+    Ok(C::from_storage(&known))
+}
+
+fn schema_converted<C>(generator: &mut schemars::SchemaGenerator) -> schemars::Schema
+where
+    C: ServedVersion,
+    C::Storage: schemars::JsonSchema,
+{
+    let storage = generator.subschema_for::<C::Storage>();
+    C::add_definitions(generator);
+    let reference = storage
+        .get("$ref")
+        .and_then(serde_json::Value::as_str)
+        .and_then(|r| r.rsplit_once('/'))
+        .map(|(path, _)| format!("{path}/{}", C::DEFINITION))
+        .unwrap_or_else(|| format!("#/components/schemas/{}", C::DEFINITION));
+    schemars::Schema::new_ref(reference)
+}
+
+/// The row of a version served beside `C::Storage`'s and converted to it.
+fn converted<C>(
+    short_names: &'static [&'static str],
+    categories: &'static [&'static str],
+    subresources: &'static [&'static str],
+) -> ResourceType
+where
+    C: ServedVersion,
+    C::Storage:
+        Resource + ListableResource + DeserializeOwned + serde::Serialize + schemars::JsonSchema,
+    <C::Storage as Resource>::Scope: Scope,
+{
+    type S<C> = <C as ServedVersion>::Storage;
+    ResourceType {
+        group: S::<C>::GROUP,
+        version: C::VERSION,
+        kind: S::<C>::KIND,
+        list_kind: S::<C>::LIST_KIND,
+        plural: S::<C>::URL_PATH_SEGMENT,
+        singular: S::<C>::KIND.to_ascii_lowercase(),
+        namespaced: <<S<C> as Resource>::Scope as Scope>::NAMESPACED,
+        short_names,
+        categories,
+        subresources,
+        decode: decode_converted::<C>,
+        roundtrip: roundtrip_converted::<C>,
+        schema: schema_converted::<C>,
+        definition: C::DEFINITION,
+        conversion: Some(Conversion {
+            storage_version: S::<C>::VERSION,
+            set_defaults: C::set_defaults,
+            to_storage: C::to_storage,
+            from_storage: C::from_storage,
+            deprecation: C::DEPRECATION,
+        }),
     }
 }
 
@@ -227,32 +338,60 @@ static TABLE: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
             STATUS,
             "io.k8s.api.policy.v1.PodDisruptionBudget",
         ),
+        entry::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>(
+            NONE,
+            NONE,
+            NONE,
+            "io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration",
+        ),
+        entry::<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>(
+            NONE,
+            NONE,
+            NONE,
+            "io.k8s.api.admissionregistration.v1.ValidatingWebhookConfiguration",
+        ),
     ]
 });
 
-/// Every resource served, core group first.
+/// The versions served beside a storage version, converted to it; their
+/// objects live under the storage version's keys.
+static CONVERTED: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
+    use crate::conversion::{cron_job::CronJobV1beta1, priority_class::PriorityClassV1beta1};
+    const ALL: &[&str] = &["all"];
+    const STATUS: &[&str] = &["status"];
+    const NONE: &[&str] = &[];
+    vec![
+        converted::<CronJobV1beta1>(&["cj"], ALL, STATUS),
+        converted::<PriorityClassV1beta1>(&["pc"], NONE, NONE),
+    ]
+});
+
+/// Every resource stored, at its storage version, core group first: one
+/// row per kind of object in the store.
 pub fn all() -> &'static [ResourceType] {
     &TABLE
 }
 
-/// The resource at `group`/`version`/`plural`.
-pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
-    all()
-        .iter()
-        .find(|r| r.group == group && r.version == version && r.plural == plural)
+/// Every resource at every version served: the storage versions, then the
+/// converted ones.
+pub fn served() -> impl Iterator<Item = &'static ResourceType> {
+    TABLE.iter().chain(CONVERTED.iter())
 }
 
-/// The resource of `kind` in `api_version` (`v1`, `apps/v1`).
+/// The resource served at `group`/`version`/`plural`.
+pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
+    served().find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// The resource of `kind` served in `api_version` (`v1`, `apps/v1`).
 pub fn find_kind(api_version: &str, kind: &str) -> Option<&'static ResourceType> {
-    all()
-        .iter()
-        .find(|r| r.kind == kind && r.api_version() == api_version)
+    served().find(|r| r.kind == kind && r.api_version() == api_version)
 }
 
 /// The group-versions served, in discovery order: (group, version).
 pub fn group_versions() -> Vec<(&'static str, &'static str)> {
     let mut out: Vec<(&str, &str)> = Vec::new();
-    for r in all() {
+    for r in served() {
         if !out.contains(&(r.group, r.version)) {
             out.push((r.group, r.version));
         }
@@ -284,8 +423,54 @@ mod tests {
             deploy.collection_path(Some("ns")),
             "/apis/apps/v1/namespaces/ns/deployments"
         );
-        assert_eq!(all().len(), 22);
+        assert_eq!(all().len(), 24);
         assert!(group_versions().contains(&("policy", "v1")));
+    }
+
+    #[test]
+    fn converted_versions_share_the_storage_versions_keys() {
+        let beta = find("batch", "v1beta1", "cronjobs").unwrap();
+        let v1 = find("batch", "v1", "cronjobs").unwrap();
+        assert!(std::ptr::eq(beta.storage(), v1));
+        assert!(std::ptr::eq(v1.storage(), v1));
+        assert_eq!(beta.key(Some("ns"), "a"), v1.key(Some("ns"), "a"));
+        assert_eq!(
+            (beta.kind, beta.list_kind, beta.namespaced),
+            ("CronJob", "CronJobList", true)
+        );
+        assert_eq!(beta.api_version(), "batch/v1beta1");
+        assert!(find_kind("scheduling.k8s.io/v1beta1", "PriorityClass").is_some());
+        // The store holds one row per resource.
+        assert!(all().iter().all(|r| r.conversion.is_none()));
+        let versions = group_versions();
+        assert!(versions.contains(&("batch", "v1beta1")));
+        assert!(versions.contains(&("scheduling.k8s.io", "v1beta1")));
+        for r in served().filter(|r| r.conversion.is_some()) {
+            assert!(
+                r.conversion.unwrap().deprecation.is_some(),
+                "{}",
+                r.api_version()
+            );
+        }
+    }
+
+    #[test]
+    fn converted_versions_decode_and_report_unknown_fields_at_their_own_paths() {
+        let beta = find("batch", "v1beta1", "cronjobs").unwrap();
+        let good = serde_json::json!({
+            "apiVersion": "batch/v1beta1", "kind": "CronJob", "metadata": {"name": "a"},
+            "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "c"}]}}}}},
+        });
+        assert!((beta.decode)(&good).is_ok());
+        let mut unknown = good.clone();
+        unknown["spec"]["jobTemplate"]["spec"]["bogus"] = serde_json::json!(1);
+        assert_eq!(
+            crate::validation::strict_unknown_fields(beta, &unknown),
+            ["spec.jobTemplate.spec.bogus"]
+        );
+        let mut wrong = good;
+        wrong["spec"]["schedule"] = serde_json::json!(5);
+        assert!((beta.decode)(&wrong).is_err());
     }
 
     #[test]

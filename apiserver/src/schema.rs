@@ -13,7 +13,7 @@ use crate::resources;
 /// Every schema definition of the served types, by name.
 pub(crate) static DEFINITIONS: LazyLock<Map<String, Value>> = LazyLock::new(|| {
     let mut generator = SchemaSettings::openapi3().into_generator();
-    for resource in resources::all() {
+    for resource in resources::served() {
         (resource.schema)(&mut generator);
     }
     generator.take_definitions(true)

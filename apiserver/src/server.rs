@@ -15,6 +15,7 @@ use axum::Router;
 use serde_json::Value;
 use tower::ServiceExt;
 
+use crate::conversion::served as convert;
 use crate::field_validation;
 use crate::registry::{DeleteOptions, ListOptions, Propagation, Registry, Target, Write};
 use crate::resources::{self, ResourceType};
@@ -43,6 +44,7 @@ pub fn router(registry: Registry) -> Router {
         .route("/healthz", get(healthz))
         .route("/livez", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", crate::cache::metrics::route(&app.registry))
         .route("/api/{*rest}", any(resource))
         .route("/apis/{*rest}", any(resource))
         .fallback(fallback)
@@ -411,6 +413,10 @@ async fn resource(
         }
         Err(rejection) => return ApiError::bad_request(rejection.body_text()).into_response(),
     };
+    let deprecation = parse_route(&group, &version, &rest)
+        .ok()
+        .and_then(|route| route.resource.conversion)
+        .and_then(|conversion| conversion.deprecation);
     let request = Request {
         method,
         group: &group,
@@ -420,10 +426,17 @@ async fn resource(
         headers: &headers,
         body: &body,
     };
-    match serve(&app.registry, request).await {
+    let mut response = match serve(&app.registry, request).await {
         Ok(response) => response,
         Err(err) => err.into_response(),
+    };
+    if let Some(text) = deprecation {
+        // As Kubernetes warns on every request at a deprecated version.
+        if let Ok(value) = header::HeaderValue::from_str(&field_validation::warning_header(text)) {
+            response.headers_mut().append(header::WARNING, value);
+        }
     }
+    response
 }
 
 /// A request on a resource path, as the handler took it apart.
@@ -449,7 +462,10 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
         body,
     } = request;
     let route = parse_route(group, version, rest)?;
-    let resource = route.resource;
+    // The version the client speaks; the registry sees the storage version
+    // (the same unless `served` is converted: `conversion::served`).
+    let served = route.resource;
+    let resource = served.storage();
     let validation = match method {
         Method::GET => field_validation::Mode::Ignore,
         _ => field_validation::Mode::from_query(query)?,
@@ -476,7 +492,7 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
                     .map(Duration::from_secs),
                 send_initial_events: flag(query, "sendInitialEvents"),
                 table: render_as(headers, query)?,
-                convert: None,
+                convert: convert::watch_converter(served),
             };
             let stream = crate::watch::start(registry, &target, options).await?;
             Ok((
@@ -493,12 +509,13 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
             let list = registry
                 .list(&target, &list_options(resource, query)?)
                 .await?;
+            let list = convert::outgoing(served, list);
             match render_as(headers, query)? {
                 Some((version, include)) => {
                     let items = list["items"].as_array().map(Vec::as_slice).unwrap_or(&[]);
                     let now = jiff::Timestamp::now();
                     let rows = table::table(
-                        resource,
+                        served,
                         items,
                         Some(&list["metadata"]),
                         include,
@@ -565,12 +582,13 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
             Ok(json_response(StatusCode::OK, &logs))
         }
         (&Method::GET, Some(name), None | Some("status")) => {
-            let object = registry.get(&target, name).await?;
+            let at = query.get("resourceVersion").map_or("", String::as_str);
+            let object = convert::outgoing(served, registry.get_at(&target, name, at).await?);
             match render_as(headers, query)? {
                 Some((version, include)) => {
                     let now = jiff::Timestamp::now();
                     let rows = table::table(
-                        resource,
+                        served,
                         std::slice::from_ref(&object),
                         None,
                         include,
@@ -584,16 +602,20 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
         }
         (&Method::POST, None, None) => {
             let object = crate::object::parse_body(body)?;
-            let warnings = field_validation::check(resource, validation, &object, Some(body))?;
+            let warnings = field_validation::check(served, validation, &object, Some(body))?;
+            let object = convert::incoming(served, object)?;
             let write = Write::new(manager, dry_run(query)?);
             let created = registry.create(&target, object, &write).await?;
+            let created = convert::outgoing(served, created);
             Ok(warned_response(StatusCode::CREATED, &created, &warnings))
         }
         (&Method::PUT, Some(name), sub @ (None | Some("status"))) => {
             let object = crate::object::parse_body(body)?;
-            let warnings = field_validation::check(resource, validation, &object, Some(body))?;
+            let warnings = field_validation::check(served, validation, &object, Some(body))?;
+            let object = convert::incoming(served, object)?;
             let write = Write::new(manager, dry_run(query)?);
             let updated = registry.update(&target, name, object, sub, &write).await?;
+            let updated = convert::outgoing(served, updated);
             Ok(warned_response(StatusCode::OK, &updated, &warnings))
         }
         (&Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
@@ -613,18 +635,12 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
                     .iter()
                     .map(|f| format!("duplicate field {}", crate::selectors::go_quote(f)))
                     .collect();
-                found.extend(field_validation::check(resource, validation, object, None)?);
+                found.extend(field_validation::check(served, validation, object, None)?);
                 if validation == field_validation::Mode::Strict && !found.is_empty() {
-                    return Err(crate::validation::strict_decoding_error(resource, &found));
+                    return Err(crate::validation::strict_decoding_error(served, &found));
                 }
                 *warnings.lock().unwrap_or_else(|e| e.into_inner()) = found;
                 Ok(())
-            };
-            let patch = crate::registry::Patch {
-                content_type,
-                body,
-                check: &check,
-                force: flag(query, "force"),
             };
             if crate::patch::is_apply(content_type)
                 && query.get("fieldManager").is_none_or(|m| m.is_empty())
@@ -642,7 +658,14 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
                 ));
             }
             let write = Write::new(manager, dry_run(query)?);
-            let (patched, created) = registry.patch(&target, name, &patch, sub, &write).await?;
+            let patch = crate::registry::Patch {
+                content_type,
+                body,
+                check: &check,
+                force: flag(query, "force"),
+            };
+            let (patched, created) =
+                convert::patch(registry, served, &target, name, &patch, sub, &write).await?;
             let warnings = warnings.into_inner().unwrap_or_else(|e| e.into_inner());
             let code = if created {
                 StatusCode::CREATED
@@ -654,14 +677,20 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
         (&Method::DELETE, Some(name), None) => {
             let options = delete_options(query, body)?;
             let deleted = registry.delete(&target, name, &options).await?;
-            Ok(json_response(StatusCode::OK, &deleted))
+            Ok(json_response(
+                StatusCode::OK,
+                &convert::outgoing(served, deleted),
+            ))
         }
         (&Method::DELETE, None, None) => {
             let options = delete_options(query, body)?;
             let deleted = registry
                 .delete_collection(&target, &list_options(resource, query)?, &options)
                 .await?;
-            Ok(json_response(StatusCode::OK, &deleted))
+            Ok(json_response(
+                StatusCode::OK,
+                &convert::outgoing(served, deleted),
+            ))
         }
         (method, _, _) => Err(not_allowed(method.as_str())),
     }

@@ -252,12 +252,19 @@ type: Warning
 
     let described = kubectl.ok(&["describe", "pod", "a"])?;
     for expected in [
-        "Name:         a",
-        "Namespace:    default",
-        "Node:         n1/",
-        "Labels:       app=db",
-        "Status:       Pending",
+        // Admission sets the priority, the service account, the QoS class
+        // and the default tolerations, which widen the label column as in
+        // Kubernetes.
+        "Name:             a",
+        "Namespace:        default",
+        "Priority:         0",
+        "Service Account:  default",
+        "Node:             n1/",
+        "Labels:           app=db",
+        "Status:           Pending",
         "    Image:        busybox",
+        "QoS Class:        BestEffort",
+        "Tolerations:      node.kubernetes.io/not-ready:NoExecute op=Exists for 300s",
     ] {
         ensure!(
             described.lines().any(|l| l.trim_end() == expected),

@@ -10,13 +10,13 @@ use skiff_store::grpc::pb::etcdserverpb::watch_client::WatchClient;
 use skiff_store::grpc::pb::etcdserverpb::watch_request::RequestUnion;
 use skiff_store::grpc::pb::etcdserverpb::{
     Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
-    WatchCreateRequest, WatchRequest, WatchResponse,
+    WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
 };
 use skiff_store::grpc::pb::mvccpb::event::EventType;
 use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
 
-use super::{Change, ChangeKind, Kv, Page, StorageError, StorageResult};
+use super::{Change, ChangeKind, Kv, Page, StorageError, StorageResult, WatchItem};
 
 /// Responses bigger than this are refused by the client (etcd's own
 /// default limit is far above tonic's 4 MiB).
@@ -258,7 +258,7 @@ impl EtcdStorage {
             .into_inner();
         Ok(EtcdWatch {
             stream,
-            _requests: requests,
+            requests,
             from,
         })
     }
@@ -266,13 +266,22 @@ impl EtcdStorage {
 
 pub struct EtcdWatch {
     stream: tonic::Streaming<WatchResponse>,
-    /// Kept open: closing it would end the watch stream.
-    _requests: mpsc::Sender<WatchRequest>,
+    /// Kept open: closing it would end the watch stream. Also carries
+    /// progress requests.
+    requests: mpsc::Sender<WatchRequest>,
     from: i64,
 }
 
 impl EtcdWatch {
-    pub async fn next(&mut self) -> Option<StorageResult<Vec<Change>>> {
+    pub fn request_progress(&self) {
+        let request = WatchRequest {
+            request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
+        };
+        // A full queue already holds a request; a closed one ends the watch.
+        let _ = self.requests.try_send(request);
+    }
+
+    pub async fn next(&mut self) -> Option<StorageResult<WatchItem>> {
         loop {
             let resp = match self.stream.message().await {
                 Ok(Some(resp)) => resp,
@@ -291,8 +300,13 @@ impl EtcdWatch {
                     resp.cancel_reason
                 ))));
             }
-            if resp.events.is_empty() {
+            if resp.created {
+                // The watch's creation, not its progress: history may follow.
                 continue;
+            }
+            if resp.events.is_empty() {
+                let revision = resp.header.map_or(0, |h| h.revision);
+                return Some(Ok(WatchItem::Progress(revision)));
             }
             let changes = resp
                 .events
@@ -312,7 +326,7 @@ impl EtcdWatch {
                     })
                 })
                 .collect();
-            return Some(Ok(changes));
+            return Some(Ok(WatchItem::Changes(changes)));
         }
     }
 }

@@ -6,7 +6,7 @@ use skiff_store::{
     RequestOp, ResponseOp, Store, StoreError, TxnRequest, WatchRequest, Watcher,
 };
 
-use super::{Change, ChangeKind, Kv, Page, StorageError, StorageResult};
+use super::{Change, ChangeKind, Kv, Page, StorageError, StorageResult, WatchItem};
 
 fn convert(err: StoreError) -> StorageError {
     match err {
@@ -151,7 +151,11 @@ pub(super) fn watch(store: &Store, start: &str, end: &str, from: i64) -> Storage
 }
 
 impl LocalWatch {
-    pub async fn next(&mut self) -> Option<StorageResult<Vec<Change>>> {
+    pub fn request_progress(&self) {
+        self.watcher.request_progress();
+    }
+
+    pub async fn next(&mut self) -> Option<StorageResult<WatchItem>> {
         loop {
             let resp = self.watcher.next().await?;
             if resp.canceled || resp.compact_revision > 0 {
@@ -159,6 +163,9 @@ impl LocalWatch {
                     requested: self.from,
                     compacted: resp.compact_revision,
                 }));
+            }
+            if resp.is_progress_notify() {
+                return Some(Ok(WatchItem::Progress(resp.header.revision)));
             }
             if resp.events.is_empty() {
                 continue;
@@ -177,7 +184,7 @@ impl LocalWatch {
                     prev: e.prev_kv.map(|p| Bytes::from(p.value)),
                 })
                 .collect();
-            return Some(Ok(changes));
+            return Some(Ok(WatchItem::Changes(changes)));
         }
     }
 }

@@ -85,18 +85,77 @@ pub enum ChangeStream {
     Etcd(etcd::EtcdWatch),
 }
 
+/// What a watch says next.
+#[derive(Debug, Clone)]
+pub enum WatchItem {
+    /// Changes of one or more revisions, in revision order.
+    Changes(Vec<Change>),
+    /// Every change up to this revision has been sent (a progress
+    /// notification, the answer to [`ChangeStream::request_progress`]).
+    Progress(i64),
+}
+
 impl ChangeStream {
     /// The next changes, in revision order; `None` when the watch ended.
     pub async fn next(&mut self) -> Option<StorageResult<Vec<Change>>> {
+        loop {
+            match self.next_item().await? {
+                Ok(WatchItem::Changes(changes)) => return Some(Ok(changes)),
+                Ok(WatchItem::Progress(_)) => continue,
+                Err(err) => return Some(Err(err)),
+            }
+        }
+    }
+
+    /// The next changes or progress notification; `None` when the watch ended.
+    pub async fn next_item(&mut self) -> Option<StorageResult<WatchItem>> {
         match self {
             ChangeStream::Local(w) => w.next().await,
             ChangeStream::Etcd(w) => w.next().await,
         }
     }
+
+    /// Asks the store for a progress notification: it comes once the watch
+    /// has sent every change up to the store's current revision. A store
+    /// may ignore a request made while the watch is catching up (etcd 3.4
+    /// does), so ask again if none comes.
+    pub fn request_progress(&self) {
+        match self {
+            ChangeStream::Local(w) => w.request_progress(),
+            ChangeStream::Etcd(w) => w.request_progress(),
+        }
+    }
+}
+
+/// Requests the store has answered, by operation, for `/metrics`
+/// (`skiff_storage_requests_total`). Process-wide: one apiserver serves
+/// one store per process.
+pub mod requests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// The operations counted, as the metric's `operation` label.
+    pub const OPERATIONS: [&str; 6] = ["get", "list", "watch", "create", "update", "delete"];
+
+    static COUNTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+
+    pub(super) fn count(operation: &str) {
+        if let Some(i) = OPERATIONS.iter().position(|o| *o == operation) {
+            COUNTS[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How many requests of `operation` the store was sent so far.
+    pub fn total(operation: &str) -> u64 {
+        OPERATIONS
+            .iter()
+            .position(|o| *o == operation)
+            .map_or(0, |i| COUNTS[i].load(Ordering::Relaxed))
+    }
 }
 
 impl Storage {
     pub async fn get(&self, key: &str) -> StorageResult<Option<Kv>> {
+        requests::count("get");
         match self {
             Storage::Local(s) => local::get(s, key).await,
             Storage::Etcd(e) => e.get(key).await,
@@ -112,6 +171,7 @@ impl Storage {
         revision: i64,
         limit: i64,
     ) -> StorageResult<Page> {
+        requests::count("list");
         match self {
             Storage::Local(s) => local::list(s, start, end, revision, limit).await,
             Storage::Etcd(e) => e.list(start, end, revision, limit).await,
@@ -120,6 +180,7 @@ impl Storage {
 
     /// Puts `value` at `key` if it does not exist; its revision.
     pub async fn create(&self, key: &str, value: Vec<u8>) -> StorageResult<i64> {
+        requests::count("create");
         match self {
             Storage::Local(s) => local::create(s, key, value).await,
             Storage::Etcd(e) => e.create(key, value).await,
@@ -129,6 +190,7 @@ impl Storage {
     /// Puts `value` at `key` if its mod revision is `expected`; the new
     /// revision, or `Conflict`.
     pub async fn update(&self, key: &str, value: Vec<u8>, expected: i64) -> StorageResult<i64> {
+        requests::count("update");
         match self {
             Storage::Local(s) => local::update(s, key, value, expected).await,
             Storage::Etcd(e) => e.update(key, value, expected).await,
@@ -138,6 +200,7 @@ impl Storage {
     /// Deletes `key` if its mod revision is `expected`; the deletion's
     /// revision, or `Conflict`.
     pub async fn delete(&self, key: &str, expected: i64) -> StorageResult<i64> {
+        requests::count("delete");
         match self {
             Storage::Local(s) => local::delete(s, key, expected).await,
             Storage::Etcd(e) => e.delete(key, expected).await,
@@ -147,6 +210,7 @@ impl Storage {
     /// Changes to keys in `[start, end)` from revision `from` on (with the
     /// previous value of each).
     pub async fn watch(&self, start: &str, end: &str, from: i64) -> StorageResult<ChangeStream> {
+        requests::count("watch");
         match self {
             Storage::Local(s) => local::watch(s, start, end, from).map(ChangeStream::Local),
             Storage::Etcd(e) => e.watch(start, end, from).await.map(ChangeStream::Etcd),

@@ -1,0 +1,282 @@
+//! The admission chain: what runs between decoding a write and storing it.
+//! Mutating plugins (defaulting first, then the built-in plugins, then the
+//! mutating webhooks) may change the object; after the registry's
+//! validation, validating plugins and webhooks may only refuse it, and
+//! ResourceQuota charges the namespace's quotas last. Validation of object
+//! shape is not here (`crate::validation`).
+
+pub mod default_toleration_seconds;
+pub mod defaults;
+pub mod limit_ranger;
+pub mod namespace_lifecycle;
+pub mod priority;
+pub(crate) mod quantity;
+pub mod resource_quota;
+pub mod service_account;
+pub mod webhook;
+
+use serde_json::Value;
+
+use crate::registry::Registry;
+use crate::resources::ResourceType;
+use crate::status::{ApiError, ApiResult, Details};
+
+/// The verb of a write, as admission names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+}
+
+impl Operation {
+    /// `CREATE`, `UPDATE`, `DELETE`: the names webhook rules and
+    /// AdmissionReview use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+        }
+    }
+}
+
+/// Who makes the request, when the server knows.
+#[derive(Debug, Clone, Default)]
+pub struct UserInfo {
+    pub username: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+}
+
+/// One write as the plugins see it.
+#[derive(Debug, Clone)]
+pub struct Attributes {
+    pub operation: Operation,
+    pub resource: &'static ResourceType,
+    /// `status`, `scale`, `binding`…; None for the object itself.
+    pub subresource: Option<String>,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The object as it will be stored (None for a delete). Mutating
+    /// plugins change it in place.
+    pub object: Option<Value>,
+    /// The stored object an update or delete replaces.
+    pub old_object: Option<Value>,
+    pub dry_run: bool,
+    pub user: Option<UserInfo>,
+}
+
+impl Attributes {
+    /// Whether this is a write of `kind` in the core group (`Pod`, …) on the
+    /// object itself, not a subresource.
+    pub fn is_core(&self, kind: &str) -> bool {
+        self.resource.group.is_empty() && self.resource.kind == kind
+    }
+
+    pub fn on_object(&self) -> bool {
+        self.subresource.is_none()
+    }
+
+    /// `403 Forbidden`: `pods "web" is forbidden: <why>`, as Kubernetes
+    /// words an admission refusal.
+    pub fn forbidden(&self, why: impl std::fmt::Display) -> ApiError {
+        forbidden(self.resource.group, self.resource.plural, &self.name, why)
+    }
+}
+
+/// `403 Forbidden` on `resource` `name`: `<resource> "<name>" is forbidden: <why>`.
+pub fn forbidden(group: &str, resource: &str, name: &str, why: impl std::fmt::Display) -> ApiError {
+    let qualified = if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    };
+    let mut err = ApiError::new(
+        403,
+        "Forbidden",
+        format!("{qualified} \"{name}\" is forbidden: {why}"),
+    );
+    err.details = Some(Box::new(Details {
+        group: group.into(),
+        kind: resource.into(),
+        name: name.into(),
+        ..Details::default()
+    }));
+    err
+}
+
+/// The chain's own state: the webhook client. Plugins read the objects they
+/// need (namespaces, classes, ranges, quotas) through the registry.
+#[derive(Default)]
+pub struct Admission {
+    webhooks: webhook::Caller,
+}
+
+impl Admission {
+    pub fn new() -> Admission {
+        Admission::default()
+    }
+
+    /// The mutating phase, in Kubernetes' order: defaults, LimitRanger,
+    /// ServiceAccount, DefaultTolerationSeconds, Priority, ResourceQuota
+    /// (a quota's own status), then mutating webhooks (and defaults again
+    /// on what they returned).
+    pub async fn mutate(&self, registry: &Registry, attrs: &mut Attributes) -> ApiResult<()> {
+        if let Some(object) = attrs.object.as_mut() {
+            defaults::apply(attrs.resource, object);
+        }
+        limit_ranger::admit(registry, attrs).await?;
+        service_account::admit(registry, attrs).await?;
+        default_toleration_seconds::admit(attrs);
+        priority::admit(registry, attrs).await?;
+        resource_quota::admit(registry, attrs).await?;
+        if self.webhooks.mutate(registry, attrs).await? {
+            if let Some(object) = attrs.object.as_mut() {
+                defaults::apply(attrs.resource, object);
+            }
+        }
+        if attrs.operation == Operation::Create {
+            if let Some(object) = attrs.object.as_mut() {
+                defaults::prepare_for_create(attrs.resource, object);
+            }
+        }
+        Ok(())
+    }
+
+    /// The validating phase, after the registry's validation:
+    /// NamespaceLifecycle, LimitRanger, Priority, validating webhooks, and
+    /// last ResourceQuota, which charges the write to the namespace's
+    /// quotas (see [`Self::release`] when the write then fails).
+    pub async fn validate(&self, registry: &Registry, attrs: &Attributes) -> ApiResult<()> {
+        namespace_lifecycle::validate(registry, attrs).await?;
+        limit_ranger::validate(registry, attrs).await?;
+        priority::validate(registry, attrs).await?;
+        self.webhooks.validate(registry, attrs).await?;
+        resource_quota::validate(registry, attrs).await
+    }
+
+    /// Gives back what [`Self::validate`] charged to quotas for a write
+    /// that was not stored after all.
+    pub async fn release(&self, registry: &Registry, attrs: &Attributes) {
+        resource_quota::undo(registry, attrs).await;
+    }
+
+    /// An object left the store (deleted, or its last finalizer went):
+    /// its usage leaves the namespace's quotas.
+    pub async fn removed(
+        &self,
+        registry: &Registry,
+        resource: &'static ResourceType,
+        object: &Value,
+    ) {
+        resource_quota::removed(registry, resource, object).await;
+    }
+}
+
+/// Reads one object through the registry; None when it does not exist.
+pub(crate) async fn read(
+    registry: &Registry,
+    (group, version, plural): (&str, &str, &str),
+    namespace: Option<&str>,
+    name: &str,
+) -> ApiResult<Option<Value>> {
+    let resource = served(group, version, plural)?;
+    let target = crate::registry::Target {
+        resource,
+        namespace,
+    };
+    match registry.get(&target, name).await {
+        Ok(object) => Ok(Some(object)),
+        Err(err) if err.code == 404 => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// Lists every object of a resource (in `namespace`, if given) through the
+/// registry.
+pub(crate) async fn list(
+    registry: &Registry,
+    (group, version, plural): (&str, &str, &str),
+    namespace: Option<&str>,
+) -> ApiResult<Vec<Value>> {
+    let resource = served(group, version, plural)?;
+    list_resource(registry, resource, namespace).await
+}
+
+/// Reads the store itself, not the watch cache: admission decides on the
+/// newest objects (a quota or webhook made a moment ago counts).
+pub(crate) async fn list_resource(
+    registry: &Registry,
+    resource: &'static ResourceType,
+    namespace: Option<&str>,
+) -> ApiResult<Vec<Value>> {
+    let prefix = match (resource.namespaced, namespace) {
+        (true, Some(namespace)) => resource.namespace_prefix(namespace),
+        _ => resource.storage_prefix(),
+    };
+    let page = registry
+        .storage()
+        .list(&prefix, &crate::storage::prefix_end(&prefix), 0, 0)
+        .await
+        .map_err(|err| ApiError::unavailable(format!("the store is unavailable: {err}")))?;
+    page.kvs
+        .iter()
+        .map(|kv| crate::object::from_stored(resource, &kv.value, kv.mod_revision))
+        .collect()
+}
+
+fn served(group: &str, version: &str, plural: &str) -> ApiResult<&'static ResourceType> {
+    crate::resources::find(group, version, plural).ok_or_else(|| {
+        ApiError::internal(format!(
+            "admission needs {plural}.{group}/{version}, which is not served"
+        ))
+    })
+}
+
+pub(crate) const NAMESPACES: (&str, &str, &str) = ("", "v1", "namespaces");
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Attributes of a write of `object` to `plural` (core group) in
+    /// namespace `default`.
+    pub(crate) fn attrs(operation: Operation, plural: &str, object: Value) -> Attributes {
+        let resource = crate::resources::all()
+            .iter()
+            .find(|r| r.plural == plural)
+            .expect("a served resource");
+        Attributes {
+            operation,
+            resource,
+            subresource: None,
+            namespace: resource.namespaced.then(|| "default".to_string()),
+            name: crate::object::name(&object).to_string(),
+            object: Some(object),
+            old_object: None,
+            dry_run: false,
+            user: None,
+        }
+    }
+
+    #[test]
+    fn refusals_read_as_kubernetes_words_them() {
+        let a = attrs(
+            Operation::Create,
+            "pods",
+            serde_json::json!({"metadata": {"name": "web"}}),
+        );
+        let err = a.forbidden("no PriorityClass with name x was found");
+        assert_eq!((err.code, err.reason), (403, "Forbidden"));
+        assert_eq!(
+            err.message,
+            "pods \"web\" is forbidden: no PriorityClass with name x was found"
+        );
+        let err = forbidden("scheduling.k8s.io", "priorityclasses", "p", "no");
+        assert_eq!(
+            err.message,
+            "priorityclasses.scheduling.k8s.io \"p\" is forbidden: no"
+        );
+    }
+}

@@ -1,0 +1,218 @@
+//! Kubernetes resource quantities (`500m`, `1Gi`, `2`, `1e3`) as exact
+//! thousandths, for the plugins that add and compare them (LimitRanger,
+//! ResourceQuota). Not a general decimal type: precision below 1m is
+//! rounded up, as Kubernetes' `MilliValue` does.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+/// A quantity in thousandths of its unit, and whether it was written with
+/// a binary suffix (`Ki`, `Mi`…), which its printed form keeps.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Quantity {
+    pub milli: i128,
+    pub binary: bool,
+}
+
+impl PartialEq for Quantity {
+    fn eq(&self, other: &Self) -> bool {
+        self.milli == other.milli
+    }
+}
+
+impl Eq for Quantity {}
+
+impl PartialOrd for Quantity {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Quantity {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.milli.cmp(&other.milli)
+    }
+}
+
+const BINARY: &[(&str, u32)] = &[
+    ("Ki", 10),
+    ("Mi", 20),
+    ("Gi", 30),
+    ("Ti", 40),
+    ("Pi", 50),
+    ("Ei", 60),
+];
+const DECIMAL: &[(&str, i32)] = &[
+    ("n", -9),
+    ("u", -6),
+    ("m", -3),
+    ("k", 3),
+    ("M", 6),
+    ("G", 9),
+    ("T", 12),
+    ("P", 15),
+    ("E", 18),
+];
+
+impl Quantity {
+    /// A count of whole things (`pods=3`).
+    pub fn count(n: i64) -> Quantity {
+        Quantity {
+            milli: i128::from(n) * 1000,
+            binary: false,
+        }
+    }
+
+    /// Parses `1.5Gi`, `250m`, `1e3`, `-2`; None when it is not a quantity.
+    pub fn parse(text: &str) -> Option<Quantity> {
+        let text = text.trim();
+        let split = text
+            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+            .unwrap_or(text.len());
+        let (number, suffix) = text.split_at(split);
+        let (negative, digits) = match number.as_bytes().first() {
+            Some(b'-') => (true, &number[1..]),
+            Some(b'+') => (false, &number[1..]),
+            _ => (false, number),
+        };
+        let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+        if whole.is_empty() && fraction.is_empty()
+            || !whole
+                .bytes()
+                .chain(fraction.bytes())
+                .all(|b| b.is_ascii_digit())
+            || whole.len() + fraction.len() > 30
+        {
+            return None;
+        }
+        // The digits as an integer, scaled by 10^-fraction.len().
+        let mantissa: i128 = format!("{whole}{fraction}").parse().ok()?;
+        let mut exponent10 = -(fraction.len() as i32) + 3; // thousandths
+        let mut binary_shift = 0u32;
+        let mut binary = false;
+        if let Some((_, shift)) = BINARY.iter().find(|(name, _)| *name == suffix) {
+            binary_shift = *shift;
+            binary = true;
+        } else if let Some((_, exp)) = DECIMAL.iter().find(|(name, _)| *name == suffix) {
+            exponent10 += exp;
+        } else if !suffix.is_empty() {
+            // `1e3`, `5E-2`
+            let exponent = suffix.strip_prefix(['e', 'E'])?;
+            exponent10 += exponent.parse::<i32>().ok()?;
+        }
+        if !(-40..=40).contains(&exponent10) {
+            return None;
+        }
+        let mut value = mantissa.checked_mul(1i128.checked_shl(binary_shift)?)?;
+        if exponent10 >= 0 {
+            value = value.checked_mul(10i128.checked_pow(exponent10 as u32)?)?;
+        } else {
+            let divisor = 10i128.checked_pow((-exponent10) as u32)?;
+            // Round up below a thousandth, as Kubernetes' MilliValue does.
+            value = (value + divisor - 1) / divisor;
+        }
+        Some(Quantity {
+            milli: if negative { -value } else { value },
+            binary,
+        })
+    }
+
+    /// The value of a JSON field: a quantity string or a plain number.
+    pub fn from_json(value: &serde_json::Value) -> Option<Quantity> {
+        match value {
+            serde_json::Value::String(s) => Quantity::parse(s),
+            serde_json::Value::Number(n) => Quantity::parse(&n.to_string()),
+            _ => None,
+        }
+    }
+
+    pub fn add(self, other: Quantity) -> Quantity {
+        Quantity {
+            milli: self.milli + other.milli,
+            binary: self.binary || (self.milli == 0 && other.binary),
+        }
+    }
+
+    pub fn sub(self, other: Quantity) -> Quantity {
+        Quantity {
+            milli: self.milli - other.milli,
+            binary: self.binary || other.binary,
+        }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.milli == 0
+    }
+}
+
+impl fmt::Display for Quantity {
+    /// The canonical form: `500m`, `2`, `1Gi`, `1536Mi`, `2k`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let milli = self.milli;
+        if milli % 1000 != 0 {
+            return write!(f, "{milli}m");
+        }
+        let value = milli / 1000;
+        if value == 0 {
+            return write!(f, "0");
+        }
+        if self.binary {
+            let found = BINARY
+                .iter()
+                .rev()
+                .find(|(_, shift)| value % (1i128 << shift) == 0);
+            if let Some((name, shift)) = found {
+                return write!(f, "{}{name}", value >> shift);
+            }
+        }
+        let found = DECIMAL
+            .iter()
+            .rev()
+            .filter(|(_, exp)| *exp > 0)
+            .find(|(_, exp)| value % 10i128.pow(*exp as u32) == 0);
+        match found {
+            Some((name, exp)) => write!(f, "{}{name}", value / 10i128.pow(*exp as u32)),
+            None => write!(f, "{value}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(text: &str) -> Quantity {
+        Quantity::parse(text).unwrap_or_else(|| panic!("{text} is a quantity"))
+    }
+
+    #[test]
+    fn quantities_parse_as_kubernetes_writes_them() {
+        assert_eq!(q("500m").milli, 500);
+        assert_eq!(q("0.5").milli, 500);
+        assert_eq!(q("2").milli, 2000);
+        assert_eq!(q("1Ki").milli, 1024 * 1000);
+        assert_eq!(q("1.5Gi").milli, 1536 * 1024 * 1024 * 1000);
+        assert_eq!(q("1k").milli, 1_000_000);
+        assert_eq!(q("1e3").milli, 1_000_000);
+        assert_eq!(q("2E").milli, 2_000_000_000_000_000_000_000);
+        assert_eq!(q("1n").milli, 1, "below a thousandth rounds up");
+        assert_eq!(q("-1").milli, -1000);
+        for bad in ["", "abc", "1Qi", "1..2", "m"] {
+            assert!(Quantity::parse(bad).is_none(), "{bad}");
+        }
+        assert!(q("1Gi") > q("1G"));
+    }
+
+    #[test]
+    fn quantities_print_in_canonical_form() {
+        assert_eq!(q("500m").to_string(), "500m");
+        assert_eq!(q("1000m").to_string(), "1");
+        assert_eq!(q("1024Mi").to_string(), "1Gi");
+        assert_eq!(q("1536Mi").to_string(), "1536Mi");
+        assert_eq!(q("2000").to_string(), "2k");
+        assert_eq!(q("0").to_string(), "0");
+        assert_eq!(q("1Gi").add(q("512Mi")).to_string(), "1536Mi");
+        assert_eq!(Quantity::count(0).add(q("1Gi")).to_string(), "1Gi");
+        assert_eq!(Quantity::count(3).to_string(), "3");
+    }
+}
