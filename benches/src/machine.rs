@@ -77,6 +77,12 @@ pub fn resident_bytes() -> io::Result<u64> {
         .ok_or_else(|| io::Error::other("VmRSS not found in /proc/self/status"))
 }
 
+/// Resident memory (VmRSS) of process `pid`, in bytes; `None` once it is
+/// gone.
+pub fn resident_bytes_of(pid: u32) -> Option<u64> {
+    proc_kib(&format!("/proc/{pid}/status"), "VmRSS:").map(|kib| kib * 1024)
+}
+
 /// Peak resident memory of this process (VmHWM), in bytes.
 pub fn peak_resident_bytes() -> Option<u64> {
     proc_kib("/proc/self/status", "VmHWM:").map(|kib| kib * 1024)

@@ -1,6 +1,7 @@
 //! skiff-bench: benchmarks that print plain-text tables, one subcommand per
 //! component. Not timed tests: run them on a quiet machine and read them.
 
+mod api;
 mod data_root;
 mod machine;
 mod report;
@@ -34,12 +35,19 @@ enum Command {
     /// latency and throughput, range throughput, watch latency — in one
     /// table with ratios; --plot draws the latency distributions.
     Versus(versus::VersusArgs),
+    /// The Kubernetes REST API of `skiff up`, over its in-process store and
+    /// over real etcd (`--store-endpoints`), side by side: pod create
+    /// throughput, list latency (full and by label, cached and
+    /// consistent), watch fan-out latency and the API server's memory, in
+    /// one table with ratios and the targets.
+    Api(api::ApiArgs),
 }
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Store(args) => store::run(args),
         Command::Versus(args) => versus::run(args),
+        Command::Api(args) => api::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

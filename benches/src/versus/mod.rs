@@ -8,9 +8,9 @@ mod client;
 mod cluster;
 mod load;
 mod plot;
-mod process;
-mod progress;
-mod system;
+pub(crate) mod process;
+pub(crate) mod progress;
+pub(crate) mod system;
 mod table;
 mod watch;
 
@@ -262,7 +262,7 @@ pub fn run(args: VersusArgs) -> Result<()> {
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM, with the signal's name.
-async fn interrupted() -> &'static str {
+pub(crate) async fn interrupted() -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
     let mut terminate = signal(SignalKind::terminate()).ok();
     let sigterm = async {
@@ -517,7 +517,7 @@ fn print_setup(plan: &Plan, skiff: &Program, etcd: Option<&Program>, root: &Path
 
 /// The 1, 5 and 15 minute load averages: other work on the machine skews
 /// every figure.
-fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))

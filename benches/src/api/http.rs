@@ -1,0 +1,244 @@
+//! The benchmark's HTTP/1.1 client of the Kubernetes API: one keep-alive
+//! connection per concurrent client (hyper's connection-level client, no
+//! pool in between), JSON bodies in and out, and watch responses read line
+//! by line. Plain HTTP on loopback only; not a general client.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::{ACCEPT, CONTENT_TYPE, HOST};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+
+/// Longest a single request may take (a list of 100 000 pods included).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// How much of an unexpected answer's body an error shows.
+const ERROR_BODY_CHARS: usize = 300;
+
+/// One keep-alive connection to the API server, reconnected if the server
+/// closed it.
+pub struct ApiConnection {
+    addr: SocketAddr,
+    host: String,
+    sender: SendRequest<Full<Bytes>>,
+    conn: JoinHandle<()>,
+}
+
+/// A response read to its end.
+pub struct Answer {
+    pub status: StatusCode,
+    pub body: Bytes,
+}
+
+impl Answer {
+    /// The body, if the status is `expected`; else an error naming `what`
+    /// and showing the start of the body (a Kubernetes Status, usually).
+    pub fn expect(self, expected: StatusCode, what: &str) -> Result<Bytes> {
+        if self.status == expected {
+            return Ok(self.body);
+        }
+        Err(self.unexpected(expected, what))
+    }
+
+    fn unexpected(&self, expected: StatusCode, what: &str) -> anyhow::Error {
+        let text = String::from_utf8_lossy(&self.body);
+        let shown: String = text.chars().take(ERROR_BODY_CHARS).collect();
+        anyhow!(
+            "{what}: the API answered {} instead of {expected}: {shown}",
+            self.status
+        )
+    }
+}
+
+impl ApiConnection {
+    pub async fn connect(addr: SocketAddr) -> Result<ApiConnection> {
+        let (sender, conn) = handshake(addr).await?;
+        Ok(ApiConnection {
+            addr,
+            host: addr.to_string(),
+            sender,
+            conn,
+        })
+    }
+
+    pub async fn get(&mut self, path: &str) -> Result<Answer> {
+        self.send(Method::GET, path, Bytes::new()).await
+    }
+
+    pub async fn post(&mut self, path: &str, json: Bytes) -> Result<Answer> {
+        self.send(Method::POST, path, json).await
+    }
+
+    async fn send(&mut self, method: Method, path: &str, json: Bytes) -> Result<Answer> {
+        if self.sender.is_closed() {
+            self.conn.abort();
+            (self.sender, self.conn) = handshake(self.addr).await?;
+        }
+        let request = request(method.clone(), path, &self.host, json)?;
+        let exchange = async {
+            self.sender
+                .ready()
+                .await
+                .context("the connection to the API closed")?;
+            let response = self.sender.send_request(request).await?;
+            let status = response.status();
+            let body = response.into_body().collect().await?.to_bytes();
+            anyhow::Ok(Answer { status, body })
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+            .await
+            .with_context(|| format!("{method} {path}: no answer within {REQUEST_TIMEOUT:?}"))?
+            .with_context(|| format!("{method} {path}"))
+    }
+}
+
+impl Drop for ApiConnection {
+    fn drop(&mut self) {
+        self.conn.abort();
+    }
+}
+
+/// An open watch: the chunked response of `?watch=true`, on its own
+/// connection, closed when dropped.
+pub struct WatchStream {
+    body: Incoming,
+    /// Bytes of a line not yet complete.
+    partial: Vec<u8>,
+    _sender: SendRequest<Full<Bytes>>,
+    conn: JoinHandle<()>,
+}
+
+impl WatchStream {
+    /// Opens a connection and a watch on `path`; returns once the server
+    /// has answered 200 with its headers.
+    pub async fn open(addr: SocketAddr, path: &str) -> Result<WatchStream> {
+        let (mut sender, conn) = handshake(addr).await?;
+        let request = request(Method::GET, path, &addr.to_string(), Bytes::new())?;
+        let response = tokio::time::timeout(REQUEST_TIMEOUT, sender.send_request(request))
+            .await
+            .with_context(|| format!("GET {path}: no answer within {REQUEST_TIMEOUT:?}"))?
+            .with_context(|| format!("GET {path}"))?;
+        let status = response.status();
+        if status != StatusCode::OK {
+            let body = response.into_body().collect().await?.to_bytes();
+            conn.abort();
+            return Err(Answer { status, body }.unexpected(StatusCode::OK, &format!("GET {path}")));
+        }
+        Ok(WatchStream {
+            body: response.into_body(),
+            partial: Vec::new(),
+            _sender: sender,
+            conn,
+        })
+    }
+
+    /// Waits for the next chunk and hands `on_line` every line it
+    /// completes (without the newline), all stamped with the one instant
+    /// the chunk arrived. `Ok(false)` once the server ended the stream.
+    pub async fn next_lines(&mut self, mut on_line: impl FnMut(&[u8], Instant)) -> Result<bool> {
+        loop {
+            let Some(frame) = self.body.frame().await else {
+                return Ok(false);
+            };
+            let arrived = Instant::now();
+            let Ok(data) = frame.context("reading a watch")?.into_data() else {
+                continue; // trailers
+            };
+            self.split(&data, |line| on_line(line, arrived));
+            return Ok(true);
+        }
+    }
+
+    fn split(&mut self, data: &[u8], mut on_line: impl FnMut(&[u8])) {
+        let mut rest = data;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            if self.partial.is_empty() {
+                on_line(&rest[..end]);
+            } else {
+                self.partial.extend_from_slice(&rest[..end]);
+                on_line(&self.partial);
+                self.partial.clear();
+            }
+            rest = &rest[end + 1..];
+        }
+        self.partial.extend_from_slice(rest);
+    }
+}
+
+impl Drop for WatchStream {
+    fn drop(&mut self) {
+        self.conn.abort();
+    }
+}
+
+async fn handshake(addr: SocketAddr) -> Result<(SendRequest<Full<Bytes>>, JoinHandle<()>)> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to the API at {addr}"))?;
+    stream.set_nodelay(true)?;
+    let (sender, conn) = http1::handshake(TokioIo::new(stream))
+        .await
+        .with_context(|| format!("HTTP/1.1 handshake with {addr}"))?;
+    let conn = tokio::spawn(async move {
+        // The connection ends when the server closes it or its owner is
+        // dropped; a request on it then reports the error.
+        let _ = conn.await;
+    });
+    Ok((sender, conn))
+}
+
+fn request(method: Method, path: &str, host: &str, json: Bytes) -> Result<Request<Full<Bytes>>> {
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(HOST, host)
+        .header(ACCEPT, "application/json");
+    if !json.is_empty() {
+        builder = builder.header(CONTENT_TYPE, "application/json");
+    }
+    builder
+        .body(Full::new(json))
+        .with_context(|| format!("building a request for {path}"))
+}
+
+/// Percent-encodes a query parameter's value.
+pub fn query_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Where `needle` first starts in `haystack`.
+pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(query_value("bench-group=g3"), "bench-group%3Dg3");
+        assert_eq!(query_value("a b/c+"), "a%20b%2Fc%2B");
+    }
+
+    #[test]
+    fn needles_are_found() {
+        assert_eq!(find(b"abcabd", b"abd"), Some(3));
+        assert_eq!(find(b"ab", b"abd"), None);
+    }
+}

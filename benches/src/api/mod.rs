@@ -1,0 +1,433 @@
+//! `skiff-bench api`: the Kubernetes REST API of `skiff up`, over its
+//! in-process store and over real etcd (`--store-endpoints`), one after the
+//! other on this machine, driven by the same plain HTTP/1.1 JSON client:
+//! pod creates, lists, watch fan-out and the API server's memory, in one
+//! table with ratios. Not for the store alone: `store` and `versus` do that.
+
+mod http;
+mod list;
+mod pods;
+mod server;
+mod table;
+mod watch;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::data_root::DataRoot;
+use crate::machine;
+use crate::report;
+use crate::versus::progress::Progress;
+use crate::versus::system::{self, Program};
+use crate::versus::{interrupted, load_average, process};
+use http::ApiConnection;
+use server::{ApiServer, Backend, STOP_GRACE};
+use table::{Measured, Memory};
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cargo build --release -p skiff -p skiff-bench && target/release/skiff-bench api\n  \
+    target/release/skiff-bench api --quick\n\n\
+    The skiff binary is taken from beside skiff-bench (under `cargo run` it is built \
+    first with the same profile) or from --skiff-bin. Without etcd only the in-process \
+    store is measured (with CI=true the run fails instead): apt-get install -y etcd-server")]
+pub struct ApiArgs {
+    /// Concurrent clients (one connection each), one create-throughput point each
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "SKIFF_BENCH_API_CLIENTS",
+        default_value = "1,16,64"
+    )]
+    clients: Vec<usize>,
+
+    /// Pods each create-throughput point creates [default: 2000; --quick: 100]
+    #[arg(long, env = "SKIFF_BENCH_API_CREATES")]
+    creates: Option<usize>,
+
+    /// Pods in the namespace when lists are timed [default: 10000; --quick: 500]
+    #[arg(long, env = "SKIFF_BENCH_API_LIST_PODS")]
+    list_pods: Option<usize>,
+
+    /// Timed repetitions of each list [default: 20; --quick: 3]
+    #[arg(long, env = "SKIFF_BENCH_API_LIST_REPS")]
+    list_reps: Option<usize>,
+
+    /// Concurrent watchers, one fan-out point each [default: 1,100,1000; --quick: 1,50]
+    #[arg(long, value_delimiter = ',', env = "SKIFF_BENCH_API_WATCHERS")]
+    watchers: Option<Vec<usize>>,
+
+    /// Measured writes at each watch point [default: 100; --quick: 10]
+    #[arg(long, env = "SKIFF_BENCH_API_WATCH_WRITES")]
+    watch_writes: Option<usize>,
+
+    /// Pods in the namespace when the API server's memory is read
+    /// [default: 100000; --quick: 1000]
+    #[arg(long, env = "SKIFF_BENCH_API_MEMORY_PODS")]
+    memory_pods: Option<usize>,
+
+    /// The skiff binary [default: `skiff` beside skiff-bench]
+    #[arg(long, env = "SKIFF_BIN")]
+    skiff_bin: Option<PathBuf>,
+
+    /// The etcd binary [default: `etcd` in PATH]
+    #[arg(long, env = "SKIFF_BENCH_ETCD")]
+    etcd_bin: Option<PathBuf>,
+
+    /// Where the servers' data directories go (removed afterwards)
+    /// [default: a temporary directory under ./target, or the system's]
+    #[arg(long, env = "SKIFF_BENCH_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// Small sizes, for a CI smoke run (seconds per backend in a release
+    /// build, under a minute in a debug one)
+    #[arg(long, env = "SKIFF_BENCH_QUICK")]
+    quick: bool,
+}
+
+/// The sizes of one run: flags, else the defaults for --quick or a full run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub clients: Vec<usize>,
+    pub creates: usize,
+    pub list_pods: usize,
+    pub list_reps: usize,
+    pub watchers: Vec<usize>,
+    pub watch_writes: usize,
+    pub memory_pods: usize,
+}
+
+impl Plan {
+    fn from_args(args: &ApiArgs) -> Result<Plan> {
+        let q = args.quick;
+        let plan = Plan {
+            clients: args.clients.clone(),
+            creates: args.creates.unwrap_or(if q { 100 } else { 2000 }),
+            list_pods: args.list_pods.unwrap_or(if q { 500 } else { 10_000 }),
+            list_reps: args.list_reps.unwrap_or(if q { 3 } else { 20 }),
+            watchers: args.watchers.clone().unwrap_or(if q {
+                vec![1, 50]
+            } else {
+                vec![1, 100, 1000]
+            }),
+            watch_writes: args.watch_writes.unwrap_or(if q { 10 } else { 100 }),
+            memory_pods: args.memory_pods.unwrap_or(if q { 1000 } else { 100_000 }),
+        };
+        plan.check()?;
+        Ok(plan)
+    }
+
+    fn check(&self) -> Result<()> {
+        let counts = [&self.clients, &self.watchers];
+        if counts.iter().any(|c| c.is_empty() || c.contains(&0)) {
+            bail!("--clients and --watchers take counts greater than zero, e.g. 1,16,64");
+        }
+        if self.creates == 0 || self.list_reps == 0 || self.watch_writes == 0 {
+            bail!("--creates, --list-reps and --watch-writes must be greater than zero");
+        }
+        let created = self.creates * self.clients.len();
+        if self.list_pods < created || self.memory_pods < self.list_pods {
+            bail!(
+                "the create points write {created} pods: --list-pods must be at least that, \
+                 and --memory-pods at least --list-pods"
+            );
+        }
+        Ok(())
+    }
+
+    fn max_clients(&self) -> usize {
+        self.clients.iter().copied().max().unwrap_or(1)
+    }
+}
+
+pub fn run(args: ApiArgs) -> Result<()> {
+    let plan = Plan::from_args(&args)?;
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let skiff = system::skiff_program(args.skiff_bin.as_deref())?;
+    let etcd = system::etcd_program(args.etcd_bin.as_deref(), ci)?;
+    raise_open_files_limit(&plan);
+    let root = DataRoot::create(args.data_dir.as_deref(), "skiff-bench-api-", &["skiff-"])?;
+    print_setup(&plan, &skiff, etcd.as_ref(), root.path());
+    // Two workers: the client shares the machine's cores with the server.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let progress = Progress::new();
+    let started = Instant::now();
+    let outcome = runtime.block_on(async {
+        tokio::select! {
+            outcome = run_all(&plan, &skiff, etcd.as_ref(), root.path(), &progress) => outcome,
+            signal = interrupted() => Err(anyhow::anyhow!("interrupted by {signal}")),
+        }
+    });
+    progress.finish();
+    let stopped = runtime.block_on(process::stop_abandoned(STOP_GRACE));
+    if stopped > 0 {
+        eprintln!("skiff-bench: cleaned up {stopped} server process(es) of the failed run");
+    }
+    let removed = root.remove();
+    let (in_process, over_etcd) = outcome?;
+    removed?;
+    report::section("skiff's Kubernetes API: in-process store vs real etcd");
+    table::print(&plan, &in_process, over_etcd.as_ref());
+    println!(
+        "total time: {:.1} s; load average after the run: {}",
+        started.elapsed().as_secs_f64(),
+        load_average()
+    );
+    Ok(())
+}
+
+/// The in-process store, then etcd if there is one: one server at a time.
+async fn run_all(
+    plan: &Plan,
+    skiff: &Program,
+    etcd: Option<&Program>,
+    root: &Path,
+    progress: &Progress,
+) -> Result<(Measured, Option<Measured>)> {
+    let in_process = measure_backend(Backend::InProcess, plan, skiff, etcd, root, progress).await?;
+    let over_etcd = match etcd {
+        Some(_) => Some(measure_backend(Backend::Etcd, plan, skiff, etcd, root, progress).await?),
+        None => None,
+    };
+    Ok((in_process, over_etcd))
+}
+
+/// Starts one backend, runs every workload on it, stops it.
+async fn measure_backend(
+    backend: Backend,
+    plan: &Plan,
+    skiff: &Program,
+    etcd: Option<&Program>,
+    root: &Path,
+    progress: &Progress,
+) -> Result<Measured> {
+    let label = backend.label();
+    progress.set_prefix(format!("[{label}]"));
+    progress.step("starting".into());
+    let started = Instant::now();
+    let mut server = ApiServer::start(backend, skiff, etcd, root).await?;
+    progress.note(&format!(
+        "{label}: ready in {:.1} s (API http://{})",
+        server.started_in.as_secs_f64(),
+        server.api
+    ));
+    let measured = workloads(&server, plan, progress).await;
+    let measured = measured.map_err(|err| {
+        let exited = server.exited();
+        anyhow::anyhow!("measuring the API {label}: {err:#}{exited}")
+    });
+    let started_in = server.started_in;
+    progress.step("stopping".into());
+    let notes = server.stop().await?;
+    let mut measured = measured?;
+    measured.started_in = started_in;
+    measured.total = started.elapsed();
+    measured.load_after = load_average();
+    measured.notes.extend(notes);
+    progress.note(&format!(
+        "{label}: done in {:.1} s",
+        measured.total.as_secs_f64()
+    ));
+    Ok(measured)
+}
+
+async fn workloads(server: &ApiServer, plan: &Plan, progress: &Progress) -> Result<Measured> {
+    let rss_at_start = server.api_resident_bytes().unwrap_or(0);
+    let mut conns = Vec::with_capacity(plan.max_clients());
+    for _ in 0..plan.max_clients() {
+        conns.push(ApiConnection::connect(server.api).await?);
+    }
+    pods::create_namespace(&mut conns[0]).await?;
+    let mut next_pod = 0;
+    let mut creates = Vec::with_capacity(plan.clients.len());
+    for &clients in &plan.clients {
+        progress.step(format!(
+            "create throughput: {} pods with {clients} client(s)",
+            plan.creates
+        ));
+        creates
+            .push(pods::create_pods(&mut conns, clients, next_pod, plan.creates, progress).await?);
+        next_pod += plan.creates;
+    }
+    top_up(&mut conns, plan, &mut next_pod, plan.list_pods, progress).await?;
+    let mut lists = Vec::with_capacity(list::ListKind::ALL.len());
+    for kind in list::ListKind::ALL {
+        progress.step(format!(
+            "list {}: {} times",
+            kind.describe(),
+            plan.list_reps
+        ));
+        lists.push(list::measure(&mut conns[0], kind, plan.list_reps).await?);
+    }
+    let server_cpu = || server.cpu_time();
+    let mut watches = Vec::with_capacity(plan.watchers.len());
+    for &watchers in &plan.watchers {
+        progress.step(format!(
+            "watch fan-out: {} watchers, {} writes",
+            report::group_digits(watchers as u64),
+            plan.watch_writes
+        ));
+        watches.push(
+            watch::measure_point(
+                server.api,
+                &mut conns[0],
+                watchers,
+                plan.watch_writes,
+                &server_cpu,
+                progress,
+            )
+            .await?,
+        );
+    }
+    top_up(&mut conns, plan, &mut next_pod, plan.memory_pods, progress).await?;
+    let memory = read_memory(server, &mut conns[0], rss_at_start, progress).await?;
+    Ok(Measured {
+        creates,
+        lists,
+        watches,
+        memory,
+        started_in: Duration::ZERO,
+        total: Duration::ZERO,
+        load_after: String::new(),
+        notes: Vec::new(),
+    })
+}
+
+/// Creates `pod-…` pods (with every client) until there are `target` of them.
+async fn top_up(
+    conns: &mut Vec<ApiConnection>,
+    plan: &Plan,
+    next_pod: &mut usize,
+    target: usize,
+    progress: &Progress,
+) -> Result<()> {
+    if *next_pod >= target {
+        return Ok(());
+    }
+    let count = target - *next_pod;
+    progress.step(format!(
+        "loading {} more pods (to {})",
+        report::group_digits(count as u64),
+        report::group_digits(target as u64)
+    ));
+    pods::create_pods(conns, plan.max_clients(), *next_pod, count, progress).await?;
+    *next_pod = target;
+    Ok(())
+}
+
+/// The API server's resident memory now, and the pods' count and JSON size.
+async fn read_memory(
+    server: &ApiServer,
+    conn: &mut ApiConnection,
+    rss_at_start: u64,
+    progress: &Progress,
+) -> Result<Memory> {
+    // Let the last writes' background work (flushes, cache updates) settle.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss = server
+        .api_resident_bytes()
+        .context("reading the API server's VmRSS from /proc")?;
+    let etcd_rss = server.etcd_resident_bytes();
+    progress.step("measuring the pods' JSON size (paged list)".into());
+    let (pods, json_bytes) = list::count_and_size(conn).await?;
+    Ok(Memory {
+        pods,
+        json_bytes,
+        rss,
+        rss_at_start,
+        etcd_rss,
+    })
+}
+
+/// 1 000 watchers need 1 000 connections on each side: the soft limit on
+/// open files goes up to the hard one (the servers inherit it).
+fn raise_open_files_limit(plan: &Plan) {
+    let needed = plan.watchers.iter().copied().max().unwrap_or(0) + plan.max_clients() + 256;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write `limit`.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return;
+        }
+        if limit.rlim_cur >= needed as libc::rlim_t {
+            return;
+        }
+        limit.rlim_cur = limit.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0
+            || limit.rlim_cur < needed as libc::rlim_t
+        {
+            eprintln!(
+                "skiff-bench: WARNING: open files limited to {}, {needed} needed; raise it with `ulimit -n`",
+                limit.rlim_cur
+            );
+        }
+    }
+}
+
+fn print_setup(plan: &Plan, skiff: &Program, etcd: Option<&Program>, root: &Path) {
+    let args: Vec<String> = std::env::args().collect();
+    println!("skiff-bench api");
+    println!("command: {}", args.join(" "));
+    for line in machine::describe() {
+        println!("{line}");
+    }
+    println!(
+        "data:    {} [{}]",
+        root.display(),
+        machine::filesystem_of(root)
+    );
+    println!("load:    {} (before the run)", load_average());
+    println!("skiff:   {} ({})", skiff.path.display(), skiff.version);
+    match etcd {
+        Some(etcd) => println!(
+            "etcd:    {} ({}; as shipped), under `skiff up --store-endpoints`",
+            etcd.path.display(),
+            etcd.version
+        ),
+        None => {
+            let skipped = format!(
+                "etcd is NOT INSTALLED: the etcd column is skipped and only the in-process store is measured; \
+                 install it with `apt-get install -y {}` to get the side-by-side figures",
+                system::ETCD_PACKAGE
+            );
+            println!("etcd:    {skipped}");
+            eprintln!("skiff-bench: {skipped}");
+        }
+    }
+    println!(
+        "servers: `skiff up` (in-process store), then etcd + `skiff up --store-endpoints`; one at a time, on 127.0.0.1"
+    );
+    println!(
+        "client:  plain HTTP/1.1 JSON (hyper), one keep-alive connection per client and per watcher; tokio with 2 workers"
+    );
+    let watchers: Vec<String> = plan
+        .watchers
+        .iter()
+        .map(|&w| report::group_digits(w as u64))
+        .collect();
+    println!(
+        "sizes:   {} creates per point with {:?} clients; lists over {} pods, {} times each; watchers {} x {} writes; memory with {} pods",
+        report::group_digits(plan.creates as u64),
+        plan.clients,
+        report::group_digits(plan.list_pods as u64),
+        plan.list_reps,
+        watchers.join(", "),
+        plan.watch_writes,
+        report::group_digits(plan.memory_pods as u64)
+    );
+    println!(
+        "pods:    namespace `{}`, one container, 3 labels (selector {} matches 1 in {}), 4 annotations, ~1 KB JSON",
+        pods::NAMESPACE,
+        pods::SELECTOR,
+        pods::GROUPS
+    );
+}

@@ -1,0 +1,293 @@
+//! Watch fan-out latency over the REST API: K watches of the namespace's
+//! pods (`?watch=true&resourceVersion=<list rv>`), each its own connection
+//! read line by line by its own task, and one writer creating pods whose
+//! annotation carries a sequence number. A sample is one watcher's event:
+//! the instant its line was read minus the instant the create was sent.
+//! Writes are paced — the next goes out once every watcher has the last —
+//! so a sample is one write's fan-out, not time spent in a queue.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use hyper::StatusCode;
+use tokio::sync::{watch, Notify};
+
+use super::http::{find, ApiConnection, WatchStream};
+use super::list;
+use super::pods::{pod_json, pods_path, SEQ_ANNOTATION};
+use crate::report::{duration_nanos, Latencies};
+use crate::versus::progress::Progress;
+
+/// How long one write's events may take to reach every watcher before the
+/// point is cut short.
+const STALL_TIMEOUT: Duration = Duration::from_secs(20);
+/// Pause after a write's last event before the next write.
+const PAUSE: Duration = Duration::from_millis(2);
+/// Watches opened at once while a point starts.
+const OPEN_AT_ONCE: usize = 32;
+
+/// One number of watchers.
+pub struct WatchPoint {
+    pub watchers: usize,
+    /// Measured writes (a warm-up write goes first, unmeasured).
+    pub writes: usize,
+    /// Events received, the warm-up write's included.
+    pub delivered: u64,
+    pub expected: u64,
+    pub latencies: Latencies,
+    /// Lines that were neither an event of ours nor a bookmark.
+    pub unexpected: u64,
+    /// Time to open every watch.
+    pub opened_in: Duration,
+    /// CPU time of the server processes while the writes were fanned out.
+    pub server_cpu: Duration,
+    /// CPU time of this benchmark (writer and watchers) meanwhile: with
+    /// the machine's cores shared, a busy client slows the server.
+    pub client_cpu: Duration,
+    pub stalled: bool,
+}
+
+impl WatchPoint {
+    /// What went wrong, if anything: the figures of an incomplete point
+    /// are not comparable.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.delivered != self.expected {
+            problems.push(format!(
+                "{} watchers: {} of {} events delivered{}",
+                self.watchers,
+                self.delivered,
+                self.expected,
+                if self.stalled {
+                    format!(" (stalled for {STALL_TIMEOUT:?}; point cut short)")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if self.unexpected > 0 {
+            problems.push(format!(
+                "{} watchers: {} unexpected lines (ERROR events or foreign objects)",
+                self.watchers, self.unexpected
+            ));
+        }
+        problems
+    }
+}
+
+/// What the writer and every watcher share.
+struct Shared {
+    base: Instant,
+    /// Per write: nanoseconds after `base` when it was sent (0: not yet).
+    sent: Vec<AtomicU64>,
+    /// Per write: watchers that have its event.
+    seen: Vec<AtomicUsize>,
+    watchers: usize,
+    /// Woken by the watcher that completes a write's fan-out.
+    all_seen: Notify,
+}
+
+/// Opens `watchers` watches on `api`, then creates `writes + 1` pods with
+/// `writer` (the first a warm-up), one at a time.
+pub async fn measure_point(
+    api: SocketAddr,
+    writer: &mut ApiConnection,
+    watchers: usize,
+    writes: usize,
+    server_cpu: &impl Fn() -> Duration,
+    progress: &Progress,
+) -> Result<WatchPoint> {
+    let revision = list::current_revision(writer).await?;
+    let path = format!("{}?watch=true&resourceVersion={revision}", pods_path());
+    let shared = Arc::new(Shared {
+        base: Instant::now(),
+        sent: (0..=writes).map(|_| AtomicU64::new(0)).collect(),
+        seen: (0..=writes).map(|_| AtomicUsize::new(0)).collect(),
+        watchers,
+        all_seen: Notify::new(),
+    });
+    let (stop, stopped) = watch::channel(false);
+    let opening = Instant::now();
+    progress.set_length(watchers as u64);
+    let mut tasks = Vec::with_capacity(watchers);
+    for start in (0..watchers).step_by(OPEN_AT_ONCE) {
+        let batch = start..(start + OPEN_AT_ONCE).min(watchers);
+        let mut opens = Vec::with_capacity(batch.len());
+        for _ in batch {
+            let path = path.clone();
+            opens.push(tokio::spawn(
+                async move { WatchStream::open(api, &path).await },
+            ));
+        }
+        for open in opens {
+            let stream = open.await.context("opening a watch panicked")??;
+            let shared = Arc::clone(&shared);
+            tasks.push(tokio::spawn(read_events(stream, shared, stopped.clone())));
+            progress.inc(1);
+        }
+    }
+    let opened_in = opening.elapsed();
+    progress.set_length(writes as u64 + 1);
+    let cpu_before = server_cpu();
+    let client_before = own_cpu_time();
+    let stalled = write_paced(writer, &shared, writes, progress).await?;
+    let cpu = server_cpu().saturating_sub(cpu_before);
+    let client_cpu = own_cpu_time().saturating_sub(client_before);
+    let _ = stop.send(true);
+    let mut nanos = Vec::with_capacity(watchers * writes);
+    let (mut delivered, mut unexpected) = (0, 0);
+    for task in tasks {
+        let outcome = task.await.context("a watcher panicked")?;
+        delivered += outcome.delivered;
+        unexpected += outcome.unexpected;
+        nanos.extend(outcome.nanos);
+    }
+    Ok(WatchPoint {
+        watchers,
+        writes,
+        delivered,
+        expected: ((writes + 1) * watchers) as u64,
+        latencies: Latencies::from_nanos(nanos),
+        unexpected,
+        opened_in,
+        server_cpu: cpu,
+        client_cpu,
+        stalled,
+    })
+}
+
+/// Creates pods `watch-<K>-<seq>` for seq 0 (warm-up) ..= `writes`, each
+/// after the last reached every watcher. Returns whether a write stalled.
+async fn write_paced(
+    writer: &mut ApiConnection,
+    shared: &Shared,
+    writes: usize,
+    progress: &Progress,
+) -> Result<bool> {
+    let path = pods_path();
+    for seq in 0..=writes {
+        let name = format!("watch-{}-{seq}", shared.watchers);
+        let body = pod_json(&name, seq, seq);
+        shared.sent[seq].store(
+            duration_nanos(shared.base.elapsed()).max(1),
+            Ordering::Release,
+        );
+        writer
+            .post(&path, body)
+            .await?
+            .expect(StatusCode::CREATED, &format!("creating pod {name}"))?;
+        let deadline = tokio::time::Instant::now() + STALL_TIMEOUT;
+        while shared.seen[seq].load(Ordering::Acquire) < shared.watchers {
+            // A stale wake-up from an earlier write only re-checks.
+            if tokio::time::timeout_at(deadline, shared.all_seen.notified())
+                .await
+                .is_err()
+            {
+                return Ok(true);
+            }
+        }
+        progress.inc(1);
+        tokio::time::sleep(PAUSE).await;
+    }
+    Ok(false)
+}
+
+struct WatcherOutcome {
+    delivered: u64,
+    unexpected: u64,
+    /// Latencies of the measured writes' events.
+    nanos: Vec<u64>,
+}
+
+/// One watcher: reads events until told to stop or the stream ends.
+async fn read_events(
+    mut stream: WatchStream,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) -> WatcherOutcome {
+    let mut outcome = WatcherOutcome {
+        delivered: 0,
+        unexpected: 0,
+        nanos: Vec::with_capacity(shared.sent.len()),
+    };
+    let marker = format!("\"{SEQ_ANNOTATION}\":\"");
+    loop {
+        let more = tokio::select! {
+            more = stream.next_lines(|line, arrived| on_event(line, arrived, &shared, marker.as_bytes(), &mut outcome)) => more,
+            _ = stop.changed() => break,
+        };
+        if !matches!(more, Ok(true)) {
+            break; // the server ended the watch: the missing events show it
+        }
+    }
+    outcome
+}
+
+fn on_event(
+    line: &[u8],
+    arrived: Instant,
+    shared: &Shared,
+    marker: &[u8],
+    outcome: &mut WatcherOutcome,
+) {
+    if line.is_empty() || find(line, b"\"type\":\"BOOKMARK\"").is_some() {
+        return;
+    }
+    let Some(seq) = sequence(line, marker).filter(|&s| s < shared.sent.len()) else {
+        outcome.unexpected += 1;
+        return;
+    };
+    let sent = shared.sent[seq].load(Ordering::Acquire);
+    outcome.delivered += 1;
+    if seq > 0 && sent > 0 {
+        let now = duration_nanos(arrived.duration_since(shared.base));
+        outcome.nanos.push(now.saturating_sub(sent));
+    }
+    if shared.seen[seq].fetch_add(1, Ordering::AcqRel) + 1 == shared.watchers {
+        shared.all_seen.notify_one();
+    }
+}
+
+/// User + system CPU time of this process so far.
+fn own_cpu_time() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return Duration::ZERO;
+    }
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// The number after `marker` (`"skiff-bench/seq":"`) in an event line.
+fn sequence(line: &[u8], marker: &[u8]) -> Option<usize> {
+    let start = find(line, marker)? + marker.len();
+    let digits = line[start..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    std::str::from_utf8(&line[start..start + digits])
+        .ok()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_numbers_are_read_from_the_annotation() {
+        let marker = format!("\"{SEQ_ANNOTATION}\":\"");
+        let line =
+            br#"{"type":"ADDED","object":{"metadata":{"annotations":{"skiff-bench/seq":"42"}}}}"#;
+        assert_eq!(sequence(line, marker.as_bytes()), Some(42));
+        assert_eq!(sequence(b"{\"type\":\"ERROR\"}", marker.as_bytes()), None);
+    }
+}
