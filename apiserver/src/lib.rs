@@ -54,6 +54,11 @@ pub async fn serve(
             }
         })
     };
+    // CRDs written through any apiserver of the cluster are served here.
+    let crds = {
+        let registry = registry.clone();
+        tokio::spawn(async move { registry.follow_custom_resources().await })
+    };
     let stopping = registry.clone();
     let served = axum::serve(listener, server::router(registry))
         .with_graceful_shutdown(async move {
@@ -63,5 +68,6 @@ pub async fn serve(
         })
         .await;
     bootstrap.abort();
+    crds.abort();
     served
 }

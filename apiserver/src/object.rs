@@ -154,6 +154,111 @@ pub fn from_stored(resource: &ResourceType, bytes: &[u8], revision: i64) -> ApiR
     Ok(object)
 }
 
+/// A stored object as served, as JSON bytes, without parsing it: its
+/// resourceVersion (`revision`) spliced in as the first field of its
+/// metadata. `None` when the bytes are not what [`to_stored`] writes (no
+/// top-level `apiVersion`, `kind` and `metadata` object, or a metadata that
+/// already has a resourceVersion); [`from_stored`] then serves it.
+pub fn served_json(stored: &[u8], revision: i64) -> Option<Vec<u8>> {
+    let layout = scan_top_level(stored)?;
+    let at = layout.metadata_body?;
+    if !(layout.api_version && layout.kind) || layout.metadata_has_resource_version {
+        return None;
+    }
+    let rest = &stored[at..];
+    let empty = rest
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'}');
+    let field = format!(
+        "\"resourceVersion\":\"{revision}\"{}",
+        if empty { "" } else { "," }
+    );
+    let mut out = Vec::with_capacity(stored.len() + field.len());
+    out.extend_from_slice(&stored[..at]);
+    out.extend_from_slice(field.as_bytes());
+    out.extend_from_slice(rest);
+    Some(out)
+}
+
+/// What [`served_json`] needs to know of an object's JSON.
+#[derive(Default)]
+struct Layout {
+    api_version: bool,
+    kind: bool,
+    /// Just after the `{` of the top-level metadata object.
+    metadata_body: Option<usize>,
+    metadata_has_resource_version: bool,
+}
+
+/// One pass over JSON bytes, reading only the keys of the top level and of
+/// its metadata. `None` when the bytes are not a JSON object.
+fn scan_top_level(bytes: &[u8]) -> Option<Layout> {
+    let mut layout = Layout::default();
+    let mut depth = 0usize;
+    let mut in_metadata = false;
+    let mut i = 0;
+    let skip_ws = |mut i: usize| {
+        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    if bytes.get(skip_ws(0)) != Some(&b'{') {
+        return None;
+    }
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                let start = i + 1;
+                let mut j = start;
+                while j < bytes.len() && bytes[j] != b'"' {
+                    j += if bytes[j] == b'\\' { 2 } else { 1 };
+                }
+                if j >= bytes.len() {
+                    return None;
+                }
+                let text = &bytes[start..j];
+                let after = skip_ws(j + 1);
+                let is_key = bytes.get(after) == Some(&b':');
+                if is_key && depth == 1 {
+                    match text {
+                        b"apiVersion" => layout.api_version = true,
+                        b"kind" => layout.kind = true,
+                        b"metadata" => {
+                            let value = skip_ws(after + 1);
+                            if bytes.get(value) == Some(&b'{') {
+                                layout.metadata_body = Some(value + 1);
+                                in_metadata = true;
+                                depth += 1;
+                                i = value + 1;
+                                continue;
+                            }
+                        }
+                        _ => {}
+                    }
+                } else if is_key && depth == 2 && in_metadata && text == b"resourceVersion" {
+                    layout.metadata_has_resource_version = true;
+                }
+                i = j + 1;
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                i += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 1 {
+                    in_metadata = false;
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    (depth == 0).then_some(layout)
+}
+
 /// Now, as Kubernetes writes timestamps (RFC 3339, seconds, UTC).
 pub fn now() -> String {
     jiff::Timestamp::now()
@@ -212,6 +317,39 @@ mod tests {
         assert_eq!(uid.len(), 36);
         assert_eq!(&uid[14..15], "4");
         assert_ne!(uid, new_uid());
+    }
+
+    #[test]
+    fn served_json_splices_the_resource_version_as_from_stored_does() {
+        let pod = crate::resources::find("", "v1", "pods").unwrap();
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "labels": {"x": "{\"metadata\":{"}},
+                   "spec": {"containers": [{"name": "c", "args": ["}", "]", "\\\""]}]}}),
+            json!({"aaa": {"metadata": {"name": "nested"}}, "apiVersion": "v1", "kind": "Pod", "metadata": {}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"annotations": {"resourceVersion": "x"}, "name": "b"}}),
+        ];
+        for object in objects {
+            let stored = to_stored(&object);
+            let spliced = served_json(&stored, 42).expect("a stored object is spliced");
+            let spliced: Value = serde_json::from_slice(&spliced).expect("valid JSON");
+            assert_eq!(spliced, from_stored(pod, &stored, 42).unwrap());
+        }
+        // What to_stored never writes is left to from_stored.
+        for odd in [
+            &br#"{"kind":"Pod","metadata":{"name":"a"}}"#[..],
+            br#"{"apiVersion":"v1","kind":"Pod","metadata":{"resourceVersion":"3"}}"#,
+            br#"{"apiVersion":"v1","kind":"Pod","metadata":null}"#,
+            br#"[1,2]"#,
+            br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a""#,
+            b"",
+        ] {
+            assert_eq!(
+                served_json(odd, 1),
+                None,
+                "{}",
+                String::from_utf8_lossy(odd)
+            );
+        }
     }
 
     #[test]

@@ -32,31 +32,57 @@ pub struct Document {
     pub hash: String,
 }
 
+/// The documents of the built-in group-versions, made once. Custom
+/// resources' documents are made per request (their CRDs change).
 static DOCUMENTS: LazyLock<Vec<Document>> = LazyLock::new(|| {
     resources::group_versions()
         .into_iter()
-        .map(|(group, version)| {
-            let body = serde_json::to_vec(&group_version_document(group, version))
-                .expect("a serde_json::Value always serializes");
-            Document {
-                key: document_key(group, version),
-                hash: content_hash(&body),
-                body: Bytes::from(body),
-            }
-        })
+        .filter(|(group, version)| !is_custom(group, version))
+        .map(|(group, version)| make_document(group, version))
         .collect()
 });
 
-static INDEX: LazyLock<Bytes> = LazyLock::new(|| {
+fn make_document(group: &str, version: &str) -> Document {
+    let body = serde_json::to_vec(&group_version_document(group, version))
+        .expect("a serde_json::Value always serializes");
+    Document {
+        key: document_key(group, version),
+        hash: content_hash(&body),
+        body: Bytes::from(body),
+    }
+}
+
+/// Whether `group`/`version` is served only by custom resources.
+fn is_custom(group: &str, version: &str) -> bool {
+    let mut at = resources::served().filter(|r| r.group == group && r.version == version);
+    at.all(|r| r.custom.is_some())
+}
+
+/// The documents of the custom resources' group-versions, as they are now.
+fn custom_documents() -> Vec<Document> {
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for r in resources::served().filter(|r| r.custom.is_some()) {
+        if !seen.contains(&(r.group, r.version)) && is_custom(r.group, r.version) {
+            seen.push((r.group, r.version));
+        }
+    }
+    seen.into_iter()
+        .map(|(group, version)| make_document(group, version))
+        .collect()
+}
+
+fn index() -> Bytes {
+    let custom = custom_documents();
     let paths: Map<String, Value> = DOCUMENTS
         .iter()
+        .chain(custom.iter())
         .map(|d| {
             let url = format!("/openapi/v3/{}?hash={}", d.key, d.hash);
             (d.key.clone(), json!({ "serverRelativeURL": url }))
         })
         .collect();
     Bytes::from(serde_json::to_vec(&json!({ "paths": paths })).expect("a Value serializes"))
-});
+}
 
 /// The routes of this module: `/openapi/v3`, `/openapi/v3/api/{version}`,
 /// `/openapi/v3/apis/{group}/{version}`, and a 404 for `/openapi/v2`
@@ -90,7 +116,7 @@ struct HashQuery {
 
 /// The `/openapi/v3` index: every served group-version with its URL.
 pub fn index_response() -> Response {
-    let mut response = (StatusCode::OK, INDEX.clone()).into_response();
+    let mut response = (StatusCode::OK, index()).into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -112,8 +138,16 @@ pub fn document_response(
     hash: Option<&str>,
     request: &HeaderMap,
 ) -> Response {
-    let Some(document) = document(group, version) else {
-        return not_found().into_response();
+    let custom;
+    let document = match document(group, version) {
+        Some(document) => document,
+        None if !resources::served().any(|r| r.group == group && r.version == version) => {
+            return not_found().into_response();
+        }
+        None => {
+            custom = make_document(group, version);
+            &custom
+        }
     };
     let etag = format!("\"{}\"", document.hash);
     let cache_control = if hash == Some(document.hash.as_str()) {
@@ -194,9 +228,13 @@ pub fn group_version_document(group: &str, version: &str) -> Value {
         .collect();
     let mut generator = SchemaSettings::openapi3().into_generator();
     let shared = SharedRefs::new(&mut generator);
+    let object_meta = generator.subschema_for::<meta::ObjectMeta>().to_value();
     let mut paths = Map::new();
     for r in &served {
-        let object = (r.schema)(&mut generator).to_value();
+        let object = match &r.custom {
+            Some(_) => reference(r.definition),
+            None => (r.schema)(&mut generator).to_value(),
+        };
         let refs = KindRefs {
             object,
             list: reference(&list_definition(r)),
@@ -207,6 +245,12 @@ pub fn group_version_document(group: &str, version: &str) -> Value {
     let mut schemas = generator.take_definitions(true);
     add_patch_strategies(&mut schemas);
     for r in &served {
+        if let Some(custom) = &r.custom {
+            schemas.insert(
+                r.definition.to_string(),
+                custom_schema(&custom.schema, &object_meta),
+            );
+        }
         if let Some(Value::Object(schema)) = schemas.get_mut(r.definition) {
             schema.insert(
                 "x-kubernetes-group-version-kind".into(),
@@ -221,6 +265,28 @@ pub fn group_version_document(group: &str, version: &str) -> Value {
         "paths": paths,
         "components": { "schemas": schemas },
     })
+}
+
+/// A custom resource version's `openAPIV3Schema` as Kubernetes publishes
+/// it: an object whose apiVersion, kind and metadata are the standard ones.
+fn custom_schema(schema: &Value, object_meta: &Value) -> Value {
+    let mut schema = schema.clone();
+    if !schema.is_object() {
+        schema = json!({});
+    }
+    schema["type"] = json!("object");
+    let string = |description: &str| json!({ "type": "string", "description": description });
+    if !schema.get("properties").is_some_and(Value::is_object) {
+        schema["properties"] = json!({});
+    }
+    let properties = &mut schema["properties"];
+    properties["apiVersion"] = string("APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values.");
+    properties["kind"] = string("Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase.");
+    properties["metadata"] = json!({
+        "allOf": [object_meta],
+        "description": "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata",
+    });
+    schema
 }
 
 /// Marks each list that strategic merge patch merges with Kubernetes'

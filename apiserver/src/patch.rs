@@ -61,6 +61,13 @@ pub fn apply_patch(
     let patched = match media_type(content_type).as_str() {
         JSON_PATCH => json_patch::apply(current, &decode(patch)?),
         MERGE_PATCH => merge_patch::apply(current, &decode(patch)?),
+        // Custom resources have no patch strategies: Kubernetes answers
+        // 415, and kubectl falls back to a merge patch.
+        STRATEGIC_MERGE_PATCH if resource.custom.is_some() => {
+            return Err(ApiError::unsupported_media_type(format!(
+                "the body of the request was in an unknown format - accepted media types include: {JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}"
+            )))
+        }
         STRATEGIC_MERGE_PATCH => strategic::apply(resource.definition, current, &decode(patch)?),
         _ => return Err(unsupported_media_type()),
     };

@@ -265,7 +265,103 @@ impl Registry {
                 Err(err) => return Err(err),
             }
         }
-        Ok(())
+        self.load_custom_resources().await.map(|_| ())
+    }
+
+    /// Serves the custom resources of every stored CRD (at startup);
+    /// returns the revision they were read at.
+    pub async fn load_custom_resources(&self) -> ApiResult<i64> {
+        let resource = crd_resource();
+        let prefix = resource.storage_prefix();
+        let page = self
+            .storage
+            .list(&prefix, &crate::storage::prefix_end(&prefix), 0, 0)
+            .await
+            .map_err(|err| ApiError::internal(format!("listing CRDs: {err:?}")))?;
+        for kv in page.kvs {
+            crate::crd::register(&object::from_stored(resource, &kv.value, kv.mod_revision)?);
+        }
+        Ok(page.revision)
+    }
+
+    /// Keeps this server's custom resources in step with the stored CRDs,
+    /// those another apiserver of the cluster writes included: a list,
+    /// then a watch from just after it, and again after a failure. Ends
+    /// when the server stops.
+    pub async fn follow_custom_resources(&self) {
+        let resource = crd_resource();
+        let prefix = resource.storage_prefix();
+        let end = prefix_end(&prefix);
+        let mut stopping = self.stopping();
+        while !*stopping.borrow() {
+            let followed = async {
+                let from = self.load_custom_resources().await.map_err(|e| e.message)? + 1;
+                let mut changes = self
+                    .storage
+                    .watch(&prefix, &end, from)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                while let Some(batch) = changes.next().await {
+                    for change in batch.map_err(|e| e.to_string())? {
+                        match change.kind {
+                            crate::storage::ChangeKind::Put => {
+                                if let Ok(crd) =
+                                    object::from_stored(resource, &change.value, change.revision)
+                                {
+                                    crate::crd::register(&crd);
+                                }
+                            }
+                            crate::storage::ChangeKind::Delete => {
+                                let gone = change.prev.as_ref().and_then(|prev| {
+                                    object::from_stored(resource, prev, change.revision).ok()
+                                });
+                                if let Some(crd) = gone {
+                                    crate::resources::unregister_custom(object::name(&crd));
+                                }
+                            }
+                        }
+                    }
+                }
+                Err::<(), String>("the watch of CRDs ended".into())
+            };
+            tokio::select! {
+                result = followed => {
+                    if let Err(why) = result {
+                        tracing::debug!(%why, "following CRDs again in a second");
+                    }
+                }
+                _ = stopping.changed() => return,
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    }
+
+    /// A CRD is gone: its versions are no longer served and every object
+    /// of it (all versions share one prefix) is deleted.
+    async fn remove_custom_resource(&self, crd: &Value) {
+        // From the CRD itself, not its registered rows: another task (the
+        // CRD follower) may have unregistered them already.
+        let (Some(group), Some(plural)) = (
+            crd["spec"]["group"].as_str().filter(|g| !g.is_empty()),
+            crd["spec"]["names"]["plural"]
+                .as_str()
+                .filter(|p| !p.is_empty()),
+        ) else {
+            return;
+        };
+        let prefix = format!("/registry/{group}/{plural}/");
+        crate::resources::unregister_custom(object::name(crd));
+        let end = crate::storage::prefix_end(&prefix);
+        match self.storage.list(&prefix, &end, 0, 0).await {
+            Ok(page) => {
+                for kv in page.kvs {
+                    if let Err(err) = self.storage.delete(&kv.key, kv.mod_revision).await {
+                        tracing::warn!(key = %kv.key, error = ?err, "deleting a custom object");
+                    }
+                }
+            }
+            Err(err) => tracing::warn!(%prefix, error = ?err, "listing custom objects"),
+        }
     }
 
     async fn read(&self, target: &Target<'_>, name: &str) -> ApiResult<(Value, i64)> {
@@ -354,6 +450,15 @@ impl Registry {
             }
         }
         default_status(resource, &mut object);
+        if is_crd(resource) {
+            crate::crd::accept(&mut object);
+        } else if resource.custom.is_some() && resource.has_subresource("status") {
+            // As Kubernetes, a custom object's status is written through
+            // /status only.
+            if let Some(map) = object.as_object_mut() {
+                map.remove("status");
+            }
+        }
         let mut attrs = crate::admission::Attributes {
             operation: crate::admission::Operation::Create,
             resource,
@@ -410,6 +515,9 @@ impl Registry {
             }
         };
         metadata_mut(&mut object).insert("resourceVersion".into(), json!(revision.to_string()));
+        if is_crd(resource) {
+            crate::crd::register(&object);
+        }
         Ok(object)
     }
 
@@ -537,6 +645,9 @@ impl Registry {
                 &object::now(),
             );
         }
+        if is_crd(resource) {
+            crate::crd::accept(&mut next);
+        }
         crate::validation::validate_object(resource, &next)?;
         if next == current {
             // Nothing changed: no write, the same resourceVersion.
@@ -571,6 +682,12 @@ impl Registry {
             self.admission.removed(self, resource, &next).await;
         }
         metadata_mut(&mut next).insert("resourceVersion".into(), json!(written.to_string()));
+        if is_crd(resource) {
+            match gone {
+                true => self.remove_custom_resource(&next).await,
+                false => crate::crd::register(&next),
+            }
+        }
         Ok(next)
     }
 
@@ -815,6 +932,9 @@ impl Registry {
             .await
             .map_err(|err| storage_error(target, name, err))?;
         self.admission.removed(self, resource, &current).await;
+        if is_crd(resource) {
+            self.remove_custom_resource(&current).await;
+        }
         let mut gone = current;
         metadata_mut(&mut gone).insert("resourceVersion".into(), json!(deleted.to_string()));
         Ok(gone)
@@ -848,6 +968,45 @@ impl Registry {
             .max(0)
     }
 
+    /// A list the watch cache can serve, as the JSON body of the reply,
+    /// built from each object's stored bytes without parsing them (the
+    /// path of a plain `GET …/pods?resourceVersion=0`). `None`: the cache
+    /// cannot serve it; [`Self::list`] will.
+    pub async fn list_json(
+        &self,
+        target: &Target<'_>,
+        options: &ListOptions,
+    ) -> ApiResult<Option<Vec<u8>>> {
+        let resource = target.resource;
+        let Some(cached) = self.cache.list(target, options).await? else {
+            return Ok(None);
+        };
+        let size: usize = cached.objects.iter().map(|o| o.stored.len() + 32).sum();
+        let mut body = Vec::with_capacity(size + 256);
+        body.extend_from_slice(b"{\"apiVersion\":");
+        body.extend(serde_json::to_vec(&resource.api_version()).unwrap_or_default());
+        body.extend_from_slice(b",\"items\":[");
+        for (i, object) in cached.objects.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            match object::served_json(&object.stored, object.mod_revision) {
+                Some(json) => body.extend(json),
+                None => {
+                    let value = object.served(resource, object.mod_revision)?;
+                    body.extend(serde_json::to_vec(&value).unwrap_or_default());
+                }
+            }
+        }
+        body.extend_from_slice(b"],\"kind\":");
+        body.extend(serde_json::to_vec(resource.list_kind).unwrap_or_default());
+        body.extend_from_slice(b",\"metadata\":");
+        let metadata = list_metadata(cached.revision, cached.next_start.as_deref());
+        body.extend(serde_json::to_vec(&metadata).unwrap_or_default());
+        body.push(b'}');
+        Ok(Some(body))
+    }
+
     /// GET of a collection: the objects that match, a page at a time.
     pub async fn list(&self, target: &Target<'_>, options: &ListOptions) -> ApiResult<Value> {
         let resource = target.resource;
@@ -855,15 +1014,16 @@ impl Registry {
         // Exact one); a continued list reads the store at the first page's
         // revision, which the cache's state equals.
         if let Some(cached) = self.cache.list(target, options).await? {
-            let mut metadata = json!({"resourceVersion": cached.revision.to_string()});
-            if let Some(start) = cached.next_start {
-                metadata["continue"] = json!(encode_continue(cached.revision, &start));
-            }
+            let items = cached
+                .objects
+                .iter()
+                .map(|o| o.served(resource, o.mod_revision))
+                .collect::<ApiResult<Vec<_>>>()?;
             return Ok(json!({
                 "kind": resource.list_kind,
                 "apiVersion": resource.api_version(),
-                "metadata": metadata,
-                "items": cached.items,
+                "metadata": list_metadata(cached.revision, cached.next_start.as_deref()),
+                "items": items,
             }));
         }
         let prefix = match (resource.namespaced, target.namespace) {
@@ -982,6 +1142,21 @@ impl Registry {
     }
 }
 
+/// The CustomResourceDefinition row.
+fn crd_resource() -> &'static ResourceType {
+    let (group, version, plural) = crate::crd::CRDS;
+    crate::resources::find(group, version, plural).expect("CRDs are served")
+}
+
+/// A list's metadata: its resourceVersion and, when more follows, where.
+fn list_metadata(revision: i64, next_start: Option<&str>) -> Value {
+    let mut metadata = json!({"resourceVersion": revision.to_string()});
+    if let Some(start) = next_start {
+        metadata["continue"] = json!(encode_continue(revision, start));
+    }
+    metadata
+}
+
 /// The managedFields writer of a write.
 fn manager_of<'a>(
     write: &Write<'a>,
@@ -1020,6 +1195,11 @@ const CONFLICT_WHY: &str =
     "the object has been modified; please apply your changes to the latest version and try again";
 
 /// What a new object's status starts as, where Kubernetes sets one.
+fn is_crd(resource: &ResourceType) -> bool {
+    resource.custom.is_none()
+        && (resource.group, resource.plural) == (crate::crd::CRDS.0, crate::crd::CRDS.2)
+}
+
 fn default_status(resource: &ResourceType, object: &mut Value) {
     let phase = match (resource.group, resource.kind) {
         ("", "Namespace") => "Active",

@@ -2,7 +2,7 @@
 //! each. Names, groups, versions, kinds and scope come from `k8s-openapi`'s
 //! types; a resource is a row here, not a handler of its own.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, RwLock};
 
 use k8s_openapi::{ListableResource, NamespaceResourceScope, Resource};
 use serde::de::DeserializeOwned;
@@ -43,6 +43,11 @@ pub struct ResourceType {
     /// `Some` for a version served beside the storage version and
     /// converted to and from it; `None` for the storage version itself.
     pub conversion: Option<Conversion>,
+    /// `Some` for a version of a custom resource (a CRD's): its schema,
+    /// printer columns and subresources. `decode`, `roundtrip` and
+    /// `schema` of such a row know nothing; validation, pruning, Tables
+    /// and OpenAPI read this instead.
+    pub custom: Option<Arc<crate::crd::CustomVersion>>,
 }
 
 /// How a served version that is not the storage version maps to it. The
@@ -118,6 +123,20 @@ impl ResourceType {
     /// The row of the version objects of this resource are stored at
     /// (itself, unless it is a converted version).
     pub fn storage(&'static self) -> &'static ResourceType {
+        if let Some(custom) = &self.custom {
+            if custom.storage_version == self.version {
+                return self;
+            }
+            // The CRD may have just changed; then this version is its own.
+            return custom_rows()
+                .into_iter()
+                .find(|r| {
+                    r.group == self.group
+                        && r.plural == self.plural
+                        && r.version == custom.storage_version
+                })
+                .unwrap_or(self);
+        }
         match &self.conversion {
             None => self,
             Some(conversion) => all()
@@ -188,6 +207,7 @@ where
         schema: schema_of::<T>,
         definition,
         conversion: None,
+        custom: None,
     }
 }
 
@@ -262,6 +282,7 @@ where
             from_storage: C::from_storage,
             deprecation: C::DEPRECATION,
         }),
+        custom: None,
     }
 }
 
@@ -350,6 +371,12 @@ static TABLE: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
             NONE,
             "io.k8s.api.admissionregistration.v1.ValidatingWebhookConfiguration",
         ),
+        entry::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(
+            &["crd", "crds"],
+            &["api-extensions"],
+            STATUS,
+            "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
+        ),
     ]
 });
 
@@ -372,15 +399,59 @@ pub fn all() -> &'static [ResourceType] {
     &TABLE
 }
 
+/// The rows of custom resources, one per served version of each CRD.
+///
+/// Rows are leaked (`Box::leak`) so that they are `&'static` like the
+/// built-in ones and requests holding one stay valid: every write of a CRD
+/// leaks its new rows (and their strings). This is a bounded leak, a few
+/// hundred bytes per CRD change, which CRDs (rarely written) can afford.
+static CUSTOM: RwLock<Vec<&'static ResourceType>> = RwLock::new(Vec::new());
+
+fn custom_rows() -> Vec<&'static ResourceType> {
+    CUSTOM.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Serves `rows` for the CRD `crd` in place of what it served before.
+pub fn register_custom(crd: &str, rows: Vec<ResourceType>) {
+    let mut table = CUSTOM.write().unwrap_or_else(|e| e.into_inner());
+    table.retain(|r| r.custom.as_ref().is_none_or(|c| c.crd != crd));
+    for row in rows {
+        table.push(Box::leak(Box::new(row)));
+    }
+}
+
+/// Stops serving the versions of the CRD `crd`.
+pub fn unregister_custom(crd: &str) {
+    register_custom(crd, Vec::new());
+}
+
+/// The storage-version rows of the custom resources served.
+pub fn custom_storage_rows() -> Vec<&'static ResourceType> {
+    custom_rows()
+        .into_iter()
+        .filter(|r| {
+            r.custom
+                .as_ref()
+                .is_some_and(|c| c.storage_version == r.version)
+        })
+        .collect()
+}
+
 /// Every resource at every version served: the storage versions, then the
-/// converted ones.
+/// converted ones, then the custom resources' versions.
 pub fn served() -> impl Iterator<Item = &'static ResourceType> {
-    TABLE.iter().chain(CONVERTED.iter())
+    TABLE.iter().chain(CONVERTED.iter()).chain(custom_rows())
 }
 
 /// The resource served at `group`/`version`/`plural`.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
-    served().find(|r| r.group == group && r.version == version && r.plural == plural)
+    let matches =
+        |r: &&ResourceType| r.group == group && r.version == version && r.plural == plural;
+    TABLE
+        .iter()
+        .chain(CONVERTED.iter())
+        .find(matches)
+        .or_else(|| custom_rows().into_iter().find(matches))
 }
 
 /// The resource of `kind` served in `api_version` (`v1`, `apps/v1`).
@@ -423,7 +494,7 @@ mod tests {
             deploy.collection_path(Some("ns")),
             "/apis/apps/v1/namespaces/ns/deployments"
         );
-        assert_eq!(all().len(), 24);
+        assert_eq!(all().len(), 25);
         assert!(group_versions().contains(&("policy", "v1")));
     }
 

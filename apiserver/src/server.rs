@@ -506,9 +506,20 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
                 .into_response())
         }
         (&Method::GET, None, None) => {
-            let list = registry
-                .list(&target, &list_options(resource, query)?)
-                .await?;
+            let options = list_options(resource, query)?;
+            let plain = render_as(headers, query)?.is_none() && std::ptr::eq(served, resource);
+            if plain {
+                // From the watch cache, without parsing each object.
+                if let Some(body) = registry.list_json(&target, &options).await? {
+                    return Ok((
+                        StatusCode::OK,
+                        [(header::CONTENT_TYPE, "application/json")],
+                        body,
+                    )
+                        .into_response());
+                }
+            }
+            let list = registry.list(&target, &options).await?;
             let list = convert::outgoing(served, list);
             match render_as(headers, query)? {
                 Some((version, include)) => {

@@ -12,6 +12,31 @@ use crate::resources;
 use crate::selectors::LabelSelector;
 use crate::status::{ApiError, ApiResult, Cause};
 
+/// The Scale of an object of `resource`: a workload's, or a custom
+/// resource's at the paths of its CRD's `subresources.scale`.
+fn scale_for(resource: &resources::ResourceType, object: &Value) -> Value {
+    let Some(paths) = resource.custom.as_ref().and_then(|c| c.scale.as_ref()) else {
+        return scale_of(object);
+    };
+    let at = |path: &str| crate::crd::at_path(object, path).cloned();
+    let mut scale = scale_of(&json!({"metadata": object["metadata"]}));
+    scale["spec"]["replicas"] = json!(at(&paths.spec_replicas)
+        .and_then(|v| v.as_i64())
+        .unwrap_or(0));
+    scale["status"]["replicas"] = json!(at(&paths.status_replicas)
+        .and_then(|v| v.as_i64())
+        .unwrap_or(0));
+    match paths.label_selector.as_deref().and_then(at) {
+        Some(Value::String(selector)) => scale["status"]["selector"] = json!(selector),
+        _ => {
+            scale["status"]
+                .as_object_mut()
+                .map(|s| s.remove("selector"));
+        }
+    }
+    scale
+}
+
 /// The Scale of a workload object.
 pub fn scale_of(object: &Value) -> Value {
     let selector = object["spec"]["selector"].clone();
@@ -51,7 +76,10 @@ fn check_scale_target(target: &Target) -> ApiResult<()> {
 
 pub async fn get_scale(registry: &Registry, target: &Target<'_>, name: &str) -> ApiResult<Value> {
     check_scale_target(target)?;
-    Ok(scale_of(&registry.get(target, name).await?))
+    Ok(scale_for(
+        target.resource,
+        &registry.get(target, name).await?,
+    ))
 }
 
 /// PUT of a Scale: sets spec.replicas (its resourceVersion, if any, is a
@@ -94,13 +122,21 @@ pub async fn put_scale(
     if let Some(rv) = object::meta_str(&scale, "resourceVersion").filter(|rv| !rv.is_empty()) {
         metadata_mut(&mut object).insert("resourceVersion".into(), json!(rv));
     }
-    object["spec"]["replicas"] = json!(replicas);
+    match target
+        .resource
+        .custom
+        .as_ref()
+        .and_then(|c| c.scale.as_ref())
+    {
+        Some(paths) => crate::crd::set_path(&mut object, &paths.spec_replicas, json!(replicas)),
+        None => object["spec"]["replicas"] = json!(replicas),
+    }
     let write = Write {
         via: Some("scale"),
         ..*write
     };
     let updated = registry.update(target, name, object, None, &write).await?;
-    Ok(scale_of(&updated))
+    Ok(scale_for(target.resource, &updated))
 }
 
 /// PATCH of a Scale: the patch applies to the Scale, then it is put.
@@ -113,8 +149,12 @@ pub async fn patch_scale(
     write: &Write<'_>,
 ) -> ApiResult<Value> {
     check_scale_target(target)?;
-    let current = scale_of(&registry.get(target, name).await?);
-    let scale_resource = target.resource;
+    let current = scale_for(target.resource, &registry.get(target, name).await?);
+    // The Scale's own patch strategies (a workload's for strategic merge).
+    let scale_resource = match target.resource.custom {
+        Some(_) => resources::find("apps", "v1", "deployments").expect("deployments are served"),
+        None => target.resource,
+    };
     let mut patched = crate::patch::apply_patch(scale_resource, content_type, &current, body)?;
     // A patch carries no precondition unless it says so.
     if object::meta_str(&patched, "resourceVersion")

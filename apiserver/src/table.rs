@@ -96,16 +96,32 @@ pub fn table(
     version: TableVersion,
     now: Timestamp,
 ) -> Value {
-    let printer = printer_for(resource);
-    let columns: Vec<Value> = printer.columns.iter().map(Column::to_json).collect();
-    let rows: Vec<Value> = objects
-        .iter()
-        .map(|object| {
-            let cells = (printer.cells)(object, now);
-            debug_assert_eq!(cells.len(), printer.columns.len(), "{}", resource.plural);
-            row(resource, object, cells, include, version)
-        })
-        .collect();
+    let (columns, rows): (Vec<Value>, Vec<Value>) = match &resource.custom {
+        // A custom resource: its version's additionalPrinterColumns.
+        Some(custom) => (
+            crate::crd::columns::definitions(&custom.columns),
+            objects
+                .iter()
+                .map(|object| {
+                    let cells = crate::crd::columns::cells(&custom.columns, object, now);
+                    row(resource, object, cells, include, version)
+                })
+                .collect(),
+        ),
+        None => {
+            let printer = printer_for(resource);
+            let columns = printer.columns.iter().map(Column::to_json).collect();
+            let rows = objects
+                .iter()
+                .map(|object| {
+                    let cells = (printer.cells)(object, now);
+                    debug_assert_eq!(cells.len(), printer.columns.len(), "{}", resource.plural);
+                    row(resource, object, cells, include, version)
+                })
+                .collect();
+            (columns, rows)
+        }
+    };
     json!({
         "kind": "Table",
         "apiVersion": version.api_version(),

@@ -588,6 +588,9 @@ pub fn validate_object(resource: &ResourceType, object: &Value) -> Result<(), Ap
     }
     causes.extend(validate_metadata(object));
     validate_kind(resource, object, &mut causes);
+    if let Some(custom) = &resource.custom {
+        causes.extend(crate::crd::structural::validate(&custom.schema, object));
+    }
     if causes.is_empty() {
         return Ok(());
     }
@@ -635,6 +638,9 @@ fn validate_kind(resource: &ResourceType, object: &Value, causes: &mut Vec<Cause
             validate_workload(causes, kind, spec)
         }
         ("batch", "Job") => validate_job_spec(causes, spec, "spec"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") if resource.custom.is_none() => {
+            causes.extend(crate::crd::validate_definition(object))
+        }
         ("batch", "CronJob") => {
             if text(spec, "schedule").is_empty() {
                 causes.push(required("spec.schedule", ""));
@@ -1205,6 +1211,14 @@ fn go_label_selector(selector: &Value) -> String {
 /// or `Warn` (a warning each). Fields sent as `null` are not reported.
 /// Empty when the object does not decode: [`validate_object`] reports that.
 pub fn strict_unknown_fields(resource: &ResourceType, object: &Value) -> Vec<String> {
+    if let Some(custom) = &resource.custom {
+        // What the schema keeps is what it knows.
+        let mut known = object.clone();
+        crate::crd::structural::normalize(&custom.schema, &mut known);
+        let mut unknown = Vec::new();
+        collect_unknown(object, &known, "", &mut unknown);
+        return unknown;
+    }
     let Ok(known) = (resource.roundtrip)(object) else {
         return Vec::new();
     };
@@ -1242,6 +1256,12 @@ fn collect_unknown(sent: &Value, known: &Value, path: &str, unknown: &mut Vec<St
 /// say). An object its type cannot read is left alone for validation to
 /// refuse.
 pub fn prune_unknown_fields(resource: &ResourceType, object: &mut Value) {
+    if let Some(custom) = &resource.custom {
+        // Pruned, nulls dropped and defaulted, as Kubernetes decodes a
+        // custom resource.
+        crate::crd::structural::normalize(&custom.schema, object);
+        return;
+    }
     let Ok(known) = (resource.roundtrip)(object) else {
         return;
     };

@@ -81,7 +81,9 @@ async fn metric(http: &KubeHttp, sample: &str) -> Result<u64> {
         .unwrap_or(0))
 }
 
-const STORE_WATCHES: &str = "skiff_storage_requests_total{operation=\"watch\"} ";
+/// The store watches opened on the pods' key range (other resources, such
+/// as the CRDs every apiserver follows, have watches of their own).
+const STORE_WATCHES: &str = "skiff_storage_watches_total{prefix=\"/registry/core/pods/\"} ";
 const POD_WATCHERS: &str = "skiff_watch_cache_watchers{resource=\"pods\"} ";
 
 /// `watchers` watches of pods from one resourceVersion while 100 pods are

@@ -34,6 +34,17 @@ pub fn render(registry: &Registry) -> String {
             requests::total(operation)
         );
     }
+    out.push_str(
+        "# HELP skiff_storage_watches_total Watches the apiserver opened on the store, by the start of their key range.\n\
+         # TYPE skiff_storage_watches_total counter\n",
+    );
+    for (prefix, count) in requests::watches() {
+        let prefix = prefix.replace('\\', "\\\\").replace('"', "\\\"");
+        let _ = writeln!(
+            out,
+            "skiff_storage_watches_total{{prefix=\"{prefix}\"}} {count}"
+        );
+    }
     let caches = registry.cache.caches();
     let stats: Vec<_> = caches
         .iter()

@@ -132,7 +132,8 @@ impl Drop for Inner {
 pub struct CachedList {
     /// The cache's revision: the list's `metadata.resourceVersion`.
     pub revision: i64,
-    pub items: Vec<Value>,
+    /// The objects, each at its own revision.
+    pub objects: Vec<Arc<CachedObject>>,
     /// Where the next page starts (in the store, at `revision`).
     pub next_start: Option<String>,
 }
@@ -282,14 +283,9 @@ impl WatchCache {
         let filter = filter_of(target, options);
         let limit = usize::try_from(options.limit.max(0)).unwrap_or(usize::MAX);
         let snapshot = cache.snapshot(&start, &end, &filter, limit);
-        let items = snapshot
-            .items
-            .iter()
-            .map(|o| o.served(target.resource, o.mod_revision))
-            .collect::<ApiResult<Vec<_>>>()?;
         Ok(Some(CachedList {
             revision: snapshot.revision,
-            items,
+            objects: snapshot.items,
             next_start: snapshot.next_start,
         }))
     }

@@ -21,6 +21,11 @@ const PATCH_ATTEMPTS: usize = 5;
 /// version: kind and apiVersion checked against the URL (or filled in), this
 /// version's defaults set, then converted.
 pub(crate) fn incoming(served: &ResourceType, mut object: Value) -> ApiResult<Value> {
+    if let Some(storage) = custom_storage(served) {
+        crate::object::check_type(served, &mut object)?;
+        object["apiVersion"] = json!(storage);
+        return Ok(object);
+    }
     let Some(conversion) = &served.conversion else {
         return Ok(object);
     };
@@ -32,6 +37,11 @@ pub(crate) fn incoming(served: &ResourceType, mut object: Value) -> ApiResult<Va
 /// A server-side apply configuration at `served`'s version, as the storage
 /// version. Not defaulted: it holds only the fields its manager sets.
 pub(crate) fn applied(served: &ResourceType, mut applied: Value) -> ApiResult<Value> {
+    if let Some(storage) = custom_storage(served) {
+        crate::object::check_type(served, &mut applied)?;
+        applied["apiVersion"] = json!(storage);
+        return Ok(applied);
+    }
     let Some(conversion) = &served.conversion else {
         return Ok(applied);
     };
@@ -43,6 +53,21 @@ pub(crate) fn applied(served: &ResourceType, mut applied: Value) -> ApiResult<Va
 /// kind, or a list of them (whose kind and apiVersion are the served
 /// version's too). Anything else, such as a Status, is returned as it is.
 pub(crate) fn outgoing(served: &ResourceType, mut reply: Value) -> Value {
+    if custom_storage(served).is_some() {
+        let api_version = served.api_version();
+        let kind = reply.get("kind").and_then(Value::as_str).unwrap_or("");
+        if kind == served.kind {
+            reply["apiVersion"] = json!(api_version);
+        } else if kind == served.list_kind {
+            reply["apiVersion"] = json!(api_version);
+            if let Some(items) = reply.get_mut("items").and_then(Value::as_array_mut) {
+                for item in items {
+                    item["apiVersion"] = json!(api_version);
+                }
+            }
+        }
+        return reply;
+    }
     let Some(conversion) = &served.conversion else {
         return reply;
     };
@@ -61,8 +86,25 @@ pub(crate) fn outgoing(served: &ResourceType, mut reply: Value) -> Value {
     reply
 }
 
+/// The apiVersion objects of `served` are stored at, when it is a custom
+/// resource's version other than the storage version (conversion None:
+/// only apiVersion changes).
+fn custom_storage(served: &ResourceType) -> Option<String> {
+    let custom = served.custom.as_ref()?;
+    (custom.storage_version != served.version)
+        .then(|| format!("{}/{}", served.group, custom.storage_version))
+}
+
 /// What turns the stored objects of a watch at `served`'s version into it.
 pub(crate) fn watch_converter(served: &ResourceType) -> Option<Converter> {
+    if custom_storage(served).is_some() {
+        let api_version = served.api_version();
+        return Some(Arc::new(move |object: &Value| {
+            let mut object = object.clone();
+            object["apiVersion"] = json!(api_version);
+            object
+        }));
+    }
     let conversion = served.conversion?;
     Some(Arc::new(move |object: &Value| {
         (conversion.from_storage)(object)
@@ -83,6 +125,33 @@ pub(crate) async fn patch(
     subresource: Option<&str>,
     write: &Write<'_>,
 ) -> ApiResult<(Value, bool)> {
+    if custom_storage(served).is_some() {
+        // Conversion None: the patch applies to the stored object as it is.
+        let (object, created) = match crate::patch::is_apply(patch.content_type) {
+            false => {
+                registry
+                    .patch(target, name, patch, subresource, write)
+                    .await?
+            }
+            true => {
+                let config = crate::patch::decode_apply(patch.body)?;
+                (patch.check)(&config)?;
+                let config = serde_json::to_vec(&applied(served, config)?).map_err(|err| {
+                    ApiError::internal(format!("an applied configuration: {err}"))
+                })?;
+                let converted = Patch {
+                    content_type: patch.content_type,
+                    body: &config,
+                    check: &|_| Ok(()),
+                    force: patch.force,
+                };
+                registry
+                    .patch(target, name, &converted, subresource, write)
+                    .await?
+            }
+        };
+        return Ok((outgoing(served, object), created));
+    }
     let Some(conversion) = served.conversion else {
         return registry
             .patch(target, name, patch, subresource, write)

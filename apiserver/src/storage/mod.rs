@@ -144,6 +144,23 @@ pub mod requests {
         }
     }
 
+    /// Watches opened so far, by the start of their key range (a
+    /// resource's prefix): what a resource's watchers cost the store.
+    static WATCHES: std::sync::Mutex<std::collections::BTreeMap<String, u64>> =
+        std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+    pub(super) fn count_watch(start: &str) {
+        count("watch");
+        let mut watches = WATCHES.lock().unwrap_or_else(|e| e.into_inner());
+        *watches.entry(start.to_string()).or_default() += 1;
+    }
+
+    /// Every key range watched so far, with its number of watches.
+    pub fn watches() -> Vec<(String, u64)> {
+        let watches = WATCHES.lock().unwrap_or_else(|e| e.into_inner());
+        watches.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
     /// How many requests of `operation` the store was sent so far.
     pub fn total(operation: &str) -> u64 {
         OPERATIONS
@@ -210,7 +227,7 @@ impl Storage {
     /// Changes to keys in `[start, end)` from revision `from` on (with the
     /// previous value of each).
     pub async fn watch(&self, start: &str, end: &str, from: i64) -> StorageResult<ChangeStream> {
-        requests::count("watch");
+        requests::count_watch(start);
         match self {
             Storage::Local(s) => local::watch(s, start, end, from).map(ChangeStream::Local),
             Storage::Etcd(e) => e.watch(start, end, from).await.map(ChangeStream::Etcd),
