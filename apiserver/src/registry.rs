@@ -549,17 +549,7 @@ impl Registry {
         let resource = target.resource;
         object::check_type(resource, &mut object)?;
         object::check_namespace(resource, target.namespace, &mut object)?;
-        match object::meta_str(&object, "name") {
-            None | Some("") => {
-                metadata_mut(&mut object).insert("name".into(), json!(name));
-            }
-            Some(n) if n == name => {}
-            Some(n) => {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({n}) does not match the name on the URL ({name})"
-                )))
-            }
-        }
+        name_from_url(&mut object, name)?;
         let (current, revision) = self.read(target, name).await?;
         if let Some(asked) = object::meta_str(&object, "resourceVersion").filter(|v| !v.is_empty())
         {
@@ -801,17 +791,7 @@ impl Registry {
             patch.force,
             &object::now(),
         )?;
-        match object::meta_str(&object, "name") {
-            None | Some("") => {
-                metadata_mut(&mut object).insert("name".into(), json!(name));
-            }
-            Some(n) if n == name => {}
-            Some(n) => {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({n}) does not match the name on the URL ({name})"
-                )))
-            }
-        }
+        name_from_url(&mut object, name)?;
         self.create_object(target, object, write, false).await
     }
 
@@ -1139,6 +1119,21 @@ impl Registry {
             "metadata": {"resourceVersion": listed["metadata"]["resourceVersion"]},
             "items": deleted,
         }))
+    }
+}
+
+/// An object written to a name's URL has that name: given it when it has
+/// none, refused (400) when it has another.
+fn name_from_url(object: &mut Value, name: &str) -> ApiResult<()> {
+    match object::meta_str(object, "name") {
+        None | Some("") => {
+            metadata_mut(object).insert("name".into(), json!(name));
+            Ok(())
+        }
+        Some(n) if n == name => Ok(()),
+        Some(n) => Err(ApiError::bad_request(format!(
+            "the name of the object ({n}) does not match the name on the URL ({name})"
+        ))),
     }
 }
 

@@ -333,3 +333,14 @@ macro_rules! on_every_backend {
         }
     )*};
 }
+
+/// `skiff up` with the real kubectl pointed at it; `None` when kubectl is
+/// missing outside CI (the test is then skipped, saying so).
+pub async fn with_kubectl(test: &str) -> Result<Option<(ApiServer, crate::kubectl::Kubectl)>> {
+    let Some(binary) = crate::kubectl::kubectl_or_skip(test) else {
+        return Ok(None);
+    };
+    let server = ApiServer::start().await?;
+    let kubectl = crate::kubectl::Kubectl::new(binary, &server.kubeconfig())?;
+    Ok(Some((server, kubectl)))
+}

@@ -329,3 +329,15 @@ impl WatchStream {
         }
     }
 }
+
+/// The JSON body of `reply`, which must have the HTTP status `code`;
+/// otherwise an error naming `what` with the status and body received.
+pub fn expect_status(reply: &HttpResponse, code: u16, what: &str) -> Result<Value> {
+    anyhow::ensure!(
+        reply.status == code,
+        "{what}: wanted {code}, got {} {}",
+        reply.status,
+        reply.text()
+    );
+    reply.json()
+}

@@ -7,19 +7,11 @@
 use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
 use skiff_tests::api_server::ApiServer;
-use skiff_tests::kube_http::HttpResponse;
-use skiff_tests::kubectl::{kubectl_or_skip, Kubectl};
+use skiff_tests::kubectl::Kubectl;
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
 
-async fn session(test: &str) -> Result<Option<(ApiServer, Kubectl)>> {
-    let Some(binary) = kubectl_or_skip(test) else {
-        return Ok(None);
-    };
-    let server = ApiServer::start().await?;
-    let kubectl = Kubectl::new(binary, &server.kubeconfig())?;
-    Ok(Some((server, kubectl)))
-}
+use skiff_tests::api_server::with_kubectl as session;
 
 fn get_json(kubectl: &Kubectl, args: &[&str]) -> Result<Value> {
     let mut all = args.to_vec();
@@ -28,15 +20,7 @@ fn get_json(kubectl: &Kubectl, args: &[&str]) -> Result<Value> {
     serde_json::from_str(&text).with_context(|| format!("kubectl {args:?} -o json: {text}"))
 }
 
-fn status_of(reply: &HttpResponse, code: u16, what: &str) -> Result<Value> {
-    ensure!(
-        reply.status == code,
-        "{what}: wanted {code}, got {} {}",
-        reply.status,
-        reply.text()
-    );
-    reply.json()
-}
+use skiff_tests::kube_http::expect_status as status_of;
 
 fn pod(name: &str, spec: Value) -> Value {
     let mut spec = spec;

@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use base64::Engine;
 use serde_json::{json, Value};
 use skiff_tests::api_server::ApiServer;
-use skiff_tests::kube_http::{HttpResponse, KubeHttp};
+use skiff_tests::kube_http::KubeHttp;
 use skiff_tests::kubectl::{kubectl_or_skip, Kubectl};
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
@@ -113,15 +113,7 @@ fn pod(name: &str, hook: &str) -> Value {
         "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
 }
 
-fn expect(reply: &HttpResponse, code: u16, what: &str) -> Result<Value> {
-    ensure!(
-        reply.status == code,
-        "{what}: wanted {code}, got {} {}",
-        reply.status,
-        reply.text()
-    );
-    reply.json()
-}
+use skiff_tests::kube_http::expect_status as expect;
 
 async fn create(http: &KubeHttp, path: &str, object: &Value) -> Result<Value> {
     expect(&http.post(path, object).await?, 201, path)

@@ -90,14 +90,7 @@ spec:
   flavor: sweet
 ";
 
-async fn session(test: &str) -> Result<Option<(ApiServer, Kubectl)>> {
-    let Some(binary) = kubectl_or_skip(test) else {
-        return Ok(None);
-    };
-    let server = ApiServer::start().await?;
-    let kubectl = Kubectl::new(binary, &server.kubeconfig())?;
-    Ok(Some((server, kubectl)))
-}
+use skiff_tests::api_server::with_kubectl as session;
 
 fn cells(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()

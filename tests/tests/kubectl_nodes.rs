@@ -7,8 +7,6 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
-use skiff_tests::api_server::ApiServer;
-use skiff_tests::kubectl::{kubectl_or_skip, Kubectl};
 
 const WATCH_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -47,14 +45,7 @@ spec:
   selector: {matchLabels: {app: db}}
 ";
 
-async fn session(test: &str) -> Result<Option<(ApiServer, Kubectl)>> {
-    let Some(binary) = kubectl_or_skip(test) else {
-        return Ok(None);
-    };
-    let server = ApiServer::start().await?;
-    let kubectl = Kubectl::new(binary, &server.kubeconfig())?;
-    Ok(Some((server, kubectl)))
-}
+use skiff_tests::api_server::with_kubectl as session;
 
 /// The whitespace-separated cells of a table line.
 fn cells(line: &str) -> Vec<&str> {

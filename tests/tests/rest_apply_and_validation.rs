@@ -25,15 +25,7 @@ async fn send(
         .await
 }
 
-fn expect(reply: &HttpResponse, code: u16, what: &str) -> Result<Value> {
-    ensure!(
-        reply.status == code,
-        "{what}: wanted {code}, got {} {}",
-        reply.status,
-        reply.text()
-    );
-    reply.json()
-}
+use skiff_tests::kube_http::expect_status as expect;
 
 const DEPLOYMENT_YAML: &str = "apiVersion: apps/v1
 kind: Deployment

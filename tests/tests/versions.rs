@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
-use skiff_tests::api_server::ApiServer;
-use skiff_tests::kube_http::{HttpResponse, KubeHttp};
-use skiff_tests::kubectl::{kubectl_or_skip, Kubectl};
+use skiff_tests::kube_http::KubeHttp;
 
 const EVENT_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -67,24 +65,9 @@ globalDefault: false
 description: for the important pods
 ";
 
-async fn session(test: &str) -> Result<Option<(ApiServer, Kubectl)>> {
-    let Some(binary) = kubectl_or_skip(test) else {
-        return Ok(None);
-    };
-    let server = ApiServer::start().await?;
-    let kubectl = Kubectl::new(binary, &server.kubeconfig())?;
-    Ok(Some((server, kubectl)))
-}
+use skiff_tests::api_server::with_kubectl as session;
 
-fn expect(reply: &HttpResponse, code: u16, what: &str) -> Result<Value> {
-    ensure!(
-        reply.status == code,
-        "{what}: wanted {code}, got {} {}",
-        reply.status,
-        reply.text()
-    );
-    reply.json()
-}
+use skiff_tests::kube_http::expect_status as expect;
 
 /// The next event of `watch` that is not a bookmark.
 async fn next_object(watch: &mut skiff_tests::kube_http::WatchStream) -> Result<Value> {
