@@ -163,7 +163,7 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
             api_addr = Some((addr, api.kubeconfig.clone()));
             crate::kubeconfig::write(&api.kubeconfig, addr)?;
             let registry =
-                skiff_apiserver::Registry::new(skiff_apiserver::Storage::Local(store.clone()));
+                skiff_apiserver::Registry::new(skiff_apiserver::Storage::local(store.clone()));
             tracing::info!(%addr, kubeconfig = %api.kubeconfig.display(), "serving the Kubernetes API");
             Some(tokio::spawn(skiff_apiserver::serve(
                 listener,

@@ -52,7 +52,7 @@ async fn api_only(args: UpArgs) -> Result<()> {
     use anyhow::Context;
     let storage = skiff_apiserver::storage::EtcdStorage::connect(&args.store_endpoints)
         .map_err(|err| anyhow::anyhow!(err))?;
-    let registry = skiff_apiserver::Registry::new(skiff_apiserver::Storage::Etcd(storage));
+    let registry = skiff_apiserver::Registry::new(skiff_apiserver::Storage::etcd(storage));
     let mut signals = crate::shutdown::StopSignals::register()?;
     let listener = tokio::net::TcpListener::bind(&args.api_listen)
         .await

@@ -535,7 +535,7 @@ mod tests {
         let store = skiff_store::Store::open(skiff_store::StoreConfig::new(dir.path()))
             .await
             .unwrap();
-        let registry = Registry::new(crate::Storage::Local(store));
+        let registry = Registry::new(crate::Storage::local(store));
         registry.ensure_default_namespaces().await.unwrap();
         let write = Write::new("test", false);
         let quotas = Target {

@@ -31,14 +31,14 @@ pub fn render(registry: &Registry) -> String {
         let _ = writeln!(
             out,
             "skiff_storage_requests_total{{operation=\"{operation}\"}} {}",
-            requests::total(operation)
+            registry.storage().requests().total(operation)
         );
     }
     out.push_str(
         "# HELP skiff_storage_watches_total Watches the apiserver opened on the store, by the start of their key range.\n\
          # TYPE skiff_storage_watches_total counter\n",
     );
-    for (prefix, count) in requests::watches() {
+    for (prefix, count) in registry.storage().requests().watches() {
         let prefix = prefix.replace('\\', "\\\\").replace('"', "\\\"");
         let _ = writeln!(
             out,

@@ -10,7 +10,6 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::registry::{Registry, Write};
-use crate::storage::requests;
 
 fn pods() -> &'static ResourceType {
     crate::resources::find("", "v1", "pods").expect("pods are served")
@@ -28,7 +27,7 @@ async fn store() -> (Storage, tempfile::TempDir) {
     let store = skiff_store::Store::open(skiff_store::StoreConfig::new(dir.path()))
         .await
         .expect("the store opens");
-    (Storage::Local(store), dir)
+    (Storage::local(store), dir)
 }
 
 async fn registry() -> (Registry, tempfile::TempDir) {
@@ -105,8 +104,9 @@ fn names(list: &Value) -> Vec<String> {
         .collect()
 }
 
-fn store_reads() -> [u64; 3] {
-    ["get", "list", "watch"].map(requests::total)
+fn store_reads(registry: &Registry) -> [u64; 3] {
+    let requests = registry.storage().requests();
+    ["get", "list", "watch"].map(|operation| requests.total(operation))
 }
 
 /// Reads a subscription's live queue: (type, name, revision).
@@ -144,10 +144,11 @@ async fn a_list_at_resource_version_0_reads_nothing_from_the_store() {
     // The cache opens its store watch just after its list: wait for it,
     // so that a slow start is not counted as a read of the lists below.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while requests::total("watch") == 0 && std::time::Instant::now() < deadline {
+    while registry.storage().requests().total("watch") == 0 && std::time::Instant::now() < deadline
+    {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let before = store_reads();
+    let before = store_reads(&registry);
     for _ in 0..20 {
         let list = registry
             .list(&in_default(), &list_options("0"))
@@ -176,7 +177,7 @@ async fn a_list_at_resource_version_0_reads_nothing_from_the_store() {
         .unwrap_err();
     assert_eq!(missing.code, 404);
     assert_eq!(
-        store_reads(),
+        store_reads(&registry),
         before,
         "get, list, watch requests to the store"
     );
@@ -457,9 +458,7 @@ async fn a_watch_from_before_the_ring_is_too_old_and_a_relist_restarts_watchers(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_watcher_from_a_compacted_revision_is_too_old() {
     let (storage, _dir) = store().await;
-    let Storage::Local(store) = &storage else {
-        unreachable!()
-    };
+    let store = storage.local_store().expect("a local store");
     let first = storage
         .create("/registry/core/pods/default/a", b"{}".to_vec())
         .await
@@ -567,7 +566,7 @@ async fn initial_events_end_with_a_bookmark_when_asked() {
 async fn a_thousand_watchers_see_every_event_in_order_from_one_store_watch() {
     let (registry, _dir) = registry().await;
     let from = create(&registry, "seed", "web").await;
-    let watches_before = requests::total("watch");
+    let watches_before = registry.storage().requests().total("watch");
     let mut readers = Vec::new();
     for _ in 0..1000 {
         let options = crate::watch::WatchOptions {
@@ -635,7 +634,7 @@ async fn a_thousand_watchers_see_every_event_in_order_from_one_store_watch() {
         assert!(lines == *first);
     }
     assert!(
-        requests::total("watch") <= watches_before + 1,
+        registry.storage().requests().total("watch") <= watches_before + 1,
         "a thousand watchers, at most one store watch"
     );
 }

@@ -70,9 +70,16 @@ pub enum StorageError {
 
 pub type StorageResult<T> = Result<T, StorageError>;
 
-/// The store behind the registry. Cheap to clone.
+/// The store behind the registry, with the count of requests sent to it.
+/// Cheap to clone (clones share the counts).
 #[derive(Clone)]
-pub enum Storage {
+pub struct Storage {
+    backend: Backend,
+    requests: std::sync::Arc<requests::Requests>,
+}
+
+#[derive(Clone)]
+enum Backend {
     /// The skiff store member in this process.
     Local(skiff_store::Store),
     /// An etcd v3 endpoint (skiff or etcd) over gRPC.
@@ -127,55 +134,91 @@ impl ChangeStream {
     }
 }
 
-/// Requests the store has answered, by operation, for `/metrics`
-/// (`skiff_storage_requests_total`). Process-wide: one apiserver serves
-/// one store per process.
+/// Requests sent to a store, by operation, for `/metrics`
+/// (`skiff_storage_requests_total`, `skiff_storage_watches_total`).
 pub mod requests {
+    use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
 
     /// The operations counted, as the metric's `operation` label.
     pub const OPERATIONS: [&str; 6] = ["get", "list", "watch", "create", "update", "delete"];
 
-    static COUNTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+    #[derive(Default)]
+    pub struct Requests {
+        counts: [AtomicU64; 6],
+        /// Watches opened, by the start of their key range (a resource's
+        /// prefix): what a resource's watchers cost the store.
+        watches: Mutex<BTreeMap<String, u64>>,
+    }
 
-    pub(super) fn count(operation: &str) {
-        if let Some(i) = OPERATIONS.iter().position(|o| *o == operation) {
-            COUNTS[i].fetch_add(1, Ordering::Relaxed);
+    impl Requests {
+        pub(super) fn count(&self, operation: &str) {
+            if let Some(i) = OPERATIONS.iter().position(|o| *o == operation) {
+                self.counts[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+
+        pub(super) fn count_watch(&self, start: &str) {
+            self.count("watch");
+            let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+            *watches.entry(start.to_string()).or_default() += 1;
+        }
+
+        /// How many requests of `operation` were sent so far.
+        pub fn total(&self, operation: &str) -> u64 {
+            OPERATIONS
+                .iter()
+                .position(|o| *o == operation)
+                .map_or(0, |i| self.counts[i].load(Ordering::Relaxed))
+        }
+
+        /// Every key range watched so far, with its number of watches.
+        pub fn watches(&self) -> Vec<(String, u64)> {
+            let watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+            watches.iter().map(|(k, v)| (k.clone(), *v)).collect()
+        }
+    }
+}
+
+impl Storage {
+    /// The skiff store member in this process.
+    pub fn local(store: skiff_store::Store) -> Storage {
+        Storage::new(Backend::Local(store))
+    }
+
+    /// An etcd v3 endpoint (skiff or etcd) over gRPC.
+    pub fn etcd(etcd: EtcdStorage) -> Storage {
+        Storage::new(Backend::Etcd(etcd))
+    }
+
+    fn new(backend: Backend) -> Storage {
+        Storage {
+            backend,
+            requests: Default::default(),
         }
     }
 
-    /// Watches opened so far, by the start of their key range (a
-    /// resource's prefix): what a resource's watchers cost the store.
-    static WATCHES: std::sync::Mutex<std::collections::BTreeMap<String, u64>> =
-        std::sync::Mutex::new(std::collections::BTreeMap::new());
-
-    pub(super) fn count_watch(start: &str) {
-        count("watch");
-        let mut watches = WATCHES.lock().unwrap_or_else(|e| e.into_inner());
-        *watches.entry(start.to_string()).or_default() += 1;
+    /// The store member in this process, if it is one.
+    pub fn local_store(&self) -> Option<&skiff_store::Store> {
+        match &self.backend {
+            Backend::Local(store) => Some(store),
+            Backend::Etcd(_) => None,
+        }
     }
 
-    /// Every key range watched so far, with its number of watches.
-    pub fn watches() -> Vec<(String, u64)> {
-        let watches = WATCHES.lock().unwrap_or_else(|e| e.into_inner());
-        watches.iter().map(|(k, v)| (k.clone(), *v)).collect()
-    }
-
-    /// How many requests of `operation` the store was sent so far.
-    pub fn total(operation: &str) -> u64 {
-        OPERATIONS
-            .iter()
-            .position(|o| *o == operation)
-            .map_or(0, |i| COUNTS[i].load(Ordering::Relaxed))
+    /// The requests sent to the store so far.
+    pub fn requests(&self) -> &requests::Requests {
+        &self.requests
     }
 }
 
 impl Storage {
     pub async fn get(&self, key: &str) -> StorageResult<Option<Kv>> {
-        requests::count("get");
-        match self {
-            Storage::Local(s) => local::get(s, key).await,
-            Storage::Etcd(e) => e.get(key).await,
+        self.requests.count("get");
+        match &self.backend {
+            Backend::Local(s) => local::get(s, key).await,
+            Backend::Etcd(e) => e.get(key).await,
         }
     }
 
@@ -188,49 +231,49 @@ impl Storage {
         revision: i64,
         limit: i64,
     ) -> StorageResult<Page> {
-        requests::count("list");
-        match self {
-            Storage::Local(s) => local::list(s, start, end, revision, limit).await,
-            Storage::Etcd(e) => e.list(start, end, revision, limit).await,
+        self.requests.count("list");
+        match &self.backend {
+            Backend::Local(s) => local::list(s, start, end, revision, limit).await,
+            Backend::Etcd(e) => e.list(start, end, revision, limit).await,
         }
     }
 
     /// Puts `value` at `key` if it does not exist; its revision.
     pub async fn create(&self, key: &str, value: Vec<u8>) -> StorageResult<i64> {
-        requests::count("create");
-        match self {
-            Storage::Local(s) => local::create(s, key, value).await,
-            Storage::Etcd(e) => e.create(key, value).await,
+        self.requests.count("create");
+        match &self.backend {
+            Backend::Local(s) => local::create(s, key, value).await,
+            Backend::Etcd(e) => e.create(key, value).await,
         }
     }
 
     /// Puts `value` at `key` if its mod revision is `expected`; the new
     /// revision, or `Conflict`.
     pub async fn update(&self, key: &str, value: Vec<u8>, expected: i64) -> StorageResult<i64> {
-        requests::count("update");
-        match self {
-            Storage::Local(s) => local::update(s, key, value, expected).await,
-            Storage::Etcd(e) => e.update(key, value, expected).await,
+        self.requests.count("update");
+        match &self.backend {
+            Backend::Local(s) => local::update(s, key, value, expected).await,
+            Backend::Etcd(e) => e.update(key, value, expected).await,
         }
     }
 
     /// Deletes `key` if its mod revision is `expected`; the deletion's
     /// revision, or `Conflict`.
     pub async fn delete(&self, key: &str, expected: i64) -> StorageResult<i64> {
-        requests::count("delete");
-        match self {
-            Storage::Local(s) => local::delete(s, key, expected).await,
-            Storage::Etcd(e) => e.delete(key, expected).await,
+        self.requests.count("delete");
+        match &self.backend {
+            Backend::Local(s) => local::delete(s, key, expected).await,
+            Backend::Etcd(e) => e.delete(key, expected).await,
         }
     }
 
     /// Changes to keys in `[start, end)` from revision `from` on (with the
     /// previous value of each).
     pub async fn watch(&self, start: &str, end: &str, from: i64) -> StorageResult<ChangeStream> {
-        requests::count_watch(start);
-        match self {
-            Storage::Local(s) => local::watch(s, start, end, from).map(ChangeStream::Local),
-            Storage::Etcd(e) => e.watch(start, end, from).await.map(ChangeStream::Etcd),
+        self.requests.count_watch(start);
+        match &self.backend {
+            Backend::Local(s) => local::watch(s, start, end, from).map(ChangeStream::Local),
+            Backend::Etcd(e) => e.watch(start, end, from).await.map(ChangeStream::Etcd),
         }
     }
 
