@@ -39,7 +39,9 @@ enum Command {
     /// over real etcd (`--store-endpoints`), side by side: pod create
     /// throughput, list latency (full and by label, cached and
     /// consistent), watch fan-out latency and the API server's memory, in
-    /// one table with ratios and the targets.
+    /// one table with ratios and the targets. Also `apiserver`, the name
+    /// DESIGN.md gives it.
+    #[command(alias = "apiserver")]
     Api(api::ApiArgs),
 }
 
