@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::data_root::DataRoot;
-use crate::machine;
 use crate::report;
 use crate::versus::progress::Progress;
 use crate::versus::system::{self, Program};
@@ -374,35 +373,14 @@ fn raise_open_files_limit(plan: &Plan) {
 }
 
 fn print_setup(plan: &Plan, skiff: &Program, etcd: Option<&Program>, root: &Path) {
-    let args: Vec<String> = std::env::args().collect();
-    println!("skiff-bench api");
-    println!("command: {}", args.join(" "));
-    for line in machine::describe() {
-        println!("{line}");
-    }
-    println!(
-        "data:    {} [{}]",
-        root.display(),
-        machine::filesystem_of(root)
+    crate::versus::print_common_setup(
+        "api",
+        skiff,
+        etcd,
+        root,
+        "as shipped, under `skiff up --store-endpoints`",
+        "the etcd column is skipped and only the in-process store is measured",
     );
-    println!("load:    {} (before the run)", load_average());
-    println!("skiff:   {} ({})", skiff.path.display(), skiff.version);
-    match etcd {
-        Some(etcd) => println!(
-            "etcd:    {} ({}; as shipped), under `skiff up --store-endpoints`",
-            etcd.path.display(),
-            etcd.version
-        ),
-        None => {
-            let skipped = format!(
-                "etcd is NOT INSTALLED: the etcd column is skipped and only the in-process store is measured; \
-                 install it with `apt-get install -y {}` to get the side-by-side figures",
-                system::ETCD_PACKAGE
-            );
-            println!("etcd:    {skipped}");
-            eprintln!("skiff-bench: {skipped}");
-        }
-    }
     println!(
         "servers: `skiff up` (in-process store), then etcd + `skiff up --store-endpoints`; one at a time, on 127.0.0.1"
     );

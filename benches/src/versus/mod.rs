@@ -446,9 +446,19 @@ async fn workloads(cluster: &Cluster, plan: &Plan, progress: &Progress) -> Resul
     })
 }
 
-fn print_setup(plan: &Plan, skiff: &Program, etcd: Option<&Program>, root: &Path) {
+/// The lines every side-by-side benchmark opens with: the command, the
+/// machine, the data directory, the load, and the two programs (`etcd_as`:
+/// how etcd runs; `skipped_means`: what is left out without it).
+pub(crate) fn print_common_setup(
+    name: &str,
+    skiff: &Program,
+    etcd: Option<&Program>,
+    root: &Path,
+    etcd_as: &str,
+    skipped_means: &str,
+) {
     let args: Vec<String> = std::env::args().collect();
-    println!("skiff-bench versus");
+    println!("skiff-bench {name}");
     println!("command: {}", args.join(" "));
     for line in machine::describe() {
         println!("{line}");
@@ -462,13 +472,13 @@ fn print_setup(plan: &Plan, skiff: &Program, etcd: Option<&Program>, root: &Path
     println!("skiff:   {} ({})", skiff.path.display(), skiff.version);
     match etcd {
         Some(etcd) => println!(
-            "etcd:    {} ({}; as shipped: fsync on, default heartbeat and snapshot settings)",
+            "etcd:    {} ({}; {etcd_as})",
             etcd.path.display(),
             etcd.version
         ),
         None => {
             let skipped = format!(
-                "etcd is NOT INSTALLED: its side is skipped and only skiff is measured; \
+                "etcd is NOT INSTALLED: {skipped_means}; \
                  install it with `apt-get install -y {}` to get the side-by-side figures",
                 system::ETCD_PACKAGE
             );
@@ -476,6 +486,17 @@ fn print_setup(plan: &Plan, skiff: &Program, etcd: Option<&Program>, root: &Path
             eprintln!("skiff-bench: {skipped}");
         }
     }
+}
+
+fn print_setup(plan: &Plan, skiff: &Program, etcd: Option<&Program>, root: &Path) {
+    print_common_setup(
+        "versus",
+        skiff,
+        etcd,
+        root,
+        "as shipped: fsync on, default heartbeat and snapshot settings",
+        "its side is skipped and only skiff is measured",
+    );
     let counts: Vec<String> = plan.members.iter().map(|&n| members_label(n)).collect();
     println!(
         "members: {}; each system alone on the machine while it runs (skiff first), processes on 127.0.0.1",
