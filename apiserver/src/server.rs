@@ -471,6 +471,12 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
         _ => field_validation::Mode::from_query(query)?,
     };
     let manager = field_manager(query, headers)?;
+    // Who writes, and whether for real (dryRun is read only by writes).
+    let write = || Ok::<_, ApiError>(Write::new(manager, dry_run(query)?));
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let target = Target {
         resource,
         namespace: route.namespace.as_deref(),
@@ -544,42 +550,26 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
         }
         (&Method::PUT, Some(name), Some("scale")) => {
             let scale = crate::object::parse_body(body)?;
-            let scale = crate::subresources::put_scale(
-                registry,
-                &target,
-                name,
-                scale,
-                &Write::new(manager, dry_run(query)?),
-            )
-            .await?;
+            let scale =
+                crate::subresources::put_scale(registry, &target, name, scale, &write()?).await?;
             Ok(json_response(StatusCode::OK, &scale))
         }
         (&Method::PATCH, Some(name), Some("scale")) => {
-            let content_type = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
             let scale = crate::subresources::patch_scale(
                 registry,
                 &target,
                 name,
                 content_type,
                 body,
-                &Write::new(manager, dry_run(query)?),
+                &write()?,
             )
             .await?;
             Ok(json_response(StatusCode::OK, &scale))
         }
         (&Method::POST, Some(name), Some("binding")) => {
             let binding = crate::object::parse_body(body)?;
-            let status = crate::subresources::bind(
-                registry,
-                &target,
-                name,
-                binding,
-                &Write::new(manager, dry_run(query)?),
-            )
-            .await?;
+            let status =
+                crate::subresources::bind(registry, &target, name, binding, &write()?).await?;
             Ok(json_response(StatusCode::CREATED, &status))
         }
         (&Method::POST, Some(name), Some("eviction")) => {
@@ -615,7 +605,7 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
             let object = crate::object::parse_body(body)?;
             let warnings = field_validation::check(served, validation, &object, Some(body))?;
             let object = convert::incoming(served, object)?;
-            let write = Write::new(manager, dry_run(query)?);
+            let write = write()?;
             let created = registry.create(&target, object, &write).await?;
             let created = convert::outgoing(served, created);
             Ok(warned_response(StatusCode::CREATED, &created, &warnings))
@@ -624,16 +614,12 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
             let object = crate::object::parse_body(body)?;
             let warnings = field_validation::check(served, validation, &object, Some(body))?;
             let object = convert::incoming(served, object)?;
-            let write = Write::new(manager, dry_run(query)?);
+            let write = write()?;
             let updated = registry.update(&target, name, object, sub, &write).await?;
             let updated = convert::outgoing(served, updated);
             Ok(warned_response(StatusCode::OK, &updated, &warnings))
         }
         (&Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
-            let content_type = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
             // Fields given twice in the patch itself, then unknown fields
             // of the patched object.
             let duplicates = match validation {
@@ -668,7 +654,7 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
                     }],
                 ));
             }
-            let write = Write::new(manager, dry_run(query)?);
+            let write = write()?;
             let patch = crate::registry::Patch {
                 content_type,
                 body,
