@@ -3,9 +3,10 @@
 //! validating webhook's denial is the client's error, selectors and rules
 //! pick what is sent, and a webhook that is down, answers 500 or is too
 //! slow fails the request under failurePolicy Fail and is passed over
-//! under Ignore.
+//! under Ignore. Over https the webhook's caBundle decides whom to trust.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
@@ -16,6 +17,10 @@ use serde_json::{json, Value};
 use skiff_tests::api_server::ApiServer;
 use skiff_tests::kube_http::KubeHttp;
 use skiff_tests::kubectl::{kubectl_or_skip, Kubectl};
+use tokio::sync::mpsc;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::PrivateKeyDer;
+use tokio_rustls::server::TlsStream;
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
 const MUTATING: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
@@ -69,17 +74,94 @@ async fn slow(Json(review): Json<Value>) -> Json<Value> {
     Json(allow(&review, None))
 }
 
-/// Serves the webhooks; returns the address.
-async fn serve_webhooks() -> Result<SocketAddr> {
-    let app = Router::new()
+fn webhook_app() -> Router {
+    Router::new()
         .route("/mutate", post(mutate))
         .route("/deny", post(deny))
         .route("/broken", post(broken))
-        .route("/slow", post(slow));
+        .route("/slow", post(slow))
+}
+
+/// Serves the webhooks over plain http; returns the address.
+async fn serve_webhooks() -> Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(async move { axum::serve(listener, webhook_app()).await });
     Ok(addr)
+}
+
+/// A self-signed certificate for 127.0.0.1 and localhost, and its key.
+fn serving_certificate() -> Result<rcgen::CertifiedKey<rcgen::KeyPair>> {
+    Ok(rcgen::generate_simple_self_signed(vec![
+        "127.0.0.1".to_string(),
+        "localhost".to_string(),
+    ])?)
+}
+
+/// A self-signed CA certificate of no webhook, as a caBundle.
+fn unrelated_ca_bundle() -> Result<String> {
+    let mut params = rcgen::CertificateParams::new(Vec::new())?;
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "unrelated webhook CA");
+    let ca = params.self_signed(&rcgen::KeyPair::generate()?)?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(ca.pem()))
+}
+
+/// Serves the webhooks over TLS with a new self-signed certificate for
+/// 127.0.0.1 and localhost; the address and the caBundle that trusts it.
+async fn serve_webhooks_over_tls() -> Result<(SocketAddr, String)> {
+    let certified = serving_certificate()?;
+    let key = PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(vec![certified.cert.der().clone()], key)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = tcp.local_addr()?;
+    let (handshaken, incoming) = mpsc::channel(16);
+    tokio::spawn(async move {
+        while let Ok((stream, peer)) = tcp.accept().await {
+            let (acceptor, handshaken) = (acceptor.clone(), handshaken.clone());
+            // A client that does not trust the certificate ends its
+            // handshake; that connection is dropped here.
+            tokio::spawn(async move {
+                if let Ok(tls) = acceptor.accept(stream).await {
+                    let _ = handshaken.send((tls, peer)).await;
+                }
+            });
+        }
+    });
+    let listener = TlsListener { addr, incoming };
+    tokio::spawn(async move { axum::serve(listener, webhook_app()).await });
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(certified.cert.pem());
+    Ok((addr, ca_bundle))
+}
+
+/// The TLS connections whose handshake completed, for `axum::serve`.
+struct TlsListener {
+    addr: SocketAddr,
+    incoming: mpsc::Receiver<(TlsStream<tokio::net::TcpStream>, SocketAddr)>,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.incoming.recv().await {
+            Some(handshaken) => handshaken,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.addr)
+    }
 }
 
 /// A webhook on pod CREATE with `url`, `policy`, and an objectSelector on
@@ -298,5 +380,78 @@ async fn failing_webhooks_fail_or_are_ignored_by_their_policy() -> Result<()> {
             "{refused}"
         );
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_webhooks_are_trusted_through_their_ca_bundle() -> Result<()> {
+    let server = ApiServer::start().await?;
+    let http = server.http()?;
+    let (addr, ca_bundle) = serve_webhooks_over_tls().await?;
+    let unrelated = unrelated_ca_bundle()?;
+    let port = addr.port();
+    let https = |name: &str, host: &str, bundle: &str, policy: &str, selector: &str| {
+        let mut hook = webhook(
+            name,
+            &format!("https://{host}:{port}/mutate"),
+            policy,
+            selector,
+            json!({}),
+        );
+        hook["clientConfig"]["caBundle"] = json!(bundle);
+        hook
+    };
+    let hooks = vec![
+        https("ip.example.com", "127.0.0.1", &ca_bundle, "Fail", "ip"),
+        https("dns.example.com", "localhost", &ca_bundle, "Fail", "dns"),
+        https(
+            "untrusted.example.com",
+            "127.0.0.1",
+            &unrelated,
+            "Fail",
+            "untrusted",
+        ),
+        https(
+            "untrusted-ok.example.com",
+            "127.0.0.1",
+            &unrelated,
+            "Ignore",
+            "untrusted-ok",
+        ),
+    ];
+    create(
+        &http,
+        MUTATING,
+        &configuration("MutatingWebhookConfiguration", "tls-labeller", hooks),
+    )
+    .await?;
+
+    for label in ["ip", "dns"] {
+        let patched = create(&http, PODS, &pod(label, label)).await?;
+        assert_eq!(
+            patched["metadata"]["labels"]["mutated"], "yes",
+            "{label}: {patched}"
+        );
+    }
+
+    let reply = http.post(PODS, &pod("untrusted", "untrusted")).await?;
+    let status = expect(&reply, 500, "an untrusted webhook under Fail")?;
+    assert_eq!(status["reason"], "InternalError");
+    let message = status["message"].as_str().unwrap_or("");
+    let url = format!("https://127.0.0.1:{port}/mutate");
+    assert_eq!(
+        message,
+        format!(
+            "Internal error occurred: failed calling webhook \"untrusted.example.com\": failed to call webhook: \
+             Post {url:?}: tls: failed to verify certificate: x509: certificate signed by unknown authority"
+        )
+    );
+    assert_eq!(http.get(&format!("{PODS}/untrusted")).await?.status, 404);
+
+    let unmutated = create(&http, PODS, &pod("untrusted-ok", "untrusted-ok")).await?;
+    ensure!(
+        unmutated["metadata"]["labels"].get("mutated").is_none(),
+        "an untrusted webhook under Ignore is passed over: {unmutated}"
+    );
     Ok(())
 }

@@ -174,7 +174,8 @@ impl Caller {
         );
         let uid = crate::object::new_uid();
         let body = serde_json::to_vec(&review::request(attrs, &uid)).unwrap_or_default();
-        let answer = client::post_json(url, body, timeout)
+        let ca_bundle = webhook["clientConfig"]["caBundle"].as_str();
+        let answer = client::post_json(url, ca_bundle, body, timeout)
             .await
             .map_err(|e| format!("failed to call webhook: {e}"))
             .and_then(|body| review::verdict(&name, &uid, &body));
