@@ -44,7 +44,13 @@ pub async fn serve(
             let mut delay = std::time::Duration::from_millis(100);
             loop {
                 match registry.ensure_default_namespaces().await {
-                    Ok(()) => return,
+                    Ok(()) => {
+                        // As kube-apiserver: every resource's watch cache
+                        // fills once the store takes requests, so the first
+                        // list or watch of a resource does not wait for it.
+                        registry.start_watch_caches();
+                        return;
+                    }
                     Err(err) => {
                         tracing::debug!(error = %err, "default namespaces not created yet; retrying");
                         tokio::time::sleep(delay).await;

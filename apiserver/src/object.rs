@@ -154,34 +154,49 @@ pub fn from_stored(resource: &ResourceType, bytes: &[u8], revision: i64) -> ApiR
     Ok(object)
 }
 
-/// A stored object as served, as JSON bytes, without parsing it: its
-/// resourceVersion (`revision`) spliced in as the first field of its
-/// metadata. `None` when the bytes are not what [`to_stored`] writes (no
-/// top-level `apiVersion`, `kind` and `metadata` object, or a metadata that
-/// already has a resourceVersion); [`from_stored`] then serves it.
-pub fn served_json(stored: &[u8], revision: i64) -> Option<Vec<u8>> {
-    let layout = scan_top_level(stored)?;
-    let at = layout.metadata_body?;
-    if !(layout.api_version && layout.kind) || layout.metadata_has_resource_version {
-        return None;
-    }
-    let rest = &stored[at..];
-    let empty = rest
-        .iter()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|b| *b == b'}');
-    let field = format!(
-        "\"resourceVersion\":\"{revision}\"{}",
-        if empty { "" } else { "," }
-    );
-    let mut out = Vec::with_capacity(stored.len() + field.len());
-    out.extend_from_slice(&stored[..at]);
-    out.extend_from_slice(field.as_bytes());
-    out.extend_from_slice(rest);
-    Some(out)
+/// Where a stored object's resourceVersion goes when it is served as
+/// JSON bytes without parsing it: as the first field of its metadata.
+/// Found once per object (the watch cache keeps it), used for every list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Splice {
+    /// Just after the `{` of the top-level metadata.
+    at: u32,
+    /// Whether the metadata is `{}` (no comma after the field).
+    empty: bool,
 }
 
-/// What [`served_json`] needs to know of an object's JSON.
+impl Splice {
+    /// `None` when `stored` is not what [`to_stored`] writes.
+    pub fn find(stored: &[u8]) -> Option<Splice> {
+        let layout = scan_top_level(stored)?;
+        let at = layout.metadata_body?;
+        if !(layout.api_version && layout.kind) || layout.metadata_has_resource_version {
+            return None;
+        }
+        let empty = stored[at..]
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|b| *b == b'}');
+        Some(Splice {
+            at: u32::try_from(at).ok()?,
+            empty,
+        })
+    }
+
+    /// Appends `stored`, which this splice was found in, as served at
+    /// `revision`.
+    pub fn write(self, out: &mut Vec<u8>, stored: &[u8], revision: i64) {
+        let at = (self.at as usize).min(stored.len());
+        out.extend_from_slice(&stored[..at]);
+        out.extend_from_slice(b"\"resourceVersion\":\"");
+        // Writing to a Vec cannot fail.
+        let _ = std::io::Write::write_fmt(out, format_args!("{revision}"));
+        out.extend_from_slice(if self.empty { b"\"" } else { b"\"," });
+        out.extend_from_slice(&stored[at..]);
+    }
+}
+
+/// What [`Splice::find`] needs to know of an object's JSON.
 #[derive(Default)]
 struct Layout {
     api_version: bool,
@@ -317,6 +332,12 @@ mod tests {
         assert_eq!(uid.len(), 36);
         assert_eq!(&uid[14..15], "4");
         assert_ne!(uid, new_uid());
+    }
+
+    fn served_json(stored: &[u8], revision: i64) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        Splice::find(stored)?.write(&mut out, stored, revision);
+        Some(out)
     }
 
     #[test]

@@ -948,6 +948,14 @@ impl Registry {
             .max(0)
     }
 
+    /// Starts the watch cache of every built-in resource (custom ones start
+    /// on first use).
+    pub fn start_watch_caches(&self) {
+        for resource in crate::resources::all() {
+            self.cache.resource(resource, 0);
+        }
+    }
+
     /// A list the watch cache can serve, as the JSON body of the reply,
     /// built from each object's stored bytes without parsing them (the
     /// path of a plain `GET …/pods?resourceVersion=0`). `None`: the cache
@@ -970,12 +978,9 @@ impl Registry {
             if i > 0 {
                 body.push(b',');
             }
-            match object::served_json(&object.stored, object.mod_revision) {
-                Some(json) => body.extend(json),
-                None => {
-                    let value = object.served(resource, object.mod_revision)?;
-                    body.extend(serde_json::to_vec(&value).unwrap_or_default());
-                }
+            if !object.write_served(&mut body, object.mod_revision) {
+                let value = object.served(resource, object.mod_revision)?;
+                body.extend(serde_json::to_vec(&value).unwrap_or_default());
             }
         }
         body.extend_from_slice(b"],\"kind\":");

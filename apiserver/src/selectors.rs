@@ -74,6 +74,11 @@ impl LabelSelector {
             .all(|r| r.matches(labels.get(&r.key).and_then(Value::as_str)))
     }
 
+    /// Whether an object whose label `key` is `label(key)` is selected.
+    pub fn matches_by<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.requirements.iter().all(|r| r.matches(label(&r.key)))
+    }
+
     /// Whether `object` (its `metadata.labels`) is selected.
     pub fn matches_object(&self, object: &Value) -> bool {
         let empty = Map::new();
@@ -613,6 +618,11 @@ struct FieldTerm {
 const META_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
 
 /// The fields a kind supports, when Kubernetes gives it its own list.
+/// The fields a field selector may name for objects of `kind`.
+pub fn supported_fields(kind: &str) -> &'static [&'static str] {
+    kind_fields(kind).unwrap_or(META_FIELDS)
+}
+
 fn kind_fields(kind: &str) -> Option<&'static [&'static str]> {
     Some(match kind {
         "Pod" => &[
@@ -726,10 +736,18 @@ impl FieldSelector {
             .iter()
             .all(|t| (field_value(object, &t.field) == t.value) == t.equals)
     }
+
+    /// Whether an object whose [`field_value`] of each field is
+    /// `value(field)` is selected (`None` reads as the empty string).
+    pub fn matches_by<'a>(&self, value: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.terms
+            .iter()
+            .all(|t| (value(&t.field).unwrap_or("") == t.value) == t.equals)
+    }
 }
 
 /// The value Kubernetes indexes for `field` of `object`, as a string.
-fn field_value(object: &Value, field: &str) -> String {
+pub fn field_value(object: &Value, field: &str) -> String {
     let at = |path: &str| path.split('.').try_fold(object, |v, part| v.get(part));
     let text = |path: &str| at(path).map(scalar_text).unwrap_or_default();
     match field {

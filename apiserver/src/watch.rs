@@ -7,6 +7,7 @@
 //! with a 410 Status, as Kubernetes answers.
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -158,6 +159,9 @@ struct Watching {
     /// Flips when the server stops: the stream then ends cleanly.
     stopping: tokio::sync::watch::Receiver<bool>,
     deadline: Option<tokio::time::Instant>,
+    /// Fires at the deadline: one timer for the watch's whole life, not
+    /// one per event.
+    timeout: Pin<Box<tokio::time::Sleep>>,
     initial: std::vec::IntoIter<Arc<CachedObject>>,
     /// The initial-events-end bookmark, sent after the initial objects.
     initial_end: Option<Bytes>,
@@ -174,6 +178,9 @@ impl Watching {
     ) -> Watching {
         let initial_end = (options.send_initial_events && options.allow_bookmarks)
             .then(|| bookmark(resource, subscription.revision, true));
+        let deadline = options.timeout.map(|t| tokio::time::Instant::now() + t);
+        let forever = tokio::time::Instant::now() + Duration::from_secs(3600 * 24 * 365);
+        let timeout = Box::pin(tokio::time::sleep_until(deadline.unwrap_or(forever)));
         let initial = std::mem::take(&mut subscription.initial).into_iter();
         let backlog = std::mem::take(&mut subscription.backlog).into();
         Watching {
@@ -183,7 +190,8 @@ impl Watching {
                 convert: options.convert,
             },
             stopping: registry.stopping(),
-            deadline: options.timeout.map(|t| tokio::time::Instant::now() + t),
+            deadline,
+            timeout,
             initial,
             initial_end,
             backlog,
@@ -223,8 +231,6 @@ impl Watching {
     }
 
     async fn live(&mut self) -> Option<Bytes> {
-        let forever = tokio::time::Instant::now() + Duration::from_secs(3600 * 24 * 365);
-        let deadline = self.deadline.unwrap_or(forever);
         loop {
             tokio::select! {
                 delivery = self.subscription.queue.recv() => match delivery {
@@ -240,7 +246,7 @@ impl Watching {
                         return Some(bookmark(self.render.resource, revision, false));
                     }
                 },
-                _ = tokio::time::sleep_until(deadline) => return None,
+                _ = self.timeout.as_mut() => return None,
                 _ = self.stopping.changed() => return None,
             }
         }

@@ -21,11 +21,14 @@ impl Filter {
     }
 
     fn selected(&self, object: &CachedObject) -> bool {
-        let fields = object.selectable();
+        let selectable = object.selectable();
         self.labels
             .as_ref()
-            .is_none_or(|s| s.matches_object(fields))
-            && self.fields.as_ref().is_none_or(|s| s.matches(fields))
+            .is_none_or(|s| s.matches_by(|key| selectable.label(key)))
+            && self
+                .fields
+                .as_ref()
+                .is_none_or(|s| s.matches_by(|field| selectable.field(field)))
     }
 
     pub fn in_namespace(&self, object: &CachedObject) -> bool {

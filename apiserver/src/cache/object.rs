@@ -5,40 +5,10 @@
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use crate::resources::ResourceType;
 use crate::status::ApiResult;
-
-/// The paths label and field selectors can read, for every kind
-/// (`selectors::kind_fields` lists them per kind; keep the two in step).
-/// A cached object keeps only these, so that 100 000 pods cost little more
-/// than their JSON.
-const SELECTABLE_PATHS: &[&str] = &[
-    "metadata.name",
-    "metadata.namespace",
-    "metadata.labels",
-    "spec.nodeName",
-    "spec.restartPolicy",
-    "spec.schedulerName",
-    "spec.serviceAccountName",
-    "spec.hostNetwork",
-    "spec.unschedulable",
-    "spec.clusterIP",
-    "spec.type",
-    "spec.signerName",
-    "status.phase",
-    "status.podIP",
-    "status.podIPs",
-    "status.nominatedNodeName",
-    "status.replicas",
-    "status.succeeded",
-    "involvedObject",
-    "reason",
-    "reportingComponent",
-    "source",
-    "type",
-];
 
 /// An object in the cache at one of its revisions.
 #[derive(Debug)]
@@ -48,8 +18,10 @@ pub struct CachedObject {
     pub mod_revision: i64,
     /// The value as stored (JSON without resourceVersion).
     pub stored: Bytes,
-    /// `kind` and the [`SELECTABLE_PATHS`] of the object, as JSON.
-    selectable: Value,
+    /// What label and field selectors read of the object.
+    selectable: Selectable,
+    /// Where the resourceVersion goes when the stored bytes are served.
+    splice: Option<crate::object::Splice>,
 }
 
 impl CachedObject {
@@ -63,7 +35,8 @@ impl CachedObject {
         CachedObject {
             key,
             mod_revision,
-            selectable: selectable(resource, &parsed),
+            selectable: Selectable::new(resource, &parsed),
+            splice: crate::object::Splice::find(&stored),
             stored,
         }
     }
@@ -73,37 +46,131 @@ impl CachedObject {
         crate::object::from_stored(resource, &self.stored, revision)
     }
 
+    /// Appends the object as served at `revision` to `out` without
+    /// parsing it; `false` (nothing written) when its bytes are not what
+    /// the registry stores, for [`CachedObject::served`] to serve.
+    pub fn write_served(&self, out: &mut Vec<u8>, revision: i64) -> bool {
+        match self.splice {
+            Some(splice) => {
+                splice.write(out, &self.stored, revision);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The object as selectors see it (only the fields they read).
-    pub fn selectable(&self) -> &Value {
+    pub fn selectable(&self) -> &Selectable {
         &self.selectable
     }
 
     /// Bytes this object holds, roughly: its JSON and what selectors keep.
     pub fn size(&self) -> usize {
-        self.stored.len() + self.key.len() + 128
+        self.stored.len() + self.key.len() + self.selectable.size() + 96
     }
 }
 
-fn selectable(resource: &ResourceType, object: &Value) -> Value {
-    let mut out =
-        json!({"kind": object.get("kind").and_then(Value::as_str).unwrap_or(resource.kind)});
-    for path in SELECTABLE_PATHS {
-        let mut parts = path.split('.');
-        let Some(found) = path.split('.').try_fold(object, |v, part| v.get(part)) else {
-            continue;
-        };
-        let mut at = &mut out;
-        let mut part = parts.next().unwrap_or_default();
-        for next in parts {
-            if !at.get(part).is_some_and(Value::is_object) {
-                at[part] = Value::Object(Map::new());
-            }
-            at = &mut at[part];
-            part = next;
+/// The labels and selectable field values of an object, packed so that
+/// 100 000 pods cost little more than their JSON: one string holding every
+/// label key and value and every field value back to back, and the offsets
+/// where each ends. A parsed `Value` of the same fields cost more than the
+/// whole JSON of a pod.
+#[derive(Debug)]
+pub struct Selectable {
+    text: Box<str>,
+    /// Per label, sorted by key: where its key starts, where its key ends
+    /// (and its value starts) and where its value ends.
+    labels: Box<[(u32, u32, u32)]>,
+    /// The fields a field selector may name for the kind, in that order.
+    names: &'static [&'static str],
+    /// Per name, where its value ends.
+    fields: Box<[u32]>,
+}
+
+impl Selectable {
+    fn new(resource: &ResourceType, object: &Value) -> Selectable {
+        let mut text = String::new();
+        let mut labels: Vec<(&str, &str)> = object
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .map(|labels| {
+                labels
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        labels.sort_unstable();
+        let mut label_ends = Vec::with_capacity(labels.len());
+        for (key, value) in labels {
+            let start = text.len();
+            text.push_str(key);
+            let key_end = text.len();
+            text.push_str(value);
+            label_ends.push((offset(start), offset(key_end), offset(text.len())));
         }
-        at[part] = found.clone();
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or(resource.kind);
+        let names = crate::selectors::supported_fields(kind);
+        let mut with_kind;
+        let object = match object.get("kind") {
+            Some(_) => object,
+            None => {
+                with_kind = object.clone();
+                if let Some(map) = with_kind.as_object_mut() {
+                    map.insert("kind".into(), Value::from(resource.kind));
+                }
+                &with_kind
+            }
+        };
+        let fields = names
+            .iter()
+            .map(|name| {
+                text.push_str(&crate::selectors::field_value(object, name));
+                offset(text.len())
+            })
+            .collect();
+        Selectable {
+            text: text.into_boxed_str(),
+            labels: label_ends.into_boxed_slice(),
+            names,
+            fields,
+        }
     }
-    out
+
+    /// The value of label `key`, if the object has it as a string.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        let text = |from: u32, to: u32| self.text.get(from as usize..to as usize);
+        let i = self
+            .labels
+            .binary_search_by(|&(start, key_end, _)| text(start, key_end).unwrap_or("").cmp(key))
+            .ok()?;
+        let (_, key_end, value_end) = self.labels[i];
+        text(key_end, value_end)
+    }
+
+    /// The value field selectors compare `field` with (`None` when a
+    /// selector may not name it for this kind).
+    pub fn field(&self, field: &str) -> Option<&str> {
+        let i = self.names.iter().position(|name| *name == field)?;
+        let start = match i {
+            0 => self.labels.last().map_or(0, |&(_, _, end)| end as usize),
+            _ => self.fields[i - 1] as usize,
+        };
+        self.text.get(start..self.fields[i] as usize)
+    }
+
+    fn size(&self) -> usize {
+        self.text.len() + self.labels.len() * 12 + self.fields.len() * 4 + 48
+    }
+}
+
+/// Offsets within one object's selectable text. An object is at most a
+/// few MiB, far below `u32::MAX`.
+fn offset(at: usize) -> u32 {
+    u32::try_from(at).unwrap_or(u32::MAX)
 }
 
 /// Whether a change wrote or removed its object.
@@ -199,6 +266,7 @@ pub fn encode_event(kind: &str, object: &Value) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn pods() -> &'static ResourceType {
         crate::resources::find("", "v1", "pods").unwrap()
@@ -206,11 +274,14 @@ mod tests {
 
     #[test]
     fn selectors_see_the_same_fields_as_on_the_whole_object() {
+        use crate::selectors::{FieldSelector, LabelSelector};
+        // No `kind` in the stored object: the resource's kind is used.
         let pod = json!({
-            "metadata": {"name": "p", "namespace": "ns", "labels": {"app": "web"},
+            "metadata": {"name": "p", "namespace": "ns",
+                         "labels": {"tier": "db", "app": "web", "a": "", "zz": "last", "n": 5},
                          "annotations": {"big": "x".repeat(1000)}},
             "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
-            "status": {"phase": "Running", "podIP": "10.0.0.1"},
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.1"}]},
         });
         let cached = CachedObject::new(
             pods(),
@@ -219,25 +290,66 @@ mod tests {
             Bytes::from(serde_json::to_vec(&pod).unwrap()),
         );
         let s = cached.selectable();
-        assert_eq!(s["kind"], "Pod");
-        assert_eq!(s["metadata"]["labels"]["app"], "web");
-        assert_eq!(s["spec"]["nodeName"], "n1");
-        assert_eq!(s["status"]["phase"], "Running");
-        assert!(s["metadata"].get("annotations").is_none());
-        assert!(s["spec"].get("containers").is_none());
+        assert_eq!(s.label("app"), Some("web"));
+        assert_eq!(s.label("a"), Some(""));
+        assert_eq!(s.label("zz"), Some("last"));
+        assert_eq!(s.label("n"), None, "a label that is not a string is absent");
+        assert_eq!(s.label("missing"), None);
+        assert_eq!(s.field("spec.nodeName"), Some("n1"));
+        assert_eq!(s.field("status.podIP"), Some("10.0.0.1"));
+        assert_eq!(s.field("spec.hostNetwork"), Some("false"));
+        assert_eq!(s.field("spec.containers"), None);
+        let mut whole = pod.clone();
+        whole["kind"] = json!("Pod");
         for selector in [
             "spec.nodeName=n1",
             "spec.nodeName!=n2",
+            "spec.nodeName=n2",
             "status.phase=Running",
             "metadata.name=p,metadata.namespace=ns",
+            "metadata.name=p,metadata.namespace=other",
             "status.podIP=10.0.0.1",
             "spec.hostNetwork=false",
+            "status.nominatedNodeName=",
         ] {
-            let fields = crate::selectors::FieldSelector::parse(selector).unwrap();
-            assert!(fields.matches(s), "{selector}");
+            let fields = FieldSelector::parse(selector).unwrap();
+            assert_eq!(
+                fields.matches_by(|f| s.field(f)),
+                fields.matches(&whole),
+                "{selector}"
+            );
+        }
+        for selector in [
+            "app=web",
+            "app!=web",
+            "a=",
+            "tier in (db,cache),zz",
+            "!missing",
+            "n",
+            "app,!tier",
+        ] {
+            let labels = LabelSelector::parse(selector).unwrap();
+            assert_eq!(
+                labels.matches_by(|k| s.label(k)),
+                labels.matches_object(&whole),
+                "{selector}"
+            );
         }
         let served = cached.served(pods(), 5).unwrap();
         assert_eq!(served["metadata"]["resourceVersion"], "5");
+    }
+
+    #[test]
+    fn a_secret_without_a_type_is_opaque_to_field_selectors() {
+        let secrets = crate::resources::find("", "v1", "secrets").unwrap();
+        let cached = CachedObject::new(
+            secrets,
+            "/registry/core/secrets/ns/s".into(),
+            5,
+            Bytes::from_static(br#"{"metadata":{"name":"s","namespace":"ns"}}"#),
+        );
+        assert_eq!(cached.selectable().field("type"), Some("Opaque"));
+        assert_eq!(cached.selectable().label("app"), None);
     }
 
     #[test]

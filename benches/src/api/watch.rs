@@ -233,7 +233,9 @@ fn on_event(
     marker: &[u8],
     outcome: &mut WatcherOutcome,
 ) {
-    if line.is_empty() || find(line, b"\"type\":\"BOOKMARK\"").is_some() {
+    // The server writes "type" first: a bookmark is known by its start,
+    // without scanning the rest of every line.
+    if line.is_empty() || line.starts_with(b"{\"type\":\"BOOKMARK\"") {
         return;
     }
     let Some(seq) = sequence(line, marker).filter(|&s| s < shared.sent.len()) else {
