@@ -572,8 +572,9 @@ impl Registry {
                 ))
             }
             None => {
-                if resource.has_subresource("status") {
-                    // The main resource does not change the status.
+                // The main resource does not change the status; a binding
+                // does (it marks the pod scheduled).
+                if resource.has_subresource("status") && write.via != Some("binding") {
                     match current.get("status") {
                         Some(status) => object["status"] = status.clone(),
                         None => {
@@ -949,10 +950,20 @@ impl Registry {
     }
 
     /// Starts the watch cache of every built-in resource (custom ones start
-    /// on first use).
+    /// on first use). On the in-process store each starts from the oldest
+    /// revision the store still has and replays what followed into its
+    /// ring, so that a client resuming a watch across an apiserver restart
+    /// misses nothing the store kept. Over etcd each starts at the newest
+    /// revision, as kube-apiserver's do: etcd 3.4 answers a progress
+    /// request for a watch still replaying history with its newest
+    /// revision, which would make the cache claim changes it has not seen.
     pub fn start_watch_caches(&self) {
+        let start_at = match self.storage.local_store() {
+            Some(_) => 1,
+            None => 0,
+        };
         for resource in crate::resources::all() {
-            self.cache.resource(resource, 0);
+            self.cache.resource(resource, start_at);
         }
     }
 

@@ -212,12 +212,37 @@ pub async fn bind(
         ));
     }
     pod["spec"]["nodeName"] = json!(node);
+    mark_scheduled(&mut pod);
     let write = Write {
         via: Some("binding"),
         ..*write
     };
     registry.update(target, name, pod, None, &write).await?;
     Ok(success(201))
+}
+
+/// Sets the pod's `PodScheduled` condition True, as a binding does.
+fn mark_scheduled(pod: &mut Value) {
+    let condition = json!({
+        "type": "PodScheduled",
+        "status": "True",
+        "lastProbeTime": null,
+        "lastTransitionTime": object::now(),
+    });
+    if !pod["status"].is_object() {
+        pod["status"] = json!({});
+    }
+    let conditions = &mut pod["status"]["conditions"];
+    if !conditions.is_array() {
+        *conditions = json!([]);
+    }
+    if let Some(list) = conditions.as_array_mut() {
+        match list.iter_mut().find(|c| c["type"] == "PodScheduled") {
+            Some(existing) if existing["status"] == "True" => {}
+            Some(existing) => *existing = condition,
+            None => list.push(condition),
+        }
+    }
 }
 
 /// Whether a pod counts as healthy for a disruption budget.

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use crate::cluster::ClusterCommand;
+use crate::control_plane::SchedulerArgs;
 use crate::member::MemberArgs;
 use crate::store::StoreArgs;
 use crate::up::{ServerArgs, UpArgs};
@@ -38,6 +39,8 @@ pub enum Command {
     Cluster(ClusterCommand),
     /// List, add and remove store members, or move the leadership.
     Member(MemberArgs),
+    /// The scheduler alone, for the API of a kubeconfig.
+    Scheduler(SchedulerArgs),
 }
 
 impl Command {
@@ -45,9 +48,11 @@ impl Command {
     pub fn default_log_level(&self) -> &'static str {
         match self {
             // raft-rs narrates every election; the store logs leadership itself.
-            Command::Store(_) | Command::Cluster(_) | Command::Up(_) | Command::Server(_) => {
-                "info,raft=warn"
-            }
+            Command::Store(_)
+            | Command::Cluster(_)
+            | Command::Up(_)
+            | Command::Server(_)
+            | Command::Scheduler(_) => "info,raft=warn",
             Command::Member(_) => "warn",
         }
     }
@@ -61,6 +66,7 @@ impl Cli {
             Command::Store(args) => crate::store::run(args).await,
             Command::Cluster(command) => command.run().await,
             Command::Member(args) => args.run().await,
+            Command::Scheduler(args) => crate::control_plane::scheduler(args).await,
         }
     }
 }

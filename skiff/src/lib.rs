@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod client;
 pub mod cluster;
+pub mod control_plane;
 pub mod kubeconfig;
 pub mod member;
 pub mod shutdown;

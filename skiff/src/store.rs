@@ -110,12 +110,22 @@ pub struct ApiServing {
     pub listen: String,
     /// Written once the API listens: a kubeconfig for kubectl.
     pub kubeconfig: PathBuf,
+    /// The scheduler's KubeSchedulerConfiguration file, if not the default.
+    pub scheduler_config: Option<PathBuf>,
+    /// Whether the scheduler runs beside the API.
+    pub scheduler: bool,
 }
 
 /// Runs a store member, and the Kubernetes API over it if `api` is given,
 /// until SIGINT or SIGTERM, then closes both cleanly.
 pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> {
     let cluster = args.cluster_config()?;
+    let scheduler_config = match &api {
+        Some(api) if api.scheduler => Some(crate::control_plane::scheduler_config(
+            api.scheduler_config.as_deref(),
+        )?),
+        _ => None,
+    };
     let mut signals = StopSignals::register()?;
     let listener = TcpListener::bind(&args.client_listen)
         .await
@@ -183,6 +193,12 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
             let _ = stopped.await;
         },
     ));
+    let control_plane = match (&api_addr, scheduler_config) {
+        (Some((addr, _)), Some(config)) => Some(crate::control_plane::ControlPlane::start(
+            *addr, &args.name, config,
+        )?),
+        _ => None,
+    };
     print_ready(&args.name, &store, client_addr, peer_addr, api_addr);
 
     let removed = {
@@ -214,6 +230,9 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
         }),
     };
     signals.exit_on_next("closing the store");
+    if let Some(control_plane) = control_plane {
+        control_plane.stop().await;
+    }
     let _ = stop_api.send(());
     if let Some(mut task) = api_task.take() {
         if !task.is_finished()

@@ -25,6 +25,14 @@ pub struct UpArgs {
     /// etcd, comma-separated host:port) instead of a store in this process.
     #[arg(long, env = "SKIFF_STORE_ENDPOINTS", value_delimiter = ',')]
     pub store_endpoints: Vec<String>,
+    /// A KubeSchedulerConfiguration file for the scheduler run beside the
+    /// API [default: kube-scheduler's default profile].
+    #[arg(long)]
+    pub scheduler_config: Option<PathBuf>,
+    /// Run the scheduler beside the API (leader-elected); `false` serves
+    /// the API alone.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub scheduler: bool,
 }
 
 pub async fn up(args: UpArgs) -> Result<()> {
@@ -43,6 +51,8 @@ pub async fn up(args: UpArgs) -> Result<()> {
     let api = ApiServing {
         listen: args.api_listen,
         kubeconfig: args.data_dir.join("kubeconfig"),
+        scheduler_config: args.scheduler_config,
+        scheduler: args.scheduler,
     };
     run_member(store, Some(api)).await
 }
@@ -50,6 +60,8 @@ pub async fn up(args: UpArgs) -> Result<()> {
 /// The API alone, over a store reached through etcd's v3 API.
 async fn api_only(args: UpArgs) -> Result<()> {
     use anyhow::Context;
+    let scheduler_config =
+        crate::control_plane::scheduler_config(args.scheduler_config.as_deref())?;
     let storage = skiff_apiserver::storage::EtcdStorage::connect(&args.store_endpoints)
         .map_err(|err| anyhow::anyhow!(err))?;
     let registry = skiff_apiserver::Registry::new(skiff_apiserver::Storage::etcd(storage));
@@ -74,6 +86,14 @@ async fn api_only(args: UpArgs) -> Result<()> {
     let mut serving = tokio::spawn(skiff_apiserver::serve(listener, registry, async move {
         let _ = stopped.await;
     }));
+    let control_plane = match args.scheduler {
+        true => Some(crate::control_plane::ControlPlane::start(
+            addr,
+            "up",
+            scheduler_config,
+        )?),
+        false => None,
+    };
     tokio::select! {
         name = signals.recv() => tracing::info!(signal = name, "stopping the API"),
         served = &mut serving => {
@@ -85,6 +105,9 @@ async fn api_only(args: UpArgs) -> Result<()> {
         }
     }
     signals.exit_on_next("stopping the API");
+    if let Some(control_plane) = control_plane {
+        control_plane.stop().await;
+    }
     let _ = stop.send(());
     if tokio::time::timeout(std::time::Duration::from_secs(3), &mut serving)
         .await
@@ -106,6 +129,14 @@ pub struct ServerArgs {
     /// DATA_DIR/kubeconfig].
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// A KubeSchedulerConfiguration file for the scheduler run beside the
+    /// API [default: kube-scheduler's default profile].
+    #[arg(long)]
+    pub scheduler_config: Option<PathBuf>,
+    /// Run the scheduler beside the API (leader-elected); `false` serves
+    /// the API alone.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub scheduler: bool,
 }
 
 pub async fn server(args: ServerArgs) -> Result<()> {
@@ -115,6 +146,8 @@ pub async fn server(args: ServerArgs) -> Result<()> {
     let api = ApiServing {
         listen: args.api_listen,
         kubeconfig,
+        scheduler_config: args.scheduler_config,
+        scheduler: args.scheduler,
     };
     run_member(args.store, Some(api)).await
 }

@@ -42,6 +42,9 @@ pub struct ApiServer {
     etcd: Option<EtcdProcess>,
     /// The API that watches go to (Cluster: another member's).
     watch_data_dir: PathBuf,
+    /// Whether the scheduler runs beside the API. Tests of the API alone
+    /// leave it off, so that no other client changes their pods.
+    scheduling: bool,
     _dir: TempDir,
 }
 
@@ -89,6 +92,21 @@ impl ApiServer {
     /// The API on `backend`, ready to serve; `None` when the backend needs
     /// a tool that is missing outside CI (the test is then skipped).
     pub async fn start_on(backend: Backend, test: &str) -> Result<Option<ApiServer>> {
+        Self::start_with(backend, test, false).await
+    }
+
+    /// `skiff up` with its scheduler running, as a user starts it.
+    pub async fn start_scheduling() -> Result<ApiServer> {
+        Self::start_with(Backend::Embedded, "", true)
+            .await
+            .map(|s| s.expect("the embedded backend needs no external tool"))
+    }
+
+    async fn start_with(
+        backend: Backend,
+        test: &str,
+        scheduling: bool,
+    ) -> Result<Option<ApiServer>> {
         let dir = tempfile::tempdir()?;
         let addrs = free_addrs(2)?;
         let data_dir = dir.path().join("skiff");
@@ -101,6 +119,7 @@ impl ApiServer {
             backend,
             others: Vec::new(),
             etcd: None,
+            scheduling,
             _dir: dir,
         };
         match backend {
@@ -151,6 +170,7 @@ impl ApiServer {
             self.api.to_string(),
             "--store-endpoints".into(),
             ports[0].to_string(),
+            format!("--scheduler={}", self.scheduling),
         ];
         let mut process = SkiffProcess::spawn("skiff up --store-endpoints", args)?;
         process.wait_for_line(" ready: ", READY_TIMEOUT).await?;
@@ -183,6 +203,7 @@ impl ApiServer {
                 initial.clone(),
                 "--api-listen".into(),
                 addrs[3 * i + 2].to_string(),
+                format!("--scheduler={}", self.scheduling),
             ];
             members.push((
                 data_dir,
@@ -256,6 +277,7 @@ impl ApiServer {
             self.api.to_string(),
             "--client-listen".into(),
             self.client.to_string(),
+            format!("--scheduler={}", self.scheduling),
         ];
         let mut process = SkiffProcess::spawn("skiff up", args)?;
         process.wait_for_line(" ready: ", READY_TIMEOUT).await?;
@@ -337,10 +359,27 @@ macro_rules! on_every_backend {
 /// `skiff up` with the real kubectl pointed at it; `None` when kubectl is
 /// missing outside CI (the test is then skipped, saying so).
 pub async fn with_kubectl(test: &str) -> Result<Option<(ApiServer, crate::kubectl::Kubectl)>> {
+    kubectl_session(test, false).await
+}
+
+/// As [`with_kubectl`], with the scheduler running beside the API.
+pub async fn with_kubectl_scheduling(
+    test: &str,
+) -> Result<Option<(ApiServer, crate::kubectl::Kubectl)>> {
+    kubectl_session(test, true).await
+}
+
+async fn kubectl_session(
+    test: &str,
+    scheduling: bool,
+) -> Result<Option<(ApiServer, crate::kubectl::Kubectl)>> {
     let Some(binary) = crate::kubectl::kubectl_or_skip(test) else {
         return Ok(None);
     };
-    let server = ApiServer::start().await?;
+    let server = match scheduling {
+        true => ApiServer::start_scheduling().await?,
+        false => ApiServer::start().await?,
+    };
     let kubectl = crate::kubectl::Kubectl::new(binary, &server.kubeconfig())?;
     Ok(Some((server, kubectl)))
 }

@@ -125,9 +125,18 @@ async fn scale_binding_eviction_and_status() -> Result<()> {
     )
     .await?;
     assert_eq!(again["reason"], "Conflict");
+    let web = http.get_json(&format!("{PODS}/web")).await?;
+    assert_eq!(web["spec"]["nodeName"], "n1");
+    let scheduled: Vec<&Value> = web["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["type"] == "PodScheduled")
+        .collect();
+    assert_eq!(scheduled.len(), 1, "{web}");
     assert_eq!(
-        http.get_json(&format!("{PODS}/web")).await?["spec"]["nodeName"],
-        "n1"
+        scheduled[0]["status"], "True",
+        "the binding marks the pod scheduled"
     );
 
     // status: the spec does not change through it

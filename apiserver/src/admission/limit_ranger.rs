@@ -193,7 +193,7 @@ fn pod_totals(pod: &Value) -> (Quantities, Quantities) {
         for (into, list) in [(&mut requests, "requests"), (&mut limits, "limits")] {
             for (name, q) in quantities(&container["resources"][list]) {
                 let total = into.entry(name).or_default();
-                *total = total.add(q);
+                *total = total.plus(q);
             }
         }
     }

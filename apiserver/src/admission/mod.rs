@@ -10,7 +10,7 @@ pub mod defaults;
 pub mod limit_ranger;
 pub mod namespace_lifecycle;
 pub mod priority;
-pub(crate) mod quantity;
+pub mod quantity;
 pub mod resource_quota;
 pub mod service_account;
 pub mod webhook;

@@ -126,14 +126,14 @@ impl Quantity {
         }
     }
 
-    pub fn add(self, other: Quantity) -> Quantity {
+    pub fn plus(self, other: Quantity) -> Quantity {
         Quantity {
             milli: self.milli + other.milli,
             binary: self.binary || (self.milli == 0 && other.binary),
         }
     }
 
-    pub fn sub(self, other: Quantity) -> Quantity {
+    pub fn minus(self, other: Quantity) -> Quantity {
         Quantity {
             milli: self.milli - other.milli,
             binary: self.binary || other.binary,
@@ -211,8 +211,8 @@ mod tests {
         assert_eq!(q("1536Mi").to_string(), "1536Mi");
         assert_eq!(q("2000").to_string(), "2k");
         assert_eq!(q("0").to_string(), "0");
-        assert_eq!(q("1Gi").add(q("512Mi")).to_string(), "1536Mi");
-        assert_eq!(Quantity::count(0).add(q("1Gi")).to_string(), "1Gi");
+        assert_eq!(q("1Gi").plus(q("512Mi")).to_string(), "1536Mi");
+        assert_eq!(Quantity::count(0).plus(q("1Gi")).to_string(), "1Gi");
         assert_eq!(Quantity::count(3).to_string(), "3");
     }
 }

@@ -83,7 +83,7 @@ fn pod_usage(pod: &Value, used: &mut Usage) {
         for container in pod["spec"]["containers"].as_array().into_iter().flatten() {
             for (name, q) in resource_list(&container["resources"][list]) {
                 let sum = sums.entry(name).or_default();
-                *sum = sum.add(q);
+                *sum = sum.plus(q);
             }
         }
         for container in pod["spec"]["initContainers"]
@@ -139,7 +139,7 @@ fn delta(new: &Usage, old: &Usage) -> Usage {
             .get(name)
             .copied()
             .unwrap_or_default()
-            .sub(old.get(name).copied().unwrap_or_default());
+            .minus(old.get(name).copied().unwrap_or_default());
         if !change.is_zero() {
             out.insert(name.clone(), change);
         }
@@ -194,7 +194,7 @@ async fn count_namespace(
         for item in list_resource(registry, resource, Some(namespace)).await? {
             for (name, q) in usage(resource, &item) {
                 let sum = total.entry(name).or_default();
-                *sum = sum.add(q);
+                *sum = sum.plus(q);
             }
         }
     }
@@ -275,7 +275,7 @@ fn charged(attrs: &Attributes) -> Option<Usage> {
 fn negate(usage: &Usage) -> Usage {
     usage
         .iter()
-        .map(|(k, q)| (k.clone(), Quantity::default().sub(*q)))
+        .map(|(k, q)| (k.clone(), Quantity::default().minus(*q)))
         .collect()
 }
 
@@ -341,7 +341,7 @@ fn apply_change(quota: &Value, change: &Usage) -> (Map<String, Value>, Vec<Excee
             .and_then(Quantity::from_json)
             .unwrap_or_default();
         let mut after = match change.get(name) {
-            Some(q) => before.add(*q),
+            Some(q) => before.plus(*q),
             None => before,
         };
         after.milli = after.milli.max(0);

@@ -78,6 +78,15 @@ async fn relist(
     at: i64,
 ) -> Result<i64, StorageError> {
     let (revision, kvs) = match list_all(storage, &cache.prefix, end, at).await {
+        // The oldest revision the store still has, when it says which.
+        Err(StorageError::Compacted { compacted, .. }) if at > 0 && compacted > at => {
+            match list_all(storage, &cache.prefix, end, compacted).await {
+                Err(StorageError::Compacted { .. }) => {
+                    list_all(storage, &cache.prefix, end, 0).await?
+                }
+                other => other?,
+            }
+        }
         Err(StorageError::Compacted { .. } | StorageError::FutureRevision) if at > 0 => {
             list_all(storage, &cache.prefix, end, 0).await?
         }

@@ -1,0 +1,385 @@
+//! What the scheduler knows of a node and of the pods on it: the cache
+//! keeps one `NodeInfo` per node, and each scheduling cycle works on a
+//! snapshot of them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolumeClaim, Pod, ReplicationController, Service, Taint,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use super::resources::{pod_requests, Resources};
+
+/// A host port a container asks for: (hostIP, protocol, port).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostPort {
+    pub ip: String,
+    pub protocol: String,
+    pub port: i32,
+}
+
+impl HostPort {
+    /// Two host ports clash when protocol and port are equal and either IP
+    /// is the wildcard or both are the same.
+    pub fn conflicts(&self, other: &HostPort) -> bool {
+        let wildcard = |ip: &str| ip.is_empty() || ip == "0.0.0.0";
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (wildcard(&self.ip) || wildcard(&other.ip) || self.ip == other.ip)
+    }
+}
+
+/// A pod with what the scheduler computes from it once.
+#[derive(Debug, Clone)]
+pub struct PodInfo {
+    pub pod: Arc<Pod>,
+    /// `namespace/name`.
+    pub key: String,
+    pub requests: Resources,
+    /// Requests with the non-zero defaults, for scoring.
+    pub non_zero: Resources,
+    pub host_ports: Vec<HostPort>,
+}
+
+impl PodInfo {
+    pub fn new(pod: Arc<Pod>) -> PodInfo {
+        let key = pod_key(&pod);
+        let host_ports = pod
+            .spec
+            .iter()
+            .flat_map(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+            })
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter(|p| p.host_port.is_some_and(|h| h > 0))
+            .map(|p| HostPort {
+                ip: p.host_ip.clone().unwrap_or_default(),
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                port: p.host_port.unwrap_or_default(),
+            })
+            .collect();
+        PodInfo {
+            requests: pod_requests(&pod, false),
+            non_zero: pod_requests(&pod, true),
+            host_ports,
+            key,
+            pod,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.pod.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.pod.metadata.namespace.as_deref().unwrap_or("default")
+    }
+
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = std::collections::BTreeMap::new();
+        self.pod.metadata.labels.as_ref().unwrap_or(&EMPTY)
+    }
+
+    pub fn priority(&self) -> i32 {
+        self.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+    }
+
+    pub fn node_name(&self) -> Option<&str> {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty())
+    }
+
+    /// Whether the pod has (anti-)affinity terms to other pods.
+    pub fn has_pod_affinity(&self) -> bool {
+        let affinity = self.pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+        affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some())
+    }
+
+    pub fn has_required_anti_affinity(&self) -> bool {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.affinity.as_ref())
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .is_some_and(|terms| !terms.is_empty())
+    }
+}
+
+pub fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// A node and the pods on it (bound or assumed).
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub node: Arc<Node>,
+    pub pods: Vec<Arc<PodInfo>>,
+    /// Sum of the pods' requests.
+    pub requested: Resources,
+    /// Sum with the non-zero defaults.
+    pub non_zero_requested: Resources,
+    pub allocatable: Resources,
+    pub used_ports: Vec<HostPort>,
+    /// Pods here with pod (anti-)affinity terms, and with required
+    /// anti-affinity terms: InterPodAffinity only looks at those.
+    pub pods_with_affinity: usize,
+    pub pods_with_required_anti_affinity: usize,
+    /// Image name → size in bytes, from `status.images`.
+    pub images: HashMap<String, i64>,
+    /// Bumped on every change, so snapshots can tell what moved.
+    pub generation: u64,
+}
+
+impl NodeInfo {
+    pub fn new(node: Arc<Node>) -> NodeInfo {
+        let mut info = NodeInfo {
+            node: node.clone(),
+            pods: Vec::new(),
+            requested: Resources::default(),
+            non_zero_requested: Resources::default(),
+            allocatable: Resources::default(),
+            used_ports: Vec::new(),
+            pods_with_affinity: 0,
+            pods_with_required_anti_affinity: 0,
+            images: HashMap::new(),
+            generation: 0,
+        };
+        info.set_node(node);
+        info
+    }
+
+    /// Replaces the Node object (allocatable, images, labels, taints).
+    pub fn set_node(&mut self, node: Arc<Node>) {
+        let status = node.status.as_ref();
+        self.allocatable = status
+            .and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref()))
+            .map(Resources::from_list)
+            .unwrap_or_default();
+        self.images = status
+            .and_then(|s| s.images.as_ref())
+            .into_iter()
+            .flatten()
+            .flat_map(|image| {
+                let size = image.size_bytes.unwrap_or(0);
+                image
+                    .names
+                    .iter()
+                    .flatten()
+                    .map(move |name| (normalized_image(name), size))
+            })
+            .collect();
+        self.node = node;
+        self.generation += 1;
+    }
+
+    pub fn name(&self) -> &str {
+        self.node.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = std::collections::BTreeMap::new();
+        self.node.metadata.labels.as_ref().unwrap_or(&EMPTY)
+    }
+
+    pub fn taints(&self) -> &[Taint] {
+        self.node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_deref())
+            .unwrap_or_default()
+    }
+
+    pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
+        self.requested.add(&pod.requests);
+        self.non_zero_requested.add(&pod.non_zero);
+        self.used_ports.extend(pod.host_ports.iter().cloned());
+        if pod.has_pod_affinity() {
+            self.pods_with_affinity += 1;
+        }
+        if pod.has_required_anti_affinity() {
+            self.pods_with_required_anti_affinity += 1;
+        }
+        self.pods.push(pod);
+        self.generation += 1;
+    }
+
+    /// Removes the pod with this key; false if it was not here.
+    pub fn remove_pod(&mut self, key: &str) -> bool {
+        let Some(at) = self.pods.iter().position(|p| p.key == key) else {
+            return false;
+        };
+        let pod = self.pods.swap_remove(at);
+        self.requested.sub(&pod.requests);
+        self.non_zero_requested.sub(&pod.non_zero);
+        for port in &pod.host_ports {
+            if let Some(i) = self.used_ports.iter().position(|p| p == port) {
+                self.used_ports.swap_remove(i);
+            }
+        }
+        if pod.has_pod_affinity() {
+            self.pods_with_affinity -= 1;
+        }
+        if pod.has_required_anti_affinity() {
+            self.pods_with_required_anti_affinity -= 1;
+        }
+        self.generation += 1;
+        true
+    }
+}
+
+/// `nginx` and `docker.io/library/nginx:latest` are one image, as
+/// ImageLocality compares them.
+pub fn normalized_image(name: &str) -> String {
+    let name = name.split('@').next().unwrap_or(name);
+    let last = name.rsplit('/').next().unwrap_or(name);
+    let tagged = last.contains(':');
+    let mut out = match name.split('/').count() {
+        1 => format!("docker.io/library/{name}"),
+        _ if !name
+            .split('/')
+            .next()
+            .is_some_and(|h| h.contains('.') || h.contains(':') || h == "localhost") =>
+        {
+            format!("docker.io/{name}")
+        }
+        _ => name.to_string(),
+    };
+    if !tagged {
+        out.push_str(":latest");
+    }
+    out
+}
+
+/// The other objects plugins read: namespaces (namespaceSelector),
+/// PodDisruptionBudgets (preemption), the workloads and services that
+/// select pods (default spreading), and claims (volume plugins). The
+/// cache keeps it; a snapshot shares it.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterObjects {
+    /// Namespace name → its labels.
+    pub namespaces: HashMap<String, BTreeMap<String, String>>,
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
+    pub services: Vec<Arc<Service>>,
+    pub replica_sets: Vec<Arc<ReplicaSet>>,
+    pub stateful_sets: Vec<Arc<StatefulSet>>,
+    pub replication_controllers: Vec<Arc<ReplicationController>>,
+    /// `namespace/name` → claim.
+    pub claims: HashMap<String, Arc<PersistentVolumeClaim>>,
+}
+
+/// The nodes of one scheduling cycle, in a stable order.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub nodes: Vec<Arc<NodeInfo>>,
+    index: HashMap<String, usize>,
+    pub cluster: Arc<ClusterObjects>,
+}
+
+impl Snapshot {
+    pub fn new(nodes: Vec<Arc<NodeInfo>>, cluster: Arc<ClusterObjects>) -> Snapshot {
+        let index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name().to_string(), i))
+            .collect();
+        Snapshot {
+            nodes,
+            index,
+            cluster,
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
+        self.index.get(name).map(|&i| &self.nodes[i])
+    }
+
+    /// Replaces one node's info (preemption simulates removals on a copy).
+    pub fn replace(&mut self, info: Arc<NodeInfo>) {
+        match self.index.get(info.name()) {
+            Some(&i) => self.nodes[i] = info,
+            None => {
+                self.index.insert(info.name().to_string(), self.nodes.len());
+                self.nodes.push(info);
+            }
+        }
+    }
+
+    /// Every pod on every node.
+    pub fn pods(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
+        self.nodes.iter().flat_map(|n| n.pods.iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn images_are_compared_by_their_full_names() {
+        assert_eq!(normalized_image("nginx"), "docker.io/library/nginx:latest");
+        assert_eq!(
+            normalized_image("nginx:1.25"),
+            "docker.io/library/nginx:1.25"
+        );
+        assert_eq!(normalized_image("me/app"), "docker.io/me/app:latest");
+        assert_eq!(
+            normalized_image("registry.k8s.io/pause:3.10"),
+            "registry.k8s.io/pause:3.10"
+        );
+        assert_eq!(
+            normalized_image("localhost:5000/x"),
+            "localhost:5000/x:latest"
+        );
+    }
+
+    #[test]
+    fn pods_add_and_remove_their_requests_and_ports() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1"},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}},
+        }))
+        .unwrap();
+        let mut info = NodeInfo::new(Arc::new(node));
+        assert_eq!(info.allocatable.milli_cpu, 4000);
+        assert_eq!(info.allocatable.allowed_pods, 110);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [{"name": "c", "image": "i",
+                "ports": [{"containerPort": 80, "hostPort": 8080}],
+                "resources": {"requests": {"cpu": "1"}}}]},
+        }))
+        .unwrap();
+        let pod = Arc::new(PodInfo::new(Arc::new(pod)));
+        info.add_pod(pod.clone());
+        assert_eq!(info.requested.milli_cpu, 1000);
+        assert_eq!(info.used_ports.len(), 1);
+        assert!(info.used_ports[0].conflicts(&HostPort {
+            ip: "10.0.0.1".into(),
+            protocol: "TCP".into(),
+            port: 8080
+        }));
+        assert!(info.remove_pod("ns/p"));
+        assert!(!info.remove_pod("ns/p"));
+        assert_eq!(info.requested, Resources::default());
+        assert!(info.used_ports.is_empty());
+    }
+}

@@ -1,0 +1,486 @@
+//! The scheduling loop: pop a pod, run its profile's scheduling cycle on a
+//! snapshot of the cache, assume it on the chosen node, and bind it in the
+//! background; on failure, preempt (PostFilter), record why (an event and
+//! the PodScheduled condition) and requeue.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use rand::SeedableRng;
+use serde_json::json;
+
+use crate::cache::Cache;
+use crate::config::SchedulerConfig;
+use crate::framework::{Binder, Code, CycleState, PodInfo, Profile, ScheduleFailure, Snapshot};
+use crate::metrics::Metrics;
+use crate::plugins::default_preemption;
+use crate::queue::{Popped, SchedulingQueue};
+use crate::watch::pod_info;
+
+/// The field manager and event source of this scheduler.
+pub const COMPONENT: &str = "default-scheduler";
+
+pub struct Scheduler {
+    pub client: Client,
+    pub queue: SchedulingQueue,
+    cache: Mutex<Cache>,
+    profiles: HashMap<String, Arc<Profile>>,
+    pub metrics: Arc<Metrics>,
+    /// Pods nominated to a node by preemption: key → (node, pod).
+    nominated: Mutex<HashMap<String, (String, Arc<PodInfo>)>>,
+    events: AtomicU64,
+}
+
+impl Scheduler {
+    pub fn new(client: Client, config: &SchedulerConfig, metrics: Arc<Metrics>) -> Scheduler {
+        Scheduler {
+            client,
+            queue: SchedulingQueue::new(config.queue),
+            cache: Mutex::new(Cache::new()),
+            profiles: config
+                .profiles
+                .iter()
+                .map(|p| (p.scheduler_name.clone(), p.clone()))
+                .collect(),
+            metrics,
+            nominated: Mutex::new(HashMap::new()),
+            events: AtomicU64::new(0),
+        }
+    }
+
+    pub fn with_cache<T>(&self, f: impl FnOnce(&mut Cache) -> T) -> T {
+        f(&mut self.cache.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn profile_of(&self, pod: &Pod) -> Option<&Arc<Profile>> {
+        let name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .unwrap_or(crate::config::DEFAULT_SCHEDULER_NAME);
+        self.profiles.get(name)
+    }
+
+    /// A pod was added or changed.
+    pub fn pod_changed(&self, pod: Pod) {
+        let key = crate::framework::node_info::pod_key(&pod);
+        let assigned = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        if assigned {
+            self.queue.delete(&key);
+            self.forget_nomination(&key);
+            self.with_cache(|cache| cache.set_pod(pod));
+            return;
+        }
+        let finished = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        let Some(profile) = self.profile_of(&pod).cloned() else {
+            return; // another scheduler's pod
+        };
+        if finished || pod.metadata.deletion_timestamp.is_some() {
+            self.queue.delete(&key);
+            return;
+        }
+        if self.with_cache(|cache| cache.is_assumed(&key)) {
+            return; // being bound by us
+        }
+        let info = pod_info(pod);
+        let admitted = profile.pre_enqueue(&info).is_success();
+        self.queue.update(info, admitted);
+    }
+
+    pub fn pod_deleted(&self, key: &str) {
+        self.queue.delete(key);
+        self.forget_nomination(key);
+        self.with_cache(|cache| cache.remove_pod(key));
+        self.queue.move_all_unschedulable();
+    }
+
+    pub fn pods_relisted(&self, seen: &HashSet<String>) {
+        self.with_cache(|cache| cache.retain_pods(seen));
+        self.queue.move_all_unschedulable();
+    }
+
+    fn forget_nomination(&self, key: &str) {
+        self.nominated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+
+    /// Schedules pods until the queue is closed.
+    pub async fn run(self: Arc<Self>) {
+        let mut snapshot = Snapshot::default();
+        let mut next_start = 0usize;
+        let mut rng = rand::rngs::StdRng::from_entropy();
+        while let Some(popped) = self.queue.pop().await {
+            self.schedule_one(popped, &mut snapshot, &mut next_start, &mut rng)
+                .await;
+        }
+    }
+
+    /// Pushes pods out of back-off and stale unschedulable ones back,
+    /// once a second, and keeps the queue gauges current.
+    pub async fn flush_loop(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            tick.tick().await;
+            self.queue.flush();
+            self.metrics.set_queue(self.queue.lengths());
+        }
+    }
+
+    async fn schedule_one(
+        self: &Arc<Self>,
+        popped: Popped,
+        snapshot: &mut Snapshot,
+        next_start: &mut usize,
+        rng: &mut rand::rngs::StdRng,
+    ) {
+        let started = std::time::Instant::now();
+        let pod = popped.pod.info.clone();
+        let Some(profile) = self.profile_of(&pod.pod).cloned() else {
+            self.queue.done(&pod.key);
+            return;
+        };
+        self.with_cache(|cache| cache.update_snapshot(snapshot));
+        let cycle_snapshot = self.with_nominated(snapshot, &pod);
+        let snap = cycle_snapshot.as_ref().unwrap_or(snapshot);
+        let mut state = CycleState::default();
+        let result = match self.nominated_node_fits(&profile, &pod, snap) {
+            Some(node) => Ok(crate::framework::ScheduleResult {
+                node,
+                evaluated: 1,
+                feasible: 1,
+            }),
+            None => profile.schedule(&mut state, &pod, snap, next_start, rng),
+        };
+        match result {
+            Ok(result) => {
+                self.metrics
+                    .attempt("scheduled", &profile.scheduler_name, started.elapsed());
+                self.assume_and_bind(profile, popped, state, result.node)
+                    .await;
+            }
+            Err(ScheduleFailure::Unfit(fit)) => {
+                let mut message = fit.message();
+                if profile.has(crate::framework::Point::PostFilter) {
+                    // What preemption's what-ifs run: this profile's
+                    // PreFilter and Filter plugins.
+                    let (pre_filter, filter) = default_preemption::profile_runners(profile.clone());
+                    state.write(default_preemption::PRE_FILTERS_KEY, pre_filter);
+                    state.write(default_preemption::FILTERS_KEY, filter);
+                    // A PreFilter rejection holds for every node.
+                    let statuses = match &fit.pre_filter {
+                        Some(status) => snap
+                            .nodes
+                            .iter()
+                            .map(|n| (n.name().to_string(), status.clone()))
+                            .collect(),
+                        None => fit.statuses.clone(),
+                    };
+                    let (outcome, status) = profile.run_post_filter(&state, &pod, snap, &statuses);
+                    match outcome.nominated_node {
+                        Some(node) if status.is_success() => {
+                            self.preempt(&pod, &node, &outcome.victims).await;
+                        }
+                        _ => {
+                            if !status.reasons.is_empty()
+                                && status.plugin == default_preemption::NAME
+                            {
+                                message = format!("{message} {}", status.message());
+                            }
+                        }
+                    }
+                }
+                self.metrics
+                    .attempt("unschedulable", &profile.scheduler_name, started.elapsed());
+                self.record_failure(&pod, "Unschedulable", &message).await;
+                self.queue.unschedulable(&popped);
+            }
+            Err(ScheduleFailure::Error(status)) => {
+                self.metrics
+                    .attempt("error", &profile.scheduler_name, started.elapsed());
+                self.record_failure(&pod, "SchedulerError", &status.to_string())
+                    .await;
+                self.queue.retry(&popped);
+            }
+        }
+    }
+
+    /// A pod nominated to a node by an earlier preemption tries that node
+    /// first, as kube-scheduler does.
+    fn nominated_node_fits(
+        &self,
+        profile: &Profile,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> Option<String> {
+        let node = pod
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .filter(|n| !n.is_empty())?;
+        let info = snapshot.get(node)?;
+        let mut state = CycleState::default();
+        let narrowed = profile.run_pre_filter(&mut state, pod, snapshot).ok()?;
+        if narrowed
+            .node_names
+            .is_some_and(|names| !names.contains(node))
+        {
+            return None;
+        }
+        profile
+            .run_filters(&state, pod, info)
+            .is_success()
+            .then(|| node.to_string())
+    }
+
+    /// The snapshot with the pods nominated elsewhere, of at least this
+    /// pod's priority, placed on their nodes, so that room made by a
+    /// preemption is not taken by a lower-priority pod. `None`: no such
+    /// nomination.
+    fn with_nominated(&self, snapshot: &Snapshot, pod: &PodInfo) -> Option<Snapshot> {
+        let nominated = self.nominated.lock().unwrap_or_else(|e| e.into_inner());
+        let relevant: Vec<(String, Arc<PodInfo>)> = nominated
+            .iter()
+            .filter(|(key, (_, other))| **key != pod.key && other.priority() >= pod.priority())
+            .map(|(_, (node, other))| (node.clone(), other.clone()))
+            .collect();
+        drop(nominated);
+        if relevant.is_empty() {
+            return None;
+        }
+        let mut copy = snapshot.clone();
+        for (node, other) in relevant {
+            if let Some(info) = copy.get(&node) {
+                let mut info = (**info).clone();
+                info.add_pod(other);
+                copy.replace(Arc::new(info));
+            }
+        }
+        Some(copy)
+    }
+
+    async fn assume_and_bind(
+        self: &Arc<Self>,
+        profile: Arc<Profile>,
+        popped: Popped,
+        mut state: CycleState,
+        node: String,
+    ) {
+        let pod = popped.pod.info.clone();
+        self.with_cache(|cache| cache.assume(pod.clone(), &node));
+        let reserved = profile.run_reserve(&mut state, &pod, &node);
+        if !reserved.is_success() {
+            self.with_cache(|cache| cache.forget(&pod.key));
+            self.record_failure(&pod, "SchedulerError", &reserved.to_string())
+                .await;
+            self.queue.retry(&popped);
+            return;
+        }
+        let (permit, wait) = profile.run_permit(&state, &pod, &node);
+        if permit.is_rejection() || permit.code == Code::Error {
+            profile.run_unreserve(&mut state, &pod, &node);
+            self.with_cache(|cache| cache.forget(&pod.key));
+            self.record_failure(&pod, "Unschedulable", &permit.to_string())
+                .await;
+            self.queue.unschedulable(&popped);
+            return;
+        }
+        let scheduler = self.clone();
+        tokio::spawn(async move {
+            if permit.code == Code::Wait {
+                // No in-tree plugin allows a waiting pod early: it is
+                // released when its wait ends, as an allowed one would be.
+                tokio::time::sleep(wait).await;
+            }
+            let binder = ApiBinder(scheduler.client.clone());
+            let bound = profile.run_bind(&binder, &pod, &node).await;
+            if bound.is_success() {
+                scheduler.queue.done(&pod.key);
+                scheduler.forget_nomination(&pod.key);
+                scheduler.metrics.bound(popped.pod.first_seen.elapsed());
+                let message = format!("Successfully assigned {} to {node}", pod.key);
+                scheduler.event(&pod, "Normal", "Scheduled", &message).await;
+            } else {
+                profile.run_unreserve(&mut state, &pod, &node);
+                scheduler.with_cache(|cache| cache.forget(&pod.key));
+                let message = format!("Binding rejected: {bound}");
+                scheduler
+                    .record_failure(&pod, "SchedulerError", &message)
+                    .await;
+                scheduler.queue.retry(&popped);
+            }
+        });
+    }
+
+    /// Carries out a preemption: the pod is nominated to `node` (status
+    /// nominatedNodeName) and the victims are deleted gracefully.
+    async fn preempt(&self, pod: &PodInfo, node: &str, victims: &[Arc<PodInfo>]) {
+        self.nominated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pod.key.clone(), (node.to_string(), Arc::new(pod.clone())));
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.namespace());
+        let patch = json!({"status": {"nominatedNodeName": node}});
+        if let Err(err) = api
+            .patch_status(pod.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::warn!(pod = %pod.key, error = %err, "could not set nominatedNodeName");
+        }
+        for victim in victims {
+            let message = format!("Preempted by pod {} on node {node}", pod.key);
+            self.event(victim, "Normal", "Preempted", &message).await;
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), victim.namespace());
+            if victim.pod.metadata.deletion_timestamp.is_some() {
+                continue; // already going
+            }
+            // As kube-scheduler: the victim says why it goes, and a
+            // preemptor waits while a victim so marked terminates.
+            let condition = json!({"status": {"conditions": [{
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "PreemptionByScheduler",
+                "message": format!("{COMPONENT}: preempting to accommodate a higher priority pod"),
+                "lastTransitionTime": now(),
+            }]}});
+            if let Err(err) = api
+                .patch_status(
+                    victim.name(),
+                    &PatchParams::default(),
+                    &Patch::Strategic(&condition),
+                )
+                .await
+            {
+                tracing::debug!(victim = %victim.key, error = %err, "could not mark a preemption victim");
+            }
+            match api.delete(victim.name(), &DeleteParams::default()).await {
+                Ok(_) => self.metrics.preempted(),
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(err) => {
+                    tracing::warn!(victim = %victim.key, error = %err, "could not delete a preemption victim")
+                }
+            }
+        }
+    }
+
+    /// The FailedScheduling event and the PodScheduled=False condition.
+    async fn record_failure(&self, pod: &PodInfo, reason: &str, message: &str) {
+        self.event(pod, "Warning", "FailedScheduling", message)
+            .await;
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.namespace());
+        let condition = json!({
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastProbeTime": null,
+            "lastTransitionTime": now(),
+        });
+        let current = pod
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
+        if current.is_some_and(|c| {
+            c.status == "False"
+                && c.reason.as_deref() == Some(reason)
+                && c.message.as_deref() == Some(message)
+        }) {
+            return;
+        }
+        let patch = json!({"status": {"conditions": [condition]}});
+        if let Err(err) = api
+            .patch_status(
+                pod.name(),
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
+            .await
+        {
+            tracing::debug!(pod = %pod.key, error = %err, "could not set the PodScheduled condition");
+        }
+    }
+
+    async fn event(&self, pod: &PodInfo, kind: &str, reason: &str, message: &str) {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), pod.namespace());
+        let n = self.events.fetch_add(1, Ordering::Relaxed);
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let now = now();
+        let event = json!({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": format!("{}.{:x}{:x}", pod.name(), stamp, n), "namespace": pod.namespace()},
+            "involvedObject": {
+                "apiVersion": "v1", "kind": "Pod",
+                "name": pod.name(), "namespace": pod.namespace(),
+                "uid": pod.pod.metadata.uid,
+                "resourceVersion": pod.pod.metadata.resource_version,
+            },
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        });
+        let event: Event = match serde_json::from_value(event) {
+            Ok(event) => event,
+            Err(_) => return,
+        };
+        if let Err(err) = api.create(&PostParams::default(), &event).await {
+            tracing::debug!(pod = %pod.key, error = %err, "could not record an event");
+        }
+    }
+}
+
+/// Binds through `POST pods/{name}/binding`.
+struct ApiBinder(Client);
+
+impl Binder for ApiBinder {
+    fn bind<'a>(&'a self, pod: &'a PodInfo, node: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let api: Api<Pod> = Api::namespaced(self.0.clone(), pod.namespace());
+            let binding = json!({
+                "apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": pod.name(), "namespace": pod.namespace(), "uid": pod.pod.metadata.uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            });
+            api.create_subresource::<_, serde_json::Value>(
+                "binding",
+                pod.name(),
+                &PostParams::default(),
+                &binding,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        })
+    }
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}

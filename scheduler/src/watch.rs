@@ -1,0 +1,254 @@
+//! The scheduler's view of the cluster, kept by `kube` watchers: bound
+//! pods and nodes into the cache, unscheduled pods into the queue, and the
+//! other objects plugins read.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolumeClaim, Pod, ReplicationController, Service,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::framework::{ClusterObjects, PodInfo};
+use crate::scheduler::Scheduler;
+
+/// What a watch of one kind does with its objects.
+trait Sink<K>: Send {
+    fn apply(&mut self, object: K);
+    fn delete(&mut self, object: K);
+    /// A relist finished: `seen` are the keys of every object now there.
+    fn relisted(&mut self, seen: HashSet<String>);
+    fn key(object: &K) -> String;
+}
+
+/// Runs a watcher of every `K` into `sink` until the stream ends.
+async fn follow<K, S>(client: Client, mut sink: S)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    S: Sink<K>,
+{
+    let api: Api<K> = Api::all(client);
+    let stream = watcher(api, watcher::Config::default());
+    drive(stream, &mut sink).await;
+}
+
+async fn drive<K, S: Sink<K>>(
+    stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    sink: &mut S,
+) {
+    let mut stream = std::pin::pin!(stream);
+    let mut seen: Option<HashSet<String>> = None;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Apply(object)) => sink.apply(object),
+            Ok(watcher::Event::Delete(object)) => sink.delete(object),
+            Ok(watcher::Event::Init) => seen = Some(HashSet::new()),
+            Ok(watcher::Event::InitApply(object)) => {
+                if let Some(seen) = seen.as_mut() {
+                    seen.insert(S::key(&object));
+                }
+                sink.apply(object);
+            }
+            Ok(watcher::Event::InitDone) => sink.relisted(seen.take().unwrap_or_default()),
+            Err(err) => {
+                tracing::debug!(error = %err, "scheduler watch failed; the watcher retries");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+fn object_key<K: Resource>(object: &K) -> String {
+    let meta = object.meta();
+    match meta.namespace.as_deref() {
+        Some(ns) => format!("{ns}/{}", meta.name.as_deref().unwrap_or_default()),
+        None => meta.name.clone().unwrap_or_default(),
+    }
+}
+
+struct Pods(Arc<Scheduler>);
+
+impl Sink<Pod> for Pods {
+    fn apply(&mut self, pod: Pod) {
+        self.0.pod_changed(pod);
+    }
+
+    fn delete(&mut self, pod: Pod) {
+        self.0.pod_deleted(&object_key(&pod));
+    }
+
+    fn relisted(&mut self, seen: HashSet<String>) {
+        self.0.pods_relisted(&seen);
+    }
+
+    fn key(pod: &Pod) -> String {
+        object_key(pod)
+    }
+}
+
+struct Nodes(Arc<Scheduler>);
+
+impl Sink<Node> for Nodes {
+    fn apply(&mut self, node: Node) {
+        self.0.with_cache(|cache| cache.set_node(node));
+        self.0.queue.move_all_unschedulable();
+    }
+
+    fn delete(&mut self, node: Node) {
+        self.0
+            .with_cache(|cache| cache.remove_node(&node.name_any()));
+    }
+
+    fn relisted(&mut self, seen: HashSet<String>) {
+        self.0.with_cache(|cache| cache.retain_nodes(&seen));
+        self.0.queue.move_all_unschedulable();
+    }
+
+    fn key(node: &Node) -> String {
+        node.name_any()
+    }
+}
+
+/// Objects kept in [`ClusterObjects`]: how each kind is stored there.
+trait ClusterKind:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+    fn store(cluster: &mut ClusterObjects, object: Option<Self>, key: &str);
+    fn retain(cluster: &mut ClusterObjects, seen: &HashSet<String>);
+}
+
+macro_rules! listed_kind {
+    ($kind:ty, $field:ident) => {
+        impl ClusterKind for $kind {
+            fn store(cluster: &mut ClusterObjects, object: Option<Self>, key: &str) {
+                cluster.$field.retain(|o| object_key(o.as_ref()) != key);
+                if let Some(object) = object {
+                    cluster.$field.push(Arc::new(object));
+                }
+            }
+
+            fn retain(cluster: &mut ClusterObjects, seen: &HashSet<String>) {
+                cluster
+                    .$field
+                    .retain(|o| seen.contains(&object_key(o.as_ref())));
+            }
+        }
+    };
+}
+
+listed_kind!(PodDisruptionBudget, pdbs);
+listed_kind!(Service, services);
+listed_kind!(ReplicaSet, replica_sets);
+listed_kind!(StatefulSet, stateful_sets);
+listed_kind!(ReplicationController, replication_controllers);
+
+impl ClusterKind for Namespace {
+    fn store(cluster: &mut ClusterObjects, object: Option<Self>, key: &str) {
+        match object {
+            Some(ns) => {
+                cluster
+                    .namespaces
+                    .insert(key.to_string(), ns.metadata.labels.unwrap_or_default());
+            }
+            None => {
+                cluster.namespaces.remove(key);
+            }
+        }
+    }
+
+    fn retain(cluster: &mut ClusterObjects, seen: &HashSet<String>) {
+        cluster.namespaces.retain(|k, _| seen.contains(k));
+    }
+}
+
+impl ClusterKind for PersistentVolumeClaim {
+    fn store(cluster: &mut ClusterObjects, object: Option<Self>, key: &str) {
+        match object {
+            Some(claim) => {
+                cluster.claims.insert(key.to_string(), Arc::new(claim));
+            }
+            None => {
+                cluster.claims.remove(key);
+            }
+        }
+    }
+
+    fn retain(cluster: &mut ClusterObjects, seen: &HashSet<String>) {
+        cluster.claims.retain(|k, _| seen.contains(k));
+    }
+}
+
+struct Cluster<K>(Arc<Scheduler>, std::marker::PhantomData<K>);
+
+impl<K: ClusterKind> Sink<K> for Cluster<K> {
+    fn apply(&mut self, object: K) {
+        let key = object_key(&object);
+        self.0
+            .with_cache(|cache| cache.update_cluster(|c| K::store(c, Some(object), &key)));
+        self.0.queue.move_all_unschedulable();
+    }
+
+    fn delete(&mut self, object: K) {
+        let key = object_key(&object);
+        self.0
+            .with_cache(|cache| cache.update_cluster(|c| K::store(c, None, &key)));
+    }
+
+    fn relisted(&mut self, seen: HashSet<String>) {
+        self.0
+            .with_cache(|cache| cache.update_cluster(|c| K::retain(c, &seen)));
+    }
+
+    fn key(object: &K) -> String {
+        object_key(object)
+    }
+}
+
+fn cluster<K: ClusterKind>(scheduler: &Arc<Scheduler>) -> Cluster<K> {
+    Cluster(scheduler.clone(), std::marker::PhantomData)
+}
+
+/// Starts every watch; they run until the returned tasks are aborted.
+pub fn start(client: &Client, scheduler: &Arc<Scheduler>) -> Vec<tokio::task::JoinHandle<()>> {
+    let s = scheduler;
+    vec![
+        tokio::spawn(follow::<Node, _>(client.clone(), Nodes(s.clone()))),
+        tokio::spawn(follow::<Pod, _>(client.clone(), Pods(s.clone()))),
+        tokio::spawn(follow::<Namespace, _>(
+            client.clone(),
+            cluster::<Namespace>(s),
+        )),
+        tokio::spawn(follow::<PodDisruptionBudget, _>(
+            client.clone(),
+            cluster::<PodDisruptionBudget>(s),
+        )),
+        tokio::spawn(follow::<Service, _>(client.clone(), cluster::<Service>(s))),
+        tokio::spawn(follow::<ReplicaSet, _>(
+            client.clone(),
+            cluster::<ReplicaSet>(s),
+        )),
+        tokio::spawn(follow::<StatefulSet, _>(
+            client.clone(),
+            cluster::<StatefulSet>(s),
+        )),
+        tokio::spawn(follow::<ReplicationController, _>(
+            client.clone(),
+            cluster::<ReplicationController>(s),
+        )),
+        tokio::spawn(follow::<PersistentVolumeClaim, _>(
+            client.clone(),
+            cluster::<PersistentVolumeClaim>(s),
+        )),
+    ]
+}
+
+/// The PodInfo of a pod from a watch.
+pub fn pod_info(pod: Pod) -> Arc<PodInfo> {
+    Arc::new(PodInfo::new(Arc::new(pod)))
+}

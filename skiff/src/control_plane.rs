@@ -1,0 +1,155 @@
+//! The clients of the API that `skiff up` and `skiff server` run beside it
+//! — for now the scheduler — each leader-elected through its Lease, so
+//! that in a replicated cluster one member's copy works at a time.
+//! `skiff scheduler` runs the scheduler alone against any apiserver.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use skiff_scheduler::config::SchedulerConfig;
+use skiff_scheduler::metrics::Metrics;
+use skiff_scheduler::run::{run, scheduler_lease, RunOptions};
+
+/// A client of the API at `addr` (plain HTTP, as `skiff up` serves it).
+pub fn local_client(addr: SocketAddr) -> Result<kube::Client> {
+    let url = format!("http://{addr}")
+        .parse()
+        .context("the API's address as a URL")?;
+    kube::Client::try_from(kube::Config::new(url)).context("building the API client")
+}
+
+/// A client from a kubeconfig file.
+pub async fn kubeconfig_client(path: &Path) -> Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .with_context(|| format!("using the kubeconfig {}", path.display()))?;
+    kube::Client::try_from(config).context("building the API client")
+}
+
+/// The scheduler's configuration: the file given, or the defaults.
+pub fn scheduler_config(path: Option<&Path>) -> Result<SchedulerConfig> {
+    let text = match path {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading the scheduler configuration {}", path.display()))?,
+        None => String::new(),
+    };
+    SchedulerConfig::parse(&text).map_err(|e| match path {
+        Some(path) => anyhow::anyhow!("{}: {e}", path.display()),
+        None => anyhow::anyhow!(e),
+    })
+}
+
+/// A name for this process in leader-election leases.
+pub fn identity(name: &str) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{host}_{name}_{}", std::process::id())
+}
+
+/// The control-plane clients running beside an API, stopped on drop.
+pub struct ControlPlane {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ControlPlane {
+    /// Starts the scheduler against the API at `addr`.
+    pub fn start(addr: SocketAddr, name: &str, config: SchedulerConfig) -> Result<ControlPlane> {
+        let client = local_client(addr)?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let options = RunOptions {
+            config,
+            lease: Some(scheduler_lease(&identity(name))),
+            metrics: Arc::new(Metrics::default()),
+        };
+        let task = tokio::spawn(run(client, options, async move {
+            let _ = stopped.await;
+        }));
+        Ok(ControlPlane {
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let task = &mut self.task;
+        if tokio::time::timeout(std::time::Duration::from_secs(2), task)
+            .await
+            .is_err()
+        {
+            self.task.abort();
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SchedulerArgs {
+    /// The kubeconfig of the API to schedule for.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: PathBuf,
+    /// A KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) file.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Take the kube-system/kube-scheduler Lease before scheduling.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Serve Prometheus metrics on this address (host:port) at /metrics.
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
+}
+
+/// `skiff scheduler`: the scheduler alone, until SIGINT or SIGTERM.
+pub async fn scheduler(args: SchedulerArgs) -> Result<()> {
+    let config = scheduler_config(args.config.as_deref())?;
+    let client = kubeconfig_client(&args.kubeconfig).await?;
+    let metrics = Arc::new(Metrics::default());
+    if let Some(listen) = &args.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("cannot listen for metrics on {listen}"))?;
+        let metrics = metrics.clone();
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let metrics = metrics.clone();
+                async move { metrics.render() }
+            }),
+        );
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+    }
+    let mut signals = crate::shutdown::StopSignals::register()?;
+    let options = RunOptions {
+        config,
+        lease: args
+            .leader_elect
+            .then(|| scheduler_lease(&identity("scheduler"))),
+        metrics,
+    };
+    println!(
+        "skiff scheduler: scheduling for the API of {}",
+        args.kubeconfig.display()
+    );
+    run(client, options, async move {
+        let name = signals.recv().await;
+        tracing::info!(signal = name, "stopping the scheduler");
+    })
+    .await;
+    Ok(())
+}
