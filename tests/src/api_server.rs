@@ -95,6 +95,12 @@ impl ApiServer {
         Self::start_with(backend, test, false).await
     }
 
+    /// The API on `backend` with the scheduler running beside it (on a
+    /// cluster, one per member, leader-elected).
+    pub async fn start_on_scheduling(backend: Backend, test: &str) -> Result<Option<ApiServer>> {
+        Self::start_with(backend, test, true).await
+    }
+
     /// `skiff up` with its scheduler running, as a user starts it.
     pub async fn start_scheduling() -> Result<ApiServer> {
         Self::start_with(Backend::Embedded, "", true)
@@ -253,6 +259,22 @@ impl ApiServer {
             );
         }
         Ok(status)
+    }
+
+    /// SIGKILLs the other cluster member whose process label ends with
+    /// `name` (e.g. "n2"); false if there is none.
+    pub fn kill_other_member(&mut self, name: &str) -> Result<bool> {
+        let Some(at) = self
+            .others
+            .iter()
+            .position(|p| p.label().ends_with(&format!(" {name}")))
+        else {
+            return Ok(false);
+        };
+        let process = self.others.remove(at);
+        process.signal(libc::SIGKILL)?;
+        drop(process);
+        Ok(true)
     }
 
     /// Starts `skiff up` again on the same data directory and ports.

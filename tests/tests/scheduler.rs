@@ -476,3 +476,84 @@ async fn two_schedulers_racing_for_pods_bind_each_once() -> Result<()> {
     rival.wait_exit(Duration::from_secs(20)).await?;
     Ok(())
 }
+
+/// Three `skiff server` members each run a scheduler; one holds the
+/// kube-system/kube-scheduler Lease and schedules. When that member dies,
+/// another takes the lease over and pods are scheduled again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_scheduler_of_a_cluster_leads_and_another_takes_over() -> Result<()> {
+    use skiff_tests::api_server::{ApiServer, Backend};
+    let test = "scheduler::one_scheduler_of_a_cluster_leads_and_another_takes_over";
+    let Some(binary) = skiff_tests::kubectl::kubectl_or_skip(test) else {
+        return Ok(());
+    };
+    let Some(mut server) = ApiServer::start_on_scheduling(Backend::Cluster, test).await? else {
+        return Ok(());
+    };
+    // Through the first member's API; the leader may be any member.
+    let kubectl = Kubectl::new(binary, &server.kubeconfig())?;
+    apply(&kubectl, "node.yaml", &node("n1", "8", "", ""))?;
+    apply(&kubectl, "a.yaml", &pod("a", "app: a", "100m", ""))?;
+    assert_eq!(bound(&kubectl, "a").await?, "n1");
+    let holder = || {
+        kubectl.ok(&[
+            "get",
+            "lease",
+            "-n",
+            "kube-system",
+            "kube-scheduler",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ])
+    };
+    let leader = holder()?;
+    // The identity is host_member_pid.
+    let member = leader.split('_').nth(1).unwrap_or_default().to_string();
+    ensure!(
+        ["n1", "n2", "n3"].contains(&member.as_str()),
+        "lease held by {leader:?}"
+    );
+    if member == "n1" {
+        // The test talks through n1; let it lead, and check only that a
+        // second pod is scheduled by it.
+        apply(&kubectl, "b.yaml", &pod("b", "app: b", "100m", ""))?;
+        assert_eq!(bound(&kubectl, "b").await?, "n1");
+        return Ok(());
+    }
+    ensure!(
+        server.kill_other_member(&member)?,
+        "no member {member} to stop"
+    );
+    // Two members remain: the store keeps its quorum, and the lease runs
+    // out (15 s) before another scheduler takes it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let next = loop {
+        // The store may be electing a new leader for a moment.
+        let now = holder().unwrap_or_default();
+        if now != leader && !now.is_empty() {
+            break now;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "nobody took the lease over from {leader}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    ensure!(!next.contains(&format!("_{member}_")), "{next}");
+    apply(&kubectl, "b.yaml", &pod("b", "app: b", "100m", ""))?;
+    assert_eq!(bound(&kubectl, "b").await?, "n1");
+    let transitions = kubectl.ok(&[
+        "get",
+        "lease",
+        "-n",
+        "kube-system",
+        "kube-scheduler",
+        "-o",
+        "jsonpath={.spec.leaseTransitions}",
+    ])?;
+    ensure!(
+        transitions.parse::<i64>()? >= 1,
+        "leaseTransitions {transitions}"
+    );
+    Ok(())
+}
