@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::extender::{self, Extender};
 use crate::framework::{Plugin, Point, Profile};
 use crate::plugins::{factory, DEFAULT_PLUGINS};
 use crate::queue::QueueConfig;
@@ -75,8 +76,8 @@ struct PluginConfig {
 pub struct SchedulerConfig {
     pub profiles: Vec<Arc<Profile>>,
     pub queue: QueueConfig,
-    /// Extender entries of the file (HTTP filter/prioritize/bind).
-    pub extenders: Vec<Value>,
+    /// The HTTP extenders of the file (filter, prioritize, bind).
+    pub extenders: Vec<Arc<Extender>>,
 }
 
 impl SchedulerConfig {
@@ -127,13 +128,16 @@ impl SchedulerConfig {
                 "podMaxBackoffSeconds must not be less than podInitialBackoffSeconds".into(),
             );
         }
+        let extenders = extender::extenders_from_config(&file.extenders)
+            .map_err(|e| format!("invalid scheduler configuration: {e}"))?;
+        let ignored = extender::ignored_resources(&extenders);
         let configs = match file.profiles.is_empty() {
             true => vec![ProfileConfig::default()],
             false => file.profiles,
         };
         let mut profiles = Vec::new();
         for config in configs {
-            let profile = build_profile(config, percentage)?;
+            let profile = build_profile(config, percentage, &ignored)?;
             if profiles
                 .iter()
                 .any(|p: &Arc<Profile>| p.scheduler_name == profile.scheduler_name)
@@ -148,7 +152,7 @@ impl SchedulerConfig {
         Ok(SchedulerConfig {
             profiles,
             queue,
-            extenders: file.extenders,
+            extenders,
         })
     }
 
@@ -182,7 +186,11 @@ fn point_of(name: &str) -> Option<Point> {
     Point::ALL.into_iter().find(|p| p.config_name() == name)
 }
 
-fn build_profile(config: ProfileConfig, default_percentage: usize) -> Result<Profile, String> {
+fn build_profile(
+    config: ProfileConfig,
+    default_percentage: usize,
+    extender_ignored: &[String],
+) -> Result<Profile, String> {
     let scheduler_name = config
         .scheduler_name
         .unwrap_or_else(|| DEFAULT_SCHEDULER_NAME.to_string());
@@ -193,6 +201,27 @@ fn build_profile(config: ProfileConfig, default_percentage: usize) -> Result<Pro
                 "profile {scheduler_name:?}: pluginConfig names {:?} twice",
                 entry.name
             ));
+        }
+    }
+    // Resources that extenders manage and the scheduler ignores are left
+    // out of NodeResourcesFit's checks, as kube-scheduler does.
+    if !extender_ignored.is_empty() {
+        let fit = args
+            .entry("NodeResourcesFit".to_string())
+            .or_insert(Value::Null);
+        if !fit.is_object() {
+            *fit = serde_json::json!({});
+        }
+        let list = &mut fit["ignoredResources"];
+        if !list.is_array() {
+            *list = serde_json::json!([]);
+        }
+        if let Some(list) = list.as_array_mut() {
+            for name in extender_ignored {
+                if !list.iter().any(|v| v == name.as_str()) {
+                    list.push(Value::from(name.as_str()));
+                }
+            }
         }
     }
     for name in config.plugins.keys() {

@@ -4,6 +4,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod extender;
 pub mod framework;
 pub mod leader;
 pub mod metrics;

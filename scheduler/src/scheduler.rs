@@ -17,6 +17,7 @@ use serde_json::json;
 
 use crate::cache::Cache;
 use crate::config::SchedulerConfig;
+use crate::extender::{self, Extender};
 use crate::framework::{Binder, Code, CycleState, PodInfo, Profile, ScheduleFailure, Snapshot};
 use crate::metrics::Metrics;
 use crate::plugins::default_preemption;
@@ -31,6 +32,7 @@ pub struct Scheduler {
     pub queue: SchedulingQueue,
     cache: Mutex<Cache>,
     profiles: HashMap<String, Arc<Profile>>,
+    extenders: Vec<Arc<Extender>>,
     pub metrics: Arc<Metrics>,
     /// Pods nominated to a node by preemption: key → (node, pod).
     nominated: Mutex<HashMap<String, (String, Arc<PodInfo>)>>,
@@ -48,6 +50,7 @@ impl Scheduler {
                 .iter()
                 .map(|p| (p.scheduler_name.clone(), p.clone()))
                 .collect(),
+            extenders: config.extenders.clone(),
             metrics,
             nominated: Mutex::new(HashMap::new()),
             events: AtomicU64::new(0),
@@ -158,13 +161,19 @@ impl Scheduler {
         let cycle_snapshot = self.with_nominated(snapshot, &pod);
         let snap = cycle_snapshot.as_ref().unwrap_or(snapshot);
         let mut state = CycleState::default();
-        let result = match self.nominated_node_fits(&profile, &pod, snap) {
+        let result = match self.nominated_node_fits(&profile, &pod, snap).await {
             Some(node) => Ok(crate::framework::ScheduleResult {
                 node,
                 evaluated: 1,
                 feasible: 1,
             }),
-            None => profile.schedule(&mut state, &pod, snap, next_start, rng),
+            None if self.extenders.is_empty() => {
+                profile.schedule(&mut state, &pod, snap, next_start, rng)
+            }
+            None => {
+                self.schedule_with_extenders(&profile, &mut state, &pod, snap, next_start, rng)
+                    .await
+            }
         };
         match result {
             Ok(result) => {
@@ -219,9 +228,42 @@ impl Scheduler {
         }
     }
 
+    /// A scheduling cycle with the HTTP extenders: they filter what the
+    /// Filter plugins left and add their priorities to the scores, as
+    /// kube-scheduler's findNodesThatPassExtenders and prioritizeNodes.
+    async fn schedule_with_extenders(
+        &self,
+        profile: &Profile,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        next_start: &mut usize,
+        rng: &mut rand::rngs::StdRng,
+    ) -> Result<crate::framework::ScheduleResult, ScheduleFailure> {
+        let mut feasible = profile.filter_nodes(state, pod, snapshot, next_start)?;
+        let nodes = std::mem::take(&mut feasible.nodes);
+        feasible.nodes = extender::run_extenders_filter(
+            &self.extenders,
+            &pod.pod,
+            nodes,
+            &mut feasible.statuses,
+        )
+        .await
+        .map_err(ScheduleFailure::Error)?;
+        let nodes = feasible.check(snapshot.nodes.len())?;
+        if nodes.len() == 1 {
+            return Ok(feasible.result(nodes[0].name().to_string()));
+        }
+        let mut totals = profile
+            .score(state, pod, nodes)
+            .map_err(ScheduleFailure::Error)?;
+        extender::run_extenders_prioritize(&self.extenders, &pod.pod, nodes, &mut totals).await;
+        Ok(feasible.result(crate::framework::select_host(&totals, rng)))
+    }
+
     /// A pod nominated to a node by an earlier preemption tries that node
     /// first, as kube-scheduler does.
-    fn nominated_node_fits(
+    async fn nominated_node_fits(
         &self,
         profile: &Profile,
         pod: &PodInfo,
@@ -242,10 +284,19 @@ impl Scheduler {
         {
             return None;
         }
-        profile
-            .run_filters(&state, pod, info)
-            .is_success()
-            .then(|| node.to_string())
+        if !profile.run_filters(&state, pod, info).is_success() {
+            return None;
+        }
+        let mut statuses = crate::framework::NodeStatuses::new();
+        let passed = extender::run_extenders_filter(
+            &self.extenders,
+            &pod.pod,
+            vec![info.clone()],
+            &mut statuses,
+        )
+        .await
+        .ok()?;
+        (!passed.is_empty()).then(|| node.to_string())
     }
 
     /// The snapshot with the pods nominated elsewhere, of at least this
@@ -308,7 +359,16 @@ impl Scheduler {
                 tokio::time::sleep(wait).await;
             }
             let binder = ApiBinder(scheduler.client.clone());
-            let bound = profile.run_bind(&binder, &pod, &node).await;
+            let mut bound = profile.run_pre_bind(&binder, &pod, &node).await;
+            if bound.is_success() {
+                // An extender that binds does it in place of the plugins.
+                bound = match extender::run_extenders_bind(&scheduler.extenders, &pod.pod, &node)
+                    .await
+                {
+                    Some(status) => status,
+                    None => profile.run_bind_plugins(&binder, &pod, &node).await,
+                };
+            }
             if bound.is_success() {
                 scheduler.queue.done(&pod.key);
                 scheduler.forget_nomination(&pod.key);

@@ -45,6 +45,8 @@ pub struct ApiServer {
     /// Whether the scheduler runs beside the API. Tests of the API alone
     /// leave it off, so that no other client changes their pods.
     scheduling: bool,
+    /// More flags for `skiff up` (Embedded only).
+    extra_args: Vec<String>,
     _dir: TempDir,
 }
 
@@ -101,6 +103,29 @@ impl ApiServer {
         Self::start_with(backend, test, true).await
     }
 
+    /// `skiff up` with its scheduler running and `args` added to its
+    /// command line (e.g. `--scheduler-config FILE`).
+    pub async fn start_scheduling_with(args: &[String]) -> Result<ApiServer> {
+        let dir = tempfile::tempdir()?;
+        let addrs = free_addrs(2)?;
+        let data_dir = dir.path().join("skiff");
+        let mut server = ApiServer {
+            process: None,
+            watch_data_dir: data_dir.clone(),
+            data_dir,
+            api: addrs[0],
+            client: addrs[1],
+            backend: Backend::Embedded,
+            others: Vec::new(),
+            etcd: None,
+            scheduling: true,
+            extra_args: args.to_vec(),
+            _dir: dir,
+        };
+        server.launch().await?;
+        Ok(server)
+    }
+
     /// `skiff up` with its scheduler running, as a user starts it.
     pub async fn start_scheduling() -> Result<ApiServer> {
         Self::start_with(Backend::Embedded, "", true)
@@ -126,6 +151,7 @@ impl ApiServer {
             others: Vec::new(),
             etcd: None,
             scheduling,
+            extra_args: Vec::new(),
             _dir: dir,
         };
         match backend {
@@ -301,6 +327,7 @@ impl ApiServer {
             self.client.to_string(),
             format!("--scheduler={}", self.scheduling),
         ];
+        let args = args.into_iter().chain(self.extra_args.iter().cloned());
         let mut process = SkiffProcess::spawn("skiff up", args)?;
         process.wait_for_line(" ready: ", READY_TIMEOUT).await?;
         let kubeconfig = self.kubeconfig();

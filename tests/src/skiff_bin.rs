@@ -12,11 +12,17 @@ use std::time::SystemTime;
 use anyhow::{bail, ensure, Context, Result};
 
 /// What the binary is built from, relative to the workspace root.
-const SOURCES: [&str; 8] = [
+const SOURCES: [&str; 14] = [
     "skiff/src",
     "skiff/Cargo.toml",
     "apiserver/src",
     "apiserver/Cargo.toml",
+    "scheduler/src",
+    "scheduler/Cargo.toml",
+    "controllers/src",
+    "controllers/Cargo.toml",
+    "kubelet/src",
+    "kubelet/Cargo.toml",
     "store/src",
     "store/proto",
     "store/Cargo.toml",

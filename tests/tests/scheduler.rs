@@ -83,6 +83,20 @@ async fn bound(kubectl: &Kubectl, pod: &str) -> Result<String> {
     }
 }
 
+/// Returns once the scheduler's cache has `node` — and so every node
+/// written before it, since a watch delivers in order: a probe pod that
+/// only `node` takes is bound, then deleted.
+async fn scheduler_sees(kubectl: &Kubectl, node: &str) -> Result<()> {
+    let probe = format!("probe-{node}");
+    let pinned = format!("  nodeSelector: {{kubernetes.io/hostname: {node}}}\n");
+    let manifest = pod(&probe, "probe: \"yes\"", "1m", &pinned);
+    apply(kubectl, &format!("{probe}.yaml"), &manifest)?;
+    let at = bound(kubectl, &probe).await?;
+    ensure!(at == node, "the probe went to {at}");
+    kubectl.ok(&["delete", "pod", &probe, "--wait=false"])?;
+    Ok(())
+}
+
 /// Waits for a FailedScheduling event of `pod` whose message contains
 /// `text`; returns the message.
 async fn failed(kubectl: &Kubectl, pod: &str, text: &str) -> Result<String> {
@@ -209,6 +223,7 @@ async fn node_affinity_and_a_daemonset_style_pod_pinned_by_name() -> Result<()> 
         + &node("n2", "4", ", disktype: ssd", "")
         + &node("n3", "4", ", disktype: ssd", "");
     apply(&kubectl, "nodes.yaml", &nodes)?;
+    scheduler_sees(&kubectl, "n3").await?;
     let pinned = "  affinity:
     nodeAffinity:
       requiredDuringSchedulingIgnoredDuringExecution:
@@ -254,6 +269,7 @@ async fn pod_anti_affinity_keeps_replicas_in_different_zones() -> Result<()> {
         + &node("a2", "4", &zone("a"), "")
         + &node("b1", "4", &zone("b"), "");
     apply(&kubectl, "nodes.yaml", &nodes)?;
+    scheduler_sees(&kubectl, "b1").await?;
     let anti = "  affinity:
     podAntiAffinity:
       requiredDuringSchedulingIgnoredDuringExecution:
@@ -305,6 +321,7 @@ async fn topology_spread_balances_pods_across_zones() -> Result<()> {
         + &node("a2", "8", &zone("a"), "")
         + &node("b1", "8", &zone("b"), "");
     apply(&kubectl, "nodes.yaml", &nodes)?;
+    scheduler_sees(&kubectl, "b1").await?;
     let spread = "  topologySpreadConstraints:
   - maxSkew: 1
     topologyKey: topology.kubernetes.io/zone
@@ -554,6 +571,100 @@ async fn one_scheduler_of_a_cluster_leads_and_another_takes_over() -> Result<()>
     ensure!(
         transitions.parse::<i64>()? >= 1,
         "leaseTransitions {transitions}"
+    );
+    Ok(())
+}
+
+/// An HTTP extender served by the test: its filter takes n1 out (and every
+/// node for pods labelled `extender: none`), its priorities favour n3.
+async fn extender_filter(
+    axum::Json(args): axum::Json<serde_json::Value>,
+) -> axum::Json<serde_json::Value> {
+    let none = args["Pod"]["metadata"]["labels"]["extender"] == "none";
+    let names: Vec<String> = args["NodeNames"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect();
+    let mut passed = Vec::new();
+    let mut failed = serde_json::Map::new();
+    for name in names {
+        if none || name == "n1" {
+            failed.insert(name, "node(s) were refused by the test extender".into());
+        } else {
+            passed.push(name);
+        }
+    }
+    axum::Json(serde_json::json!({"NodeNames": passed, "FailedNodes": failed, "Error": ""}))
+}
+
+async fn extender_prioritize(
+    axum::Json(args): axum::Json<serde_json::Value>,
+) -> axum::Json<serde_json::Value> {
+    let scores: Vec<serde_json::Value> = args["NodeNames"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str())
+        .map(|n| serde_json::json!({"Host": n, "Score": if n == "n3" { 10 } else { 0 }}))
+        .collect();
+    axum::Json(serde_json::Value::Array(scores))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_extender_filters_and_prioritizes_nodes() -> Result<()> {
+    use skiff_tests::api_server::ApiServer;
+    let test = "scheduler::an_http_extender_filters_and_prioritizes_nodes";
+    let Some(binary) = skiff_tests::kubectl::kubectl_or_skip(test) else {
+        return Ok(());
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let app = axum::Router::new()
+        .route("/ext/filter", axum::routing::post(extender_filter))
+        .route("/ext/prioritize", axum::routing::post(extender_prioritize));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("scheduler.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+extenders:
+- urlPrefix: http://{addr}/ext
+  filterVerb: filter
+  prioritizeVerb: prioritize
+  weight: 5
+  nodeCacheCapable: true
+  httpTimeout: 5s
+"
+        ),
+    )?;
+    let server = ApiServer::start_scheduling_with(&[
+        "--scheduler-config".into(),
+        config.display().to_string(),
+    ])
+    .await?;
+    let kubectl = Kubectl::new(binary, &server.kubeconfig())?;
+    let nodes: String = (1..=3)
+        .map(|i| node(&format!("n{i}"), "4", "", ""))
+        .collect();
+    apply(&kubectl, "nodes.yaml", &nodes)?;
+    scheduler_sees(&kubectl, "n3").await?;
+    apply(&kubectl, "a.yaml", &pod("a", "app: a", "100m", ""))?;
+    assert_eq!(
+        bound(&kubectl, "a").await?,
+        "n3",
+        "the extender's priority wins"
+    );
+    apply(&kubectl, "b.yaml", &pod("b", "extender: none", "100m", ""))?;
+    let message = failed(&kubectl, "b", "test extender").await?;
+    assert!(
+        message
+            .starts_with("0/3 nodes are available: 3 node(s) were refused by the test extender."),
+        "{message}"
     );
     Ok(())
 }

@@ -109,6 +109,36 @@ pub enum ScheduleFailure {
     Error(Status),
 }
 
+/// What Filter left: the nodes that fit and why the others do not.
+#[derive(Debug, Clone)]
+pub struct Feasible {
+    pub nodes: Vec<Arc<NodeInfo>>,
+    pub statuses: NodeStatuses,
+    pub evaluated: usize,
+}
+
+impl Feasible {
+    /// The nodes, or the FitError when none is left of `all`.
+    pub fn check(&self, all: usize) -> Result<&[Arc<NodeInfo>], ScheduleFailure> {
+        match self.nodes.is_empty() {
+            true => Err(ScheduleFailure::Unfit(FitError {
+                all_nodes: all,
+                statuses: self.statuses.clone(),
+                pre_filter: None,
+            })),
+            false => Ok(&self.nodes),
+        }
+    }
+
+    pub fn result(&self, node: String) -> ScheduleResult {
+        ScheduleResult {
+            node,
+            evaluated: self.evaluated,
+            feasible: self.nodes.len(),
+        }
+    }
+}
+
 impl Profile {
     pub fn at(&self, point: Point) -> &[Arc<dyn Plugin>] {
         self.plugins
@@ -200,6 +230,26 @@ impl Profile {
         next_start: &mut usize,
         rng: &mut impl rand::Rng,
     ) -> Result<ScheduleResult, ScheduleFailure> {
+        let feasible = self.filter_nodes(state, pod, snapshot, next_start)?;
+        let nodes = feasible.check(snapshot.nodes.len())?;
+        if nodes.len() == 1 {
+            return Ok(feasible.result(nodes[0].name().to_string()));
+        }
+        let totals = self
+            .score(state, pod, nodes)
+            .map_err(ScheduleFailure::Error)?;
+        Ok(feasible.result(select_host(&totals, rng)))
+    }
+
+    /// PreFilter and Filter: the feasible nodes (a share of them on big
+    /// clusters) and why the others were rejected.
+    pub fn filter_nodes(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        next_start: &mut usize,
+    ) -> Result<Feasible, ScheduleFailure> {
         let all = snapshot.nodes.len();
         if all == 0 {
             return Err(ScheduleFailure::Unfit(FitError {
@@ -221,48 +271,30 @@ impl Profile {
                 }))
             }
         };
-        let (feasible, statuses, evaluated) = self.find_feasible(
+        let (nodes, mut statuses, evaluated) = self.find_feasible(
             state,
             pod,
             snapshot,
             narrowed.node_names.as_ref(),
             next_start,
         )?;
-        if feasible.is_empty() {
-            let mut statuses = statuses;
-            if let Some(names) = &narrowed.node_names {
-                let reason = format!(
-                    "node(s) didn't satisfy plugin(s) [{}]",
-                    narrowed.narrowed_by.join(",")
-                );
-                for node in &snapshot.nodes {
-                    if !names.contains(node.name()) {
-                        statuses
-                            .entry(node.name().to_string())
-                            .or_insert_with(|| Status::unresolvable(reason.clone()));
-                    }
+        if let Some(names) = &narrowed.node_names {
+            let reason = format!(
+                "node(s) didn't satisfy plugin(s) [{}]",
+                narrowed.narrowed_by.join(",")
+            );
+            for node in &snapshot.nodes {
+                if !names.contains(node.name()) {
+                    statuses
+                        .entry(node.name().to_string())
+                        .or_insert_with(|| Status::unresolvable(reason.clone()));
                 }
             }
-            return Err(ScheduleFailure::Unfit(FitError {
-                all_nodes: all,
-                statuses,
-                pre_filter: None,
-            }));
         }
-        if feasible.len() == 1 {
-            return Ok(ScheduleResult {
-                node: feasible[0].name().to_string(),
-                evaluated,
-                feasible: 1,
-            });
-        }
-        let totals = self
-            .score(state, pod, &feasible)
-            .map_err(ScheduleFailure::Error)?;
-        Ok(ScheduleResult {
-            node: select_host(&totals, rng),
+        Ok(Feasible {
+            nodes,
+            statuses,
             evaluated,
-            feasible: feasible.len(),
         })
     }
 
@@ -423,12 +455,25 @@ impl Profile {
     /// The binding cycle: PreBind, then the first Bind plugin that does
     /// not skip.
     pub async fn run_bind(&self, binder: &dyn Binder, pod: &PodInfo, node: &str) -> Status {
+        let status = self.run_pre_bind(binder, pod, node).await;
+        if !status.is_success() {
+            return status;
+        }
+        self.run_bind_plugins(binder, pod, node).await
+    }
+
+    pub async fn run_pre_bind(&self, binder: &dyn Binder, pod: &PodInfo, node: &str) -> Status {
         for plugin in self.at(Point::PreBind) {
             let status = plugin.pre_bind(binder, pod, node).await;
             if !status.is_success() {
                 return status.with_plugin(plugin.name());
             }
         }
+        Status::success()
+    }
+
+    /// The first Bind plugin that does not skip.
+    pub async fn run_bind_plugins(&self, binder: &dyn Binder, pod: &PodInfo, node: &str) -> Status {
         for plugin in self.at(Point::Bind) {
             let status = plugin.bind(binder, pod, node).await;
             if status.code != Code::Skip {

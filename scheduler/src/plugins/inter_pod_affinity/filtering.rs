@@ -1,8 +1,8 @@
-//! The required terms: PreFilter counts, per topology pair, the pods that
-//! match the incoming pod's affinity and anti-affinity terms and the
-//! placed pods whose anti-affinity terms match the incoming pod; Filter
-//! reads those counts for the node's topology values; AddPod/RemovePod
-//! keep them up to date for preemption's what-ifs.
+//! The required terms: PreFilter counts (from the cluster index), per
+//! topology pair, the pods that match the incoming pod's affinity and
+//! anti-affinity terms and the placed pods whose anti-affinity terms match
+//! the incoming pod; Filter reads those counts for the node's topology
+//! values; AddPod/RemovePod keep them up to date for preemption's what-ifs.
 
 use std::collections::{BTreeMap, HashMap};
 

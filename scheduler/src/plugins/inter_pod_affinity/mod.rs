@@ -207,23 +207,15 @@ impl Plugin for InterPodAffinity {
         if nodes.is_empty() || !self.scores(pod) {
             return Status::skip();
         }
-        let prepared = match state.read::<Prepared>(PRE_SCORE_KEY) {
-            Some(prepared) => prepared,
-            None => {
-                let computed = match self.score_feasible(pod, nodes) {
-                    Ok(computed) => computed,
-                    Err(status) => return status,
-                };
-                state.write(PRE_SCORE_KEY, computed);
-                match state.read::<Prepared>(PRE_SCORE_KEY) {
-                    Some(prepared) => prepared,
-                    None => return Status::error("the PreScore state just written is gone"),
-                }
+        if state.read::<Prepared>(PRE_SCORE_KEY).is_none() {
+            match self.score_feasible(pod, nodes) {
+                Ok(prepared) => state.write(PRE_SCORE_KEY, prepared),
+                Err(status) => return status,
             }
-        };
-        match prepared {
-            Prepared::Nothing => Status::skip(),
-            Prepared::Scores(_) => Status::success(),
+        }
+        match state.read::<Prepared>(PRE_SCORE_KEY) {
+            Some(Prepared::Scores(_)) => Status::success(),
+            _ => Status::skip(),
         }
     }
 

@@ -94,7 +94,10 @@ impl PreFilterState {
     /// The matching pods of a domain, with AddPod/RemovePod's changes.
     fn matching(&self, i: usize, value: &str) -> i64 {
         let base = self.base[i].get(value).map_or(0, |d| d.pods);
-        base + self.overlay[i].get(value).copied().unwrap_or(0)
+        match self.overlay[i].is_empty() {
+            true => base,
+            false => base + self.overlay[i].get(value).copied().unwrap_or(0),
+        }
     }
 
     /// `other` appears on (`delta` 1) or leaves (`delta` -1) `node`.

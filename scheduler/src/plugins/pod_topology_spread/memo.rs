@@ -26,6 +26,9 @@ pub struct Domain {
 /// Per constraint (same index): topology value → domain.
 pub type Domains = Vec<HashMap<String, Domain>>;
 
+/// A pod's nodeSelector and required node affinity.
+pub type NodeAffinitySpec = (Option<BTreeMap<String, String>>, Option<NodeSelector>);
+
 /// What the counts depend on besides the nodes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemoKey {
@@ -33,7 +36,7 @@ pub struct MemoKey {
     pub namespace: String,
     /// The pod's nodeSelector and required node affinity, if a constraint
     /// honors them.
-    pub node_affinity: Option<(Option<BTreeMap<String, String>>, Option<NodeSelector>)>,
+    pub node_affinity: Option<NodeAffinitySpec>,
     /// The pod's tolerations, if a constraint honors taints.
     pub tolerations: Option<Vec<Toleration>>,
     /// Nodes without every topology key are no domain of any constraint

@@ -1,0 +1,1426 @@
+//! HTTP extenders: the `extenders` of a KubeSchedulerConfiguration, web
+//! services that kube-scheduler calls after its own filters (filter), after
+//! its own scoring (prioritize) and instead of its binder (bind), as
+//! kube-scheduler's `HTTPExtender`.
+//!
+//! The wire format is kube-scheduler's `k8s.io/kube-scheduler/extender/v1`
+//! types, which have no JSON tags: requests carry `Pod`, `Nodes`,
+//! `NodeNames`, `PodName`… with their Go field names, and answers are read
+//! as Go's decoder reads them, field names in any case (`nodenames` and
+//! `NodeNames` alike).
+//!
+//! Each call is one HTTP/1.1 POST on its own connection (http, or https
+//! over rustls), bounded as a whole by the extender's `httpTimeout`.
+//! Preemption (`preemptVerb`) is parsed but not called.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::framework::{NodeInfo, NodeScore, NodeStatuses, Status, MAX_NODE_SCORE};
+use crate::plugins::node_resources_fit::allocation::is_extended_resource_name;
+
+/// The highest score an extender gives a node (`MaxExtenderPriority`).
+pub const MAX_EXTENDER_PRIORITY: i64 = 10;
+
+/// kube-scheduler's `DefaultExtenderTimeout`: an `httpTimeout` of zero or
+/// none.
+pub const DEFAULT_EXTENDER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The plugin name rejections by an extender carry in their [`Status`]
+/// (kube-scheduler's `framework.ExtenderName`).
+pub const EXTENDER_PLUGIN_NAME: &str = "Extender";
+
+/// The largest answer read from an extender (a full node list included).
+const MAX_RESPONSE_BYTES: usize = 128 * 1024 * 1024;
+
+/// The system's trust roots as one PEM bundle (Debian, Ubuntu, Alpine).
+const SYSTEM_TRUST_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// One entry of `extenders`, as KubeSchedulerConfiguration v1 spells it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ExtenderConfig {
+    url_prefix: Option<String>,
+    filter_verb: Option<String>,
+    preempt_verb: Option<String>,
+    prioritize_verb: Option<String>,
+    weight: Option<i64>,
+    bind_verb: Option<String>,
+    #[serde(rename = "enableHTTPS")]
+    enable_https: Option<bool>,
+    tls_config: Option<TlsConfig>,
+    http_timeout: Option<String>,
+    node_cache_capable: Option<bool>,
+    managed_resources: Option<Vec<ManagedResource>>,
+    ignorable: Option<bool>,
+}
+
+/// `tlsConfig`: the `*Data` fields are base64, as Go encodes `[]byte`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TlsConfig {
+    insecure: Option<bool>,
+    server_name: Option<String>,
+    cert_file: Option<String>,
+    key_file: Option<String>,
+    ca_file: Option<String>,
+    cert_data: Option<String>,
+    key_data: Option<String>,
+    ca_data: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ManagedResource {
+    name: Option<String>,
+    ignored_by_scheduler: Option<bool>,
+}
+
+/// A configuration error: the field path under the extender, and what is
+/// wrong with it.
+struct ConfigError {
+    field: String,
+    message: String,
+}
+
+impl ConfigError {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// `prefix.field: message`, or `prefix: message` without a field.
+    fn under(&self, prefix: &str) -> String {
+        match (prefix.is_empty(), self.field.is_empty()) {
+            (true, true) => self.message.clone(),
+            (true, false) => format!("{}: {}", self.field, self.message),
+            (false, true) => format!("{prefix}: {}", self.message),
+            (false, false) => format!("{prefix}.{}: {}", self.field, self.message),
+        }
+    }
+}
+
+/// An HTTP extender built from one `extenders` entry.
+#[derive(Debug)]
+pub struct Extender {
+    url_prefix: String,
+    filter_verb: String,
+    preempt_verb: String,
+    prioritize_verb: String,
+    bind_verb: String,
+    weight: i64,
+    timeout: Duration,
+    node_cache_capable: bool,
+    managed_resources: BTreeSet<String>,
+    /// Managed resources with `ignoredByScheduler`, in their order.
+    ignored_resources: Vec<String>,
+    ignorable: bool,
+    /// The TLS settings for an https `urlPrefix`.
+    tls: Option<Tls>,
+}
+
+#[derive(Debug)]
+struct Tls {
+    config: Arc<ClientConfig>,
+    /// `tlsConfig.serverName`: the name verified instead of the URL's host.
+    server_name: Option<String>,
+}
+
+/// What an extender's filter call answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FilterOutcome {
+    /// The nodes that passed, in the extender's order; all of them were
+    /// among the nodes sent.
+    pub passed: Vec<String>,
+    /// Node → why it failed; preemption may help.
+    pub failed: BTreeMap<String, String>,
+    /// Node → why it failed; preemption cannot help. A node here is not
+    /// also in `failed`.
+    pub failed_and_unresolvable: BTreeMap<String, String>,
+}
+
+impl Extender {
+    /// Builds an extender from one `extenders` entry, validated as
+    /// kube-scheduler validates it (the checks across extenders are in
+    /// [`extenders_from_config`]).
+    pub fn from_config(value: &Value) -> Result<Extender, String> {
+        Extender::build(value).map_err(|e| e.under(""))
+    }
+
+    fn build(value: &Value) -> Result<Extender, ConfigError> {
+        let config: ExtenderConfig = match value {
+            Value::Null => ExtenderConfig::default(),
+            value => ExtenderConfig::deserialize(value)
+                .map_err(|e| ConfigError::new("", e.to_string()))?,
+        };
+        let url_prefix = config.url_prefix.unwrap_or_default();
+        if url_prefix.is_empty() {
+            return Err(ConfigError::new("urlPrefix", "Required value"));
+        }
+        Target::parse(&url_prefix).map_err(|why| {
+            ConfigError::new("urlPrefix", format!("Invalid value: {url_prefix:?}: {why}"))
+        })?;
+        let prioritize_verb = config.prioritize_verb.unwrap_or_default();
+        let weight = config.weight.unwrap_or(0);
+        if !prioritize_verb.is_empty() && weight <= 0 {
+            return Err(ConfigError::new(
+                "weight",
+                format!("Invalid value: {weight}: must have a positive weight applied to it"),
+            ));
+        }
+        let timeout = match config.http_timeout.as_deref() {
+            None | Some("") => DEFAULT_EXTENDER_TIMEOUT,
+            Some(text) => match parse_go_duration(text) {
+                Ok((_, true)) => {
+                    return Err(ConfigError::new(
+                        "httpTimeout",
+                        format!("Invalid value: {text:?}: must not be negative"),
+                    ))
+                }
+                Ok((duration, false)) if duration.is_zero() => DEFAULT_EXTENDER_TIMEOUT,
+                Ok((duration, false)) => duration,
+                Err(why) => {
+                    return Err(ConfigError::new(
+                        "httpTimeout",
+                        format!("Invalid value: {text:?}: {why}"),
+                    ))
+                }
+            },
+        };
+        let mut managed_resources = BTreeSet::new();
+        let mut ignored_resources = Vec::new();
+        for (i, resource) in config
+            .managed_resources
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+        {
+            let field = format!("managedResources[{i}].name");
+            let name = resource.name.unwrap_or_default();
+            if let Some(why) = invalid_extended_resource_name(&name) {
+                return Err(ConfigError::new(
+                    field,
+                    format!("Invalid value: {name:?}: {why}"),
+                ));
+            }
+            if !managed_resources.insert(name.clone()) {
+                return Err(ConfigError::new(
+                    field,
+                    format!("Invalid value: {name:?}: duplicate extender managed resource name"),
+                ));
+            }
+            if resource.ignored_by_scheduler.unwrap_or(false) {
+                ignored_resources.push(name);
+            }
+        }
+        // Checked even for an http URL, as kube-scheduler does.
+        let tls = tls_settings(
+            config.tls_config.as_ref(),
+            config.enable_https.unwrap_or(false),
+        )?;
+        Ok(Extender {
+            url_prefix,
+            filter_verb: config.filter_verb.unwrap_or_default(),
+            preempt_verb: config.preempt_verb.unwrap_or_default(),
+            prioritize_verb,
+            bind_verb: config.bind_verb.unwrap_or_default(),
+            weight,
+            timeout,
+            node_cache_capable: config.node_cache_capable.unwrap_or(false),
+            managed_resources,
+            ignored_resources,
+            ignorable: config.ignorable.unwrap_or(false),
+            tls,
+        })
+    }
+
+    /// The extender's name: its `urlPrefix`.
+    pub fn name(&self) -> &str {
+        &self.url_prefix
+    }
+
+    /// Whether a failing call is skipped rather than failing the pod.
+    pub fn is_ignorable(&self) -> bool {
+        self.ignorable
+    }
+
+    /// Whether the extender binds pods (`bindVerb`).
+    pub fn is_binder(&self) -> bool {
+        !self.bind_verb.is_empty()
+    }
+
+    /// Whether the extender filters nodes (`filterVerb`).
+    pub fn is_filter(&self) -> bool {
+        !self.filter_verb.is_empty()
+    }
+
+    /// Whether the extender scores nodes (`prioritizeVerb`).
+    pub fn is_prioritizer(&self) -> bool {
+        !self.prioritize_verb.is_empty()
+    }
+
+    /// Whether `preemptVerb` is set (preemption is not called yet).
+    pub fn supports_preemption(&self) -> bool {
+        !self.preempt_verb.is_empty()
+    }
+
+    pub fn weight(&self) -> i64 {
+        self.weight
+    }
+
+    pub fn http_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    pub fn node_cache_capable(&self) -> bool {
+        self.node_cache_capable
+    }
+
+    /// The managed resources with `ignoredByScheduler: true`: what
+    /// NodeResourcesFit should leave to the extender.
+    pub fn ignored_resources(&self) -> &[String] {
+        &self.ignored_resources
+    }
+
+    /// Whether the extender is called for `pod`: always without
+    /// `managedResources`, else when a container or init container requests
+    /// or limits one of them.
+    pub fn is_interested(&self, pod: &Pod) -> bool {
+        if self.managed_resources.is_empty() {
+            return true;
+        }
+        let Some(spec) = pod.spec.as_ref() else {
+            return false;
+        };
+        spec.containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .any(|c| self.uses_managed_resource(c))
+    }
+
+    fn uses_managed_resource(&self, container: &Container) -> bool {
+        let Some(resources) = container.resources.as_ref() else {
+            return false;
+        };
+        resources
+            .requests
+            .iter()
+            .chain(resources.limits.iter())
+            .flat_map(|list| list.keys())
+            .any(|name| self.managed_resources.contains(name))
+    }
+
+    /// The filter call: which of `nodes` the extender lets through, and
+    /// why the others fail. Without `filterVerb` every node passes. An
+    /// `Error` in the answer, or a passed node that was not sent, is an
+    /// error.
+    pub async fn filter(
+        &self,
+        pod: &Pod,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<FilterOutcome, String> {
+        if self.filter_verb.is_empty() {
+            return Ok(FilterOutcome {
+                passed: nodes.iter().map(|n| n.name().to_string()).collect(),
+                ..FilterOutcome::default()
+            });
+        }
+        let body = self.extender_args(pod, nodes)?;
+        let answer = self.send(&self.filter_verb, body).await?;
+        let result = FilterResult::decode(&answer)
+            .map_err(|why| self.decode_error(&self.filter_verb, &why))?;
+        if !result.error.is_empty() {
+            return Err(result.error);
+        }
+        // As kube-scheduler: the names count for a node-cache-capable
+        // extender that sent them, the node list otherwise; neither is no
+        // node at all.
+        let passed = match (self.node_cache_capable, result.node_names, result.nodes) {
+            (true, Some(names), _) => names,
+            (_, _, Some(nodes)) => nodes,
+            _ => Vec::new(),
+        };
+        let sent: HashSet<&str> = nodes.iter().map(|n| n.name()).collect();
+        let mut seen = HashSet::new();
+        let mut kept = Vec::with_capacity(passed.len());
+        for name in passed {
+            if !sent.contains(name.as_str()) {
+                return Err(format!(
+                    "extender {:?} claims a filtered node {name:?} which is not found in the input node list",
+                    self.url_prefix
+                ));
+            }
+            if seen.insert(name.clone()) {
+                kept.push(name);
+            }
+        }
+        let failed_and_unresolvable = result.failed_and_unresolvable_nodes;
+        let failed = result
+            .failed_nodes
+            .into_iter()
+            .filter(|(node, _)| !failed_and_unresolvable.contains_key(node))
+            .collect();
+        Ok(FilterOutcome {
+            passed: kept,
+            failed,
+            failed_and_unresolvable,
+        })
+    }
+
+    /// The prioritize call: each node's score, already multiplied by the
+    /// extender's weight and scaled from 0..=MAX_EXTENDER_PRIORITY to the
+    /// framework's 0..=MAX_NODE_SCORE, as kube-scheduler adds it to the
+    /// plugins' total. Without `prioritizeVerb` every node scores 0.
+    pub async fn prioritize(
+        &self,
+        pod: &Pod,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<Vec<(String, i64)>, String> {
+        if self.prioritize_verb.is_empty() {
+            return Ok(nodes.iter().map(|n| (n.name().to_string(), 0)).collect());
+        }
+        let body = self.extender_args(pod, nodes)?;
+        let answer = self.send(&self.prioritize_verb, body).await?;
+        let list = decode_host_priorities(&answer)
+            .map_err(|why| self.decode_error(&self.prioritize_verb, &why))?;
+        Ok(list
+            .into_iter()
+            .map(|(host, score)| (host, scaled_score(score, self.weight)))
+            .collect())
+    }
+
+    /// The bind call: the extender binds `pod` to `node`. An `Error` in
+    /// the answer is an error.
+    pub async fn bind(&self, pod: &Pod, node: &str) -> Result<(), String> {
+        if !self.is_binder() {
+            return Err("unexpected empty bindVerb in extender".to_string());
+        }
+        let args = BindingArgs {
+            pod_name: pod.metadata.name.as_deref().unwrap_or_default(),
+            pod_namespace: pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod_uid: pod.metadata.uid.as_deref().unwrap_or_default(),
+            node,
+        };
+        let body =
+            serde_json::to_vec(&args).map_err(|e| format!("encoding ExtenderBindingArgs: {e}"))?;
+        let answer = self.send(&self.bind_verb, body).await?;
+        let error = decode_error_field(&answer, "ExtenderBindingResult")
+            .map_err(|why| self.decode_error(&self.bind_verb, &why))?;
+        match error.is_empty() {
+            true => Ok(()),
+            false => Err(error),
+        }
+    }
+
+    /// ExtenderArgs: the pod and the nodes, whole or (node cache capable)
+    /// by name.
+    fn extender_args(&self, pod: &Pod, nodes: &[Arc<NodeInfo>]) -> Result<Vec<u8>, String> {
+        let args = match self.node_cache_capable {
+            true => ExtenderArgs {
+                pod,
+                nodes: None,
+                node_names: Some(nodes.iter().map(|n| n.name()).collect()),
+            },
+            false => ExtenderArgs {
+                pod,
+                nodes: Some(NodeList {
+                    metadata: EmptyObject {},
+                    items: nodes.iter().map(|n| n.node.as_ref()).collect(),
+                }),
+                node_names: None,
+            },
+        };
+        serde_json::to_vec(&args).map_err(|e| format!("encoding ExtenderArgs: {e}"))
+    }
+
+    fn url(&self, verb: &str) -> String {
+        format!("{}/{verb}", self.url_prefix.trim_end_matches('/'))
+    }
+
+    fn decode_error(&self, verb: &str, why: &str) -> String {
+        format!(
+            "failed to decode the {verb} response of extender at URL {}: {why}",
+            self.url(verb)
+        )
+    }
+
+    /// POSTs `body` to `urlPrefix/verb` and returns the decoded JSON of a
+    /// 200 answer. The whole exchange is bounded by `httpTimeout`; errors
+    /// read as Go's HTTP client words them.
+    async fn send(&self, verb: &str, body: Vec<u8>) -> Result<Value, String> {
+        let url = self.url(verb);
+        let target = Target::parse(&url).map_err(|why| format!("Post {url:?}: {why}"))?;
+        let deadline = Instant::now() + self.timeout;
+        let request = hyper::Request::post(target.path.as_str())
+            .header(hyper::header::HOST, target.authority.as_str())
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(hyper::header::ACCEPT, "application/json")
+            .header(hyper::header::USER_AGENT, "kube-scheduler (skiff)")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| format!("Post {url:?}: {e}"))?;
+        let tls = match target.https {
+            false => None,
+            true => Some(
+                self.connector(&target)
+                    .map_err(|why| format!("Post {url:?}: {why}"))?,
+            ),
+        };
+        let call = async {
+            let tcp = dial(&target).await?;
+            match tls {
+                None => exchange(tcp, request).await,
+                Some((connector, name)) => {
+                    let stream = connector
+                        .connect(name, tcp)
+                        .await
+                        .map_err(|e| handshake_failure(&e))?;
+                    exchange(stream, request).await
+                }
+            }
+        };
+        let (response, driver) = match tokio::time::timeout_at(deadline, call).await {
+            Ok(answered) => answered.map_err(|why| format!("Post {url:?}: {why}"))?,
+            Err(_) => {
+                return Err(format!(
+                    "Post {url:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+                ))
+            }
+        };
+        if response.status() != hyper::StatusCode::OK {
+            return Err(format!(
+                "failed {verb} with extender at URL {url}, code {}",
+                response.status().as_u16()
+            ));
+        }
+        let read = http_body_util::Limited::new(response.into_body(), MAX_RESPONSE_BYTES).collect();
+        let collected = match tokio::time::timeout_at(deadline, read).await {
+            Ok(Ok(collected)) => collected.to_bytes(),
+            Ok(Err(e)) => return Err(format!("reading the {verb} response of extender at URL {url}: {e}")),
+            Err(_) => {
+                return Err(
+                    "net/http: request canceled (Client.Timeout or context cancellation while reading body)"
+                        .to_string(),
+                )
+            }
+        };
+        drop(driver);
+        serde_json::from_slice(&collected).map_err(|e| self.decode_error(verb, &e.to_string()))
+    }
+
+    /// The TLS connector and server name for an https call.
+    fn connector(
+        &self,
+        target: &Target,
+    ) -> Result<(tokio_rustls::TlsConnector, ServerName<'static>), String> {
+        let (config, name) = match &self.tls {
+            Some(tls) => (tls.config.clone(), tls.server_name.clone()),
+            None => (system_client_config()?, None),
+        };
+        let name = name.unwrap_or_else(|| target.host.clone());
+        let server_name = ServerName::try_from(name.clone())
+            .map_err(|e| format!("{name:?} is not a valid TLS server name: {e}"))?;
+        Ok((tokio_rustls::TlsConnector::from(config), server_name))
+    }
+}
+
+/// Builds the extenders of a configuration's `extenders`, validated as
+/// kube-scheduler does: each entry, no managed resource named twice, at
+/// most one binder. The ignorable ones come last, as kube-scheduler orders
+/// them.
+pub fn extenders_from_config(values: &[Value]) -> Result<Vec<Arc<Extender>>, String> {
+    let mut extenders = Vec::with_capacity(values.len());
+    let mut managed: HashSet<String> = HashSet::new();
+    for (i, value) in values.iter().enumerate() {
+        let prefix = format!("extenders[{i}]");
+        let extender = Extender::build(value).map_err(|e| e.under(&prefix))?;
+        for (j, name) in managed_resource_names(value).into_iter().enumerate() {
+            if !managed.insert(name.clone()) {
+                return Err(format!(
+                    "{prefix}.managedResources[{j}].name: Invalid value: {name:?}: duplicate extender managed resource name"
+                ));
+            }
+        }
+        extenders.push(Arc::new(extender));
+    }
+    let binders = extenders.iter().filter(|e| e.is_binder()).count();
+    if binders > 1 {
+        return Err(format!(
+            "extenders: Invalid value: \"found {binders} extenders implementing bind\": only one extender can implement bind"
+        ));
+    }
+    let (ignorable, mut ordered): (Vec<_>, Vec<_>) =
+        extenders.into_iter().partition(|e| e.is_ignorable());
+    ordered.extend(ignorable);
+    Ok(ordered)
+}
+
+/// The managed resources' names of one (already validated) entry, in order.
+fn managed_resource_names(value: &Value) -> Vec<String> {
+    value
+        .get("managedResources")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get("name").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every extender's managed resources with `ignoredByScheduler: true`:
+/// kube-scheduler sets them as NodeResourcesFit's `ignoredResources` in
+/// every profile.
+pub fn ignored_resources(extenders: &[Arc<Extender>]) -> Vec<String> {
+    extenders
+        .iter()
+        .flat_map(|e| e.ignored_resources.iter().cloned())
+        .collect()
+}
+
+/// kube-scheduler's findNodesThatPassExtenders: each interested extender
+/// in turn filters what the ones before let through. Nodes an extender
+/// rejects get an Unschedulable status (UnschedulableAndUnresolvable for
+/// `failedAndUnresolvableNodes`) with its reason. A failing extender is
+/// skipped when ignorable, else the cycle fails with an Error status.
+pub async fn run_extenders_filter(
+    extenders: &[Arc<Extender>],
+    pod: &Pod,
+    feasible: Vec<Arc<NodeInfo>>,
+    statuses: &mut NodeStatuses,
+) -> Result<Vec<Arc<NodeInfo>>, Status> {
+    let mut feasible = feasible;
+    for extender in extenders {
+        if feasible.is_empty() {
+            break;
+        }
+        if !extender.is_interested(pod) {
+            continue;
+        }
+        let outcome = match extender.filter(pod, &feasible).await {
+            Ok(outcome) => outcome,
+            Err(error) if extender.is_ignorable() => {
+                tracing::info!(extender = extender.name(), %error, "skipping extender as it returned error and has ignorable flag set");
+                continue;
+            }
+            Err(error) => return Err(Status::error(error)),
+        };
+        let by_name: HashMap<&str, &Arc<NodeInfo>> =
+            feasible.iter().map(|n| (n.name(), n)).collect();
+        for (node, reason) in &outcome.failed_and_unresolvable {
+            if by_name.contains_key(node.as_str()) {
+                statuses.insert(
+                    node.clone(),
+                    Status::unresolvable(reason.clone()).with_plugin(EXTENDER_PLUGIN_NAME),
+                );
+            }
+        }
+        for (node, reason) in &outcome.failed {
+            if by_name.contains_key(node.as_str()) {
+                statuses.insert(
+                    node.clone(),
+                    Status::unschedulable(reason.clone()).with_plugin(EXTENDER_PLUGIN_NAME),
+                );
+            }
+        }
+        let passed: Vec<Arc<NodeInfo>> = outcome
+            .passed
+            .iter()
+            .filter_map(|name| by_name.get(name.as_str()).map(|n| Arc::clone(n)))
+            .collect();
+        feasible = passed;
+    }
+    Ok(feasible)
+}
+
+/// kube-scheduler's extender part of prioritizeNodes: the interested
+/// extenders are called together and each node's weighted, scaled scores
+/// are added to its total in `totals` (matched by name). A failing
+/// prioritize call only leaves that extender's scores out.
+pub async fn run_extenders_prioritize(
+    extenders: &[Arc<Extender>],
+    pod: &Pod,
+    nodes: &[Arc<NodeInfo>],
+    totals: &mut [NodeScore],
+) {
+    if nodes.is_empty() {
+        return;
+    }
+    let calls = extenders
+        .iter()
+        .filter(|e| e.is_interested(pod))
+        .map(|extender| async move { (extender, extender.prioritize(pod, nodes).await) });
+    let mut sums: HashMap<String, i64> = HashMap::new();
+    for (extender, result) in futures::future::join_all(calls).await {
+        match result {
+            Ok(scores) => {
+                for (host, score) in scores {
+                    let sum = sums.entry(host).or_default();
+                    *sum = sum.saturating_add(score);
+                }
+            }
+            Err(error) => {
+                tracing::debug!(extender = extender.name(), %error, "failed to run extender's priority function; no score given by this extender")
+            }
+        }
+    }
+    for total in totals.iter_mut() {
+        if let Some(sum) = sums.get(&total.name) {
+            total.score = total.score.saturating_add(*sum);
+        }
+    }
+}
+
+/// kube-scheduler's extendersBinding: the first binder extender
+/// interested in the pod binds it. `None`: no extender took the binding,
+/// the Bind plugins should. A failing ignorable extender passes to the
+/// next one.
+pub async fn run_extenders_bind(
+    extenders: &[Arc<Extender>],
+    pod: &Pod,
+    node: &str,
+) -> Option<Status> {
+    for extender in extenders {
+        if !extender.is_binder() || !extender.is_interested(pod) {
+            continue;
+        }
+        match extender.bind(pod, node).await {
+            Ok(()) => return Some(Status::success()),
+            Err(error) if extender.is_ignorable() => {
+                tracing::info!(extender = extender.name(), %error, "skipping extender in bind as it returned error and has ignorable flag set");
+            }
+            Err(error) => return Some(Status::error(error)),
+        }
+    }
+    None
+}
+
+/// An extender score (0..=MAX_EXTENDER_PRIORITY) times the weight, in the
+/// framework's range.
+fn scaled_score(score: i64, weight: i64) -> i64 {
+    score
+        .saturating_mul(weight)
+        .saturating_mul(MAX_NODE_SCORE / MAX_EXTENDER_PRIORITY)
+}
+
+/// Why `name` is not a valid managed resource (an extended resource
+/// name: `example.com/foo`), as kube-scheduler's validation says it.
+fn invalid_extended_resource_name(name: &str) -> Option<String> {
+    let errors = skiff_apiserver::validation::is_qualified_name(name);
+    if !errors.is_empty() {
+        return Some(errors.join(", "));
+    }
+    (!is_extended_resource_name(name)).then(|| "is an invalid extended resource name".to_string())
+}
+
+// ---- The wire format (k8s.io/kube-scheduler/extender/v1) ----
+
+#[derive(Serialize)]
+struct ExtenderArgs<'a> {
+    #[serde(rename = "Pod")]
+    pod: &'a Pod,
+    #[serde(rename = "Nodes")]
+    nodes: Option<NodeList<'a>>,
+    #[serde(rename = "NodeNames")]
+    node_names: Option<Vec<&'a str>>,
+}
+
+/// A v1.NodeList as Go writes one: `{"metadata":{},"items":[…]}`.
+#[derive(Serialize)]
+struct NodeList<'a> {
+    metadata: EmptyObject,
+    items: Vec<&'a Node>,
+}
+
+#[derive(Serialize)]
+struct EmptyObject {}
+
+#[derive(Serialize)]
+struct BindingArgs<'a> {
+    #[serde(rename = "PodName")]
+    pod_name: &'a str,
+    #[serde(rename = "PodNamespace")]
+    pod_namespace: &'a str,
+    #[serde(rename = "PodUID")]
+    pod_uid: &'a str,
+    #[serde(rename = "Node")]
+    node: &'a str,
+}
+
+/// ExtenderFilterResult, the node list reduced to the nodes' names.
+#[derive(Debug, Default)]
+struct FilterResult {
+    nodes: Option<Vec<String>>,
+    node_names: Option<Vec<String>>,
+    failed_nodes: BTreeMap<String, String>,
+    failed_and_unresolvable_nodes: BTreeMap<String, String>,
+    error: String,
+}
+
+impl FilterResult {
+    fn decode(value: &Value) -> Result<FilterResult, String> {
+        const TYPE: &str = "ExtenderFilterResult";
+        let Some(object) = object_of(value, TYPE, "v1.ExtenderFilterResult")? else {
+            return Ok(FilterResult::default());
+        };
+        let field_of = |name: &str| (field(object, name), format!("{TYPE}.{name}"));
+        let (nodes, path) = field_of("Nodes");
+        let nodes = match nodes {
+            None | Some(Value::Null) => None,
+            Some(list) => Some(node_list_names(list, &path)?),
+        };
+        let (names, path) = field_of("NodeNames");
+        let node_names = match names {
+            None | Some(Value::Null) => None,
+            Some(names) => Some(string_list(names, &path)?),
+        };
+        let (failed, path) = field_of("FailedNodes");
+        let failed_nodes = string_map(failed, &path)?;
+        let (unresolvable, path) = field_of("FailedAndUnresolvableNodes");
+        let failed_and_unresolvable_nodes = string_map(unresolvable, &path)?;
+        let (error, path) = field_of("Error");
+        let error = string_of(error, &path)?;
+        Ok(FilterResult {
+            nodes,
+            node_names,
+            failed_nodes,
+            failed_and_unresolvable_nodes,
+            error,
+        })
+    }
+}
+
+/// A HostPriorityList: `[{"Host": …, "Score": …}]`.
+fn decode_host_priorities(value: &Value) -> Result<Vec<(String, i64)>, String> {
+    let items = match value {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(items) => items,
+        other => {
+            return Err(format!(
+                "json: cannot unmarshal {} into Go value of type v1.HostPriorityList",
+                json_kind(other)
+            ))
+        }
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let Some(object) = object_of(item, "HostPriorityList", "v1.HostPriority")? else {
+            out.push((String::new(), 0));
+            continue;
+        };
+        let host = string_of(field(object, "Host"), "HostPriority.Host")?;
+        let score = match field(object, "Score") {
+            None | Some(Value::Null) => 0,
+            Some(Value::Number(n)) => n.as_i64().ok_or_else(|| {
+                format!("json: cannot unmarshal number {n} into Go struct field HostPriority.Score of type int64")
+            })?,
+            Some(other) => {
+                return Err(format!(
+                    "json: cannot unmarshal {} into Go struct field HostPriority.Score of type int64",
+                    json_kind(other)
+                ))
+            }
+        };
+        out.push((host, score));
+    }
+    Ok(out)
+}
+
+/// The `Error` of an ExtenderBindingResult.
+fn decode_error_field(value: &Value, type_name: &str) -> Result<String, String> {
+    match object_of(value, type_name, &format!("v1.{type_name}"))? {
+        None => Ok(String::new()),
+        Some(object) => string_of(field(object, "Error"), &format!("{type_name}.Error")),
+    }
+}
+
+/// A field as Go's decoder finds it: by its exact name, else by a name
+/// equal but for case.
+fn field<'a>(object: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    object.get(name).or_else(|| {
+        object
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value)
+    })
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// An object, `None` for null.
+fn object_of<'a>(
+    value: &'a Value,
+    path: &str,
+    go_type: &str,
+) -> Result<Option<&'a Map<String, Value>>, String> {
+    match value {
+        Value::Null => Ok(None),
+        Value::Object(object) => Ok(Some(object)),
+        other => Err(format!(
+            "json: cannot unmarshal {} into Go value of type {go_type} ({path})",
+            json_kind(other)
+        )),
+    }
+}
+
+fn string_of(value: Option<&Value>, path: &str) -> Result<String, String> {
+    match value {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(other) => Err(format!(
+            "json: cannot unmarshal {} into Go struct field {path} of type string",
+            json_kind(other)
+        )),
+    }
+}
+
+fn string_list(value: &Value, path: &str) -> Result<Vec<String>, String> {
+    let Value::Array(items) = value else {
+        return Err(format!(
+            "json: cannot unmarshal {} into Go struct field {path} of type []string",
+            json_kind(value)
+        ));
+    };
+    items
+        .iter()
+        .map(|item| string_of(Some(item), path))
+        .collect()
+}
+
+fn string_map(value: Option<&Value>, path: &str) -> Result<BTreeMap<String, String>, String> {
+    match value {
+        None | Some(Value::Null) => Ok(BTreeMap::new()),
+        Some(Value::Object(object)) => object
+            .iter()
+            .map(|(key, reason)| Ok((key.clone(), string_of(Some(reason), path)?)))
+            .collect(),
+        Some(other) => Err(format!(
+            "json: cannot unmarshal {} into Go struct field {path} of type v1.FailedNodesMap",
+            json_kind(other)
+        )),
+    }
+}
+
+/// The names of the nodes of a v1.NodeList.
+fn node_list_names(value: &Value, path: &str) -> Result<Vec<String>, String> {
+    let Some(list) = object_of(value, path, "v1.NodeList")? else {
+        return Ok(Vec::new());
+    };
+    let items = match field(list, "items") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(format!(
+                "json: cannot unmarshal {} into Go struct field NodeList.items of type []v1.Node",
+                json_kind(other)
+            ))
+        }
+    };
+    let mut names = Vec::with_capacity(items.len());
+    for item in items {
+        let name = match object_of(item, "NodeList.items", "v1.Node")? {
+            None => String::new(),
+            Some(node) => match field(node, "metadata") {
+                None | Some(Value::Null) => String::new(),
+                Some(Value::Object(metadata)) => string_of(field(metadata, "name"), "Node.metadata.name")?,
+                Some(other) => {
+                    return Err(format!(
+                        "json: cannot unmarshal {} into Go struct field Node.metadata of type v1.ObjectMeta",
+                        json_kind(other)
+                    ))
+                }
+            },
+        };
+        names.push(name);
+    }
+    Ok(names)
+}
+
+// ---- Durations ----
+
+/// Go's time.ParseDuration (`30s`, `1m30s`, `1.5h`, `500ms`, `0`): the
+/// magnitude and whether it is negative.
+fn parse_go_duration(text: &str) -> Result<(Duration, bool), String> {
+    let invalid = || format!("time: invalid duration {text:?}");
+    let (negative, mut rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    if rest == "0" {
+        return Ok((Duration::ZERO, false));
+    }
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    const LIMIT: u128 = i64::MAX as u128;
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let (whole, after) = rest.split_at(digits);
+        let (fraction, after) = match after.strip_prefix('.') {
+            Some(after) => {
+                let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+                after.split_at(digits)
+            }
+            None => ("", after),
+        };
+        if whole.is_empty() && fraction.is_empty() {
+            return Err(invalid());
+        }
+        let unit_len = after
+            .char_indices()
+            .find(|(_, c)| *c == '.' || c.is_ascii_digit())
+            .map_or(after.len(), |(i, _)| i);
+        if unit_len == 0 {
+            return Err(format!("time: missing unit in duration {text:?}"));
+        }
+        let (unit, after) = after.split_at(unit_len);
+        let nanos_per: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => return Err(format!("time: unknown unit {unit:?} in duration {text:?}")),
+        };
+        let mut value: u128 = 0;
+        for digit in whole.bytes() {
+            value = value
+                .checked_mul(10)
+                .and_then(|v| v.checked_add(u128::from(digit - b'0')))
+                .filter(|v| *v <= LIMIT)
+                .ok_or_else(invalid)?;
+        }
+        let mut nanos = value
+            .checked_mul(nanos_per)
+            .filter(|v| *v <= LIMIT)
+            .ok_or_else(invalid)?;
+        // The fraction: its first 18 digits are plenty for nanoseconds.
+        let fraction = &fraction[..fraction.len().min(18)];
+        if !fraction.is_empty() {
+            let numerator: u128 = fraction.parse().map_err(|_| invalid())?;
+            let scale = 10u128.pow(fraction.len() as u32);
+            nanos += numerator * nanos_per / scale;
+        }
+        total = total
+            .checked_add(nanos)
+            .filter(|v| *v <= LIMIT)
+            .ok_or_else(invalid)?;
+        rest = after;
+    }
+    let nanos = u64::try_from(total).map_err(|_| invalid())?;
+    Ok((Duration::from_nanos(nanos), negative && nanos > 0))
+}
+
+// ---- HTTP ----
+
+/// Where a call goes: `http(s)://host[:port]/path?query`.
+#[derive(Debug, PartialEq, Eq)]
+struct Target {
+    https: bool,
+    /// A DNS name or an IP address (an IPv6 one without brackets).
+    host: String,
+    port: u16,
+    /// `host[:port]` as written in the URL: the Host header.
+    authority: String,
+    /// The path and query, from `/`.
+    path: String,
+}
+
+impl Target {
+    fn parse(url: &str) -> Result<Target, String> {
+        let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+        let https = match scheme.to_ascii_lowercase().as_str() {
+            "http" => false,
+            "https" => true,
+            other => return Err(format!("unsupported protocol scheme {other:?}")),
+        };
+        let rest = rest.split_once('#').map_or(rest, |(before, _)| before);
+        let (authority, path) = match rest.find(['/', '?']) {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let path = match path.starts_with('?') {
+            true => format!("/{path}"),
+            false => path.to_string(),
+        };
+        if authority.contains('@') {
+            return Err("user info in an extender URL is not supported".to_string());
+        }
+        let (host, port) = match authority.strip_prefix('[') {
+            Some(bracketed) => {
+                let (host, after) = bracketed
+                    .split_once(']')
+                    .ok_or_else(|| format!("missing ']' in host {authority:?}"))?;
+                match after.strip_prefix(':') {
+                    Some(port) => (host, Some(port)),
+                    None if after.is_empty() => (host, None),
+                    None => return Err(format!("invalid port {after:?} after host")),
+                }
+            }
+            None => match authority.split_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            },
+        };
+        if host.is_empty() {
+            return Err("no host in the URL".to_string());
+        }
+        let port = match port.filter(|p| !p.is_empty()) {
+            None if https => 443,
+            None => 80,
+            Some(port) => port
+                .parse::<u16>()
+                .map_err(|_| format!("invalid port \":{port}\" after host"))?,
+        };
+        Ok(Target {
+            https,
+            host: host.to_string(),
+            port,
+            authority: authority.to_string(),
+            path,
+        })
+    }
+
+    /// `host:port` as a dial error writes it.
+    fn dial_address(&self) -> String {
+        match self.host.contains(':') {
+            true => format!("[{}]:{}", self.host, self.port),
+            false => format!("{}:{}", self.host, self.port),
+        }
+    }
+}
+
+/// Resolves the host and connects to the first address that answers.
+async fn dial(target: &Target) -> Result<TcpStream, String> {
+    let addresses: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
+        .await
+        .map_err(|e| format!("dial tcp: lookup {}: {e}", target.host))?
+        .collect();
+    let mut last = None;
+    for address in addresses {
+        match TcpStream::connect(address).await {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let why = match last {
+        Some(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            "connect: connection refused".to_string()
+        }
+        Some(e) => e.to_string(),
+        None => "no such host".to_string(),
+    };
+    Err(format!("dial tcp {}: {why}", target.dial_address()))
+}
+
+/// Drives one HTTP/1 connection while the call needs it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One request over `io`: the response (its body still to read) and the
+/// task that drives the connection.
+async fn exchange<S>(
+    io: S,
+    request: hyper::Request<Full<Bytes>>,
+) -> Result<(hyper::Response<hyper::body::Incoming>, AbortOnDrop), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| e.to_string())?;
+    let driver = AbortOnDrop(tokio::spawn(async move {
+        let _ = connection.await;
+    }));
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((response, driver))
+}
+
+/// A failed TLS handshake as Go words it.
+fn handshake_failure(error: &std::io::Error) -> String {
+    match error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidCertificate(why)) => {
+            let why = match why {
+                rustls::CertificateError::UnknownIssuer
+                | rustls::CertificateError::BadSignature => {
+                    "x509: certificate signed by unknown authority".to_string()
+                }
+                other => format!("x509: {other}"),
+            };
+            format!("tls: failed to verify certificate: {why}")
+        }
+        Some(other) => format!("tls: {other}"),
+        None => format!("tls handshake: {error}"),
+    }
+}
+
+// ---- TLS ----
+
+/// The TLS settings of an extender, as kube-scheduler's makeTransport and
+/// client-go's TLSConfigFor make them: `None` when nothing is configured
+/// (an https URL then uses the system's trust roots). With `enableHTTPS`
+/// and no CA the server's certificate is not verified, as kube-scheduler
+/// does.
+fn tls_settings(
+    config: Option<&TlsConfig>,
+    enable_https: bool,
+) -> Result<Option<Tls>, ConfigError> {
+    let empty = TlsConfig::default();
+    let config = config.unwrap_or(&empty);
+    let ca = data_or_file(&config.ca_data, &config.ca_file, "caData", "caFile")?;
+    let cert = data_or_file(&config.cert_data, &config.cert_file, "certData", "certFile")?;
+    let key = data_or_file(&config.key_data, &config.key_file, "keyData", "keyFile")?;
+    let server_name = config.server_name.clone().filter(|n| !n.is_empty());
+    let explicit_insecure = config.insecure.unwrap_or(false);
+    if explicit_insecure && ca.is_some() {
+        return Err(ConfigError::new(
+            "tlsConfig",
+            "specifying a root certificates file with the insecure flag is not allowed",
+        ));
+    }
+    let insecure = explicit_insecure || (enable_https && ca.is_none());
+    let client_auth = match (cert, key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => Some((cert, key)),
+        _ => {
+            return Err(ConfigError::new(
+                "tlsConfig",
+                "a client certificate (certData or certFile) needs its key (keyData or keyFile), and the other way round",
+            ))
+        }
+    };
+    if ca.is_none() && client_auth.is_none() && !insecure && server_name.is_none() {
+        return Ok(None);
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ConfigError::new("tlsConfig", format!("tls: {e}")))?;
+    let builder = match (insecure, ca) {
+        (true, _) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerification(provider))),
+        (false, Some(pem)) => builder.with_root_certificates(trust_roots(&pem)?),
+        (false, None) => builder.with_root_certificates(system_roots()),
+    };
+    let mut client_config = match client_auth {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert)
+                .collect::<Result<_, _>>()
+                .map_err(|e| {
+                    ConfigError::new(
+                        "tlsConfig",
+                        format!("the client certificate is not valid PEM: {e}"),
+                    )
+                })?;
+            if chain.is_empty() {
+                return Err(ConfigError::new(
+                    "tlsConfig",
+                    "the client certificate holds no PEM CERTIFICATE block",
+                ));
+            }
+            let key = PrivateKeyDer::from_pem_slice(&key).map_err(|e| {
+                ConfigError::new(
+                    "tlsConfig",
+                    format!("the client key is not a PEM private key: {e}"),
+                )
+            })?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| ConfigError::new("tlsConfig", format!("tls: {e}")))?
+        }
+    };
+    client_config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Some(Tls {
+        config: Arc::new(client_config),
+        server_name,
+    }))
+}
+
+/// `*Data` (base64) when set, else the `*File`'s content, else `None`.
+fn data_or_file(
+    data: &Option<String>,
+    file: &Option<String>,
+    data_field: &str,
+    file_field: &str,
+) -> Result<Option<Vec<u8>>, ConfigError> {
+    if let Some(data) = data.as_deref().filter(|d| !d.is_empty()) {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| {
+                ConfigError::new(
+                    format!("tlsConfig.{data_field}"),
+                    format!("not base64: {e}"),
+                )
+            })?;
+        return Ok(Some(bytes).filter(|b| !b.is_empty()));
+    }
+    match file.as_deref().filter(|f| !f.is_empty()) {
+        None => Ok(None),
+        Some(path) => std::fs::read(path).map(Some).map_err(|e| {
+            ConfigError::new(
+                format!("tlsConfig.{file_field}"),
+                format!("open {path}: {e}"),
+            )
+        }),
+    }
+}
+
+/// The trust roots of a PEM bundle.
+fn trust_roots(pem: &[u8]) -> Result<RootCertStore, ConfigError> {
+    let mut roots = RootCertStore::empty();
+    for (i, certificate) in CertificateDer::pem_slice_iter(pem).enumerate() {
+        let certificate = certificate.map_err(|e| {
+            ConfigError::new(
+                "tlsConfig",
+                format!("unable to load root certificates: not valid PEM: {e}"),
+            )
+        })?;
+        roots.add(certificate).map_err(|e| {
+            ConfigError::new(
+                "tlsConfig",
+                format!(
+                    "unable to load root certificates: certificate {} cannot be a trust root: {e}",
+                    i + 1
+                ),
+            )
+        })?;
+    }
+    if roots.is_empty() {
+        return Err(ConfigError::new(
+            "tlsConfig",
+            "unable to load root certificates: no PEM CERTIFICATE block",
+        ));
+    }
+    Ok(roots)
+}
+
+fn system_roots() -> RootCertStore {
+    let mut roots = RootCertStore::empty();
+    match std::fs::read(SYSTEM_TRUST_ROOTS) {
+        Ok(pem) => {
+            let _ = roots.add_parsable_certificates(
+                CertificateDer::pem_slice_iter(&pem).filter_map(Result::ok),
+            );
+        }
+        Err(error) => {
+            tracing::warn!(path = SYSTEM_TRUST_ROOTS, %error, "no system trust roots for https extenders")
+        }
+    }
+    roots
+}
+
+/// The settings of https extenders without TLS configuration: the
+/// system's trust roots, read once.
+fn system_client_config() -> Result<Arc<ClientConfig>, String> {
+    static SYSTEM: OnceLock<Arc<ClientConfig>> = OnceLock::new();
+    if let Some(config) = SYSTEM.get() {
+        return Ok(config.clone());
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("tls: {e}"))?
+        .with_root_certificates(system_roots())
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(SYSTEM.get_or_init(|| Arc::new(config)).clone())
+}
+
+/// Go's `InsecureSkipVerify`: any certificate is accepted, though the
+/// handshake's signatures are still checked.
+#[derive(Debug)]
+struct NoVerification(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests;
