@@ -484,6 +484,25 @@ impl Profile {
     }
 }
 
+/// Scales scores so the highest becomes `max` (kube-scheduler's
+/// DefaultNormalizeScore); `reverse` turns the highest into 0.
+pub fn default_normalize_score(max: i64, reverse: bool, scores: &mut [NodeScore]) {
+    let highest = scores.iter().map(|s| s.score).max().unwrap_or(0).max(0);
+    if highest == 0 {
+        if reverse {
+            scores.iter_mut().for_each(|s| s.score = max);
+        }
+        return;
+    }
+    for s in scores.iter_mut() {
+        let scaled = max * s.score / highest;
+        s.score = match reverse {
+            true => max - scaled,
+            false => scaled,
+        };
+    }
+}
+
 /// The node with the highest total; ties are broken at random, so equal
 /// nodes share the load.
 pub fn select_host(scores: &[NodeScore], rng: &mut impl rand::Rng) -> String {

@@ -32,12 +32,12 @@ pub mod volume_restrictions;
 pub fn registry() -> Vec<(&'static str, Factory)> {
     vec![
         // Registry entries (keep sorted): (module::NAME, module::new as Factory),
-        (node_affinity::NAME, node_affinity::new as Factory),
-        (inter_pod_affinity::NAME, inter_pod_affinity::new as Factory),
-        (default_preemption::NAME, default_preemption::new as Factory),
-        (taint_toleration::NAME, taint_toleration::new as Factory),
         (default_binder::NAME, default_binder::new as Factory),
+        (default_preemption::NAME, default_preemption::new as Factory),
         (image_locality::NAME, image_locality::new as Factory),
+        (inter_pod_affinity::NAME, inter_pod_affinity::new as Factory),
+        (node_affinity::NAME, node_affinity::new as Factory),
+        (node_label::NAME, node_label::new as Factory),
         (node_name::NAME, node_name::new as Factory),
         (node_ports::NAME, node_ports::new as Factory),
         (
@@ -46,19 +46,19 @@ pub fn registry() -> Vec<(&'static str, Factory)> {
         ),
         (node_resources_fit::NAME, node_resources_fit::new as Factory),
         (node_unschedulable::NAME, node_unschedulable::new as Factory),
-        (priority_sort::NAME, priority_sort::new as Factory),
-        (scheduling_gates::NAME, scheduling_gates::new as Factory),
-        (
-            volume_restrictions::NAME,
-            volume_restrictions::new as Factory,
-        ),
         (node_volume_limits::NAME, node_volume_limits::new as Factory),
         (
             pod_topology_spread::NAME,
             pod_topology_spread::new as Factory,
         ),
-        (node_label::NAME, node_label::new as Factory),
+        (priority_sort::NAME, priority_sort::new as Factory),
+        (scheduling_gates::NAME, scheduling_gates::new as Factory),
         (selector_spread::NAME, selector_spread::new as Factory),
+        (taint_toleration::NAME, taint_toleration::new as Factory),
+        (
+            volume_restrictions::NAME,
+            volume_restrictions::new as Factory,
+        ),
         // end of registry entries
     ]
 }
@@ -90,4 +90,20 @@ pub fn factory(name: &str) -> Option<Factory> {
         .into_iter()
         .find(|(n, _)| *n == name)
         .map(|(_, f)| f)
+}
+
+/// Checks that a plugin without args got none: `null`, or an object with
+/// at most `apiVersion` and `kind`, as kube-scheduler's decoding allows.
+pub fn no_args(plugin: &str, args: &serde_json::Value) -> Result<(), String> {
+    match args {
+        serde_json::Value::Null => Ok(()),
+        serde_json::Value::Object(map) => match map
+            .keys()
+            .find(|k| !matches!(k.as_str(), "apiVersion" | "kind"))
+        {
+            Some(key) => Err(format!("plugin {plugin} takes no args, got field {key:?}")),
+            None => Ok(()),
+        },
+        other => Err(format!("plugin {plugin} takes no args, got {other}")),
+    }
 }

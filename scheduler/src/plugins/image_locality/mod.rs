@@ -25,11 +25,7 @@ const MAX_CONTAINER_THRESHOLD: i64 = 1000 * MB;
 pub struct ImageLocality;
 
 pub fn new(args: &Value) -> Result<Arc<dyn Plugin>, String> {
-    match args {
-        Value::Null => {}
-        Value::Object(map) if map.keys().all(|k| k == "apiVersion" || k == "kind") => {}
-        other => return Err(format!("plugin {NAME} takes no args, got {other}")),
-    }
+    super::no_args(NAME, args)?;
     Ok(Arc::new(ImageLocality))
 }
 

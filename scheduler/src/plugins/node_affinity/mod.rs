@@ -231,27 +231,8 @@ impl Plugin for NodeAffinity {
         _: &PodInfo,
         scores: &mut [NodeScore],
     ) -> Option<Status> {
-        default_normalize_score(MAX_NODE_SCORE, false, scores);
+        crate::framework::default_normalize_score(MAX_NODE_SCORE, false, scores);
         Some(Status::success())
-    }
-}
-
-/// Scales scores so the highest becomes `max` (kube's
-/// `DefaultNormalizeScore`); `reverse` turns the highest into 0.
-fn default_normalize_score(max: i64, reverse: bool, scores: &mut [NodeScore]) {
-    let highest = scores.iter().map(|s| s.score).max().unwrap_or(0).max(0);
-    if highest == 0 {
-        if reverse {
-            scores.iter_mut().for_each(|s| s.score = max);
-        }
-        return;
-    }
-    for s in scores.iter_mut() {
-        let scaled = max * s.score / highest;
-        s.score = match reverse {
-            true => max - scaled,
-            false => scaled,
-        };
     }
 }
 

@@ -17,11 +17,7 @@ pub const ERR_REASON: &str = "node(s) didn't match the requested node name";
 pub struct NodeName;
 
 pub fn new(args: &Value) -> Result<Arc<dyn Plugin>, String> {
-    match args {
-        Value::Null => {}
-        Value::Object(map) if map.keys().all(|k| k == "apiVersion" || k == "kind") => {}
-        other => return Err(format!("plugin {NAME} takes no args, got {other}")),
-    }
+    super::no_args(NAME, args)?;
     Ok(Arc::new(NodeName))
 }
 

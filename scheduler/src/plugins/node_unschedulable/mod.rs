@@ -18,11 +18,7 @@ const TAINT_NODE_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
 pub struct NodeUnschedulable;
 
 pub fn new(args: &Value) -> Result<Arc<dyn Plugin>, String> {
-    match args {
-        Value::Null => {}
-        Value::Object(map) if map.keys().all(|k| k == "apiVersion" || k == "kind") => {}
-        other => return Err(format!("plugin {NAME} takes no args, got {other}")),
-    }
+    super::no_args(NAME, args)?;
     Ok(Arc::new(NodeUnschedulable))
 }
 

@@ -13,11 +13,7 @@ pub const NAME: &str = "PrioritySort";
 pub struct PrioritySort;
 
 pub fn new(args: &Value) -> Result<Arc<dyn Plugin>, String> {
-    match args {
-        Value::Null => {}
-        Value::Object(map) if map.keys().all(|k| k == "apiVersion" || k == "kind") => {}
-        other => return Err(format!("plugin {NAME} takes no args, got {other}")),
-    }
+    super::no_args(NAME, args)?;
     Ok(Arc::new(PrioritySort))
 }
 

@@ -12,11 +12,7 @@ pub const NAME: &str = "SchedulingGates";
 pub struct SchedulingGates;
 
 pub fn new(args: &Value) -> Result<Arc<dyn Plugin>, String> {
-    match args {
-        Value::Null => {}
-        Value::Object(map) if map.keys().all(|k| k == "apiVersion" || k == "kind") => {}
-        other => return Err(format!("plugin {NAME} takes no args, got {other}")),
-    }
+    super::no_args(NAME, args)?;
     Ok(Arc::new(SchedulingGates))
 }
 

@@ -40,18 +40,7 @@ const REGION_LABELS: [&str; 2] = [
 pub struct SelectorSpread;
 
 pub fn new(args: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
-    match args {
-        serde_json::Value::Null => {}
-        serde_json::Value::Object(map) => {
-            if let Some(key) = map
-                .keys()
-                .find(|k| !matches!(k.as_str(), "apiVersion" | "kind"))
-            {
-                return Err(format!("{NAME} takes no args, got field {key:?}"));
-            }
-        }
-        other => return Err(format!("{NAME} takes no args, got {other}")),
-    }
+    super::no_args(NAME, args)?;
     Ok(Arc::new(SelectorSpread))
 }
 

@@ -50,23 +50,8 @@ const CONDITION_TAINTS: &[(&str, &str, &str)] = &[
 pub struct TaintToleration;
 
 pub fn new(args: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
-    no_args(NAME, args)?;
+    super::no_args(NAME, args)?;
     Ok(Arc::new(TaintToleration))
-}
-
-/// Plugins without args accept none, `{}`, or only `apiVersion`/`kind`.
-fn no_args(name: &str, args: &serde_json::Value) -> Result<(), String> {
-    match args {
-        serde_json::Value::Null => Ok(()),
-        serde_json::Value::Object(map) => match map
-            .keys()
-            .find(|k| !matches!(k.as_str(), "apiVersion" | "kind"))
-        {
-            Some(key) => Err(format!("{name} takes no args, got field {key:?}")),
-            None => Ok(()),
-        },
-        other => Err(format!("{name} takes no args, got {other}")),
-    }
 }
 
 /// Whether `toleration` tolerates `taint`, as `Toleration.ToleratesTaint`:
@@ -207,7 +192,7 @@ impl Plugin for TaintToleration {
         _: &PodInfo,
         scores: &mut [NodeScore],
     ) -> Option<Status> {
-        default_normalize_score(MAX_NODE_SCORE, true, scores);
+        crate::framework::default_normalize_score(MAX_NODE_SCORE, true, scores);
         Some(Status::success())
     }
 }
@@ -222,25 +207,6 @@ fn prefer_no_schedule_tolerations(pod: &PodInfo) -> Vec<Toleration> {
         })
         .cloned()
         .collect()
-}
-
-/// Scales scores so the highest becomes `max` (kube's
-/// `DefaultNormalizeScore`); `reverse` turns the highest into 0.
-fn default_normalize_score(max: i64, reverse: bool, scores: &mut [NodeScore]) {
-    let highest = scores.iter().map(|s| s.score).max().unwrap_or(0).max(0);
-    if highest == 0 {
-        if reverse {
-            scores.iter_mut().for_each(|s| s.score = max);
-        }
-        return;
-    }
-    for s in scores.iter_mut() {
-        let scaled = max * s.score / highest;
-        s.score = match reverse {
-            true => max - scaled,
-            false => scaled,
-        };
-    }
 }
 
 #[cfg(test)]

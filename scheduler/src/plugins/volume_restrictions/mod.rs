@@ -41,18 +41,7 @@ const READ_WRITE_ONCE: &str = "ReadWriteOnce";
 pub struct VolumeRestrictions;
 
 pub fn new(args: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
-    match args {
-        serde_json::Value::Null => {}
-        serde_json::Value::Object(map) => {
-            if let Some(key) = map
-                .keys()
-                .find(|k| !matches!(k.as_str(), "apiVersion" | "kind"))
-            {
-                return Err(format!("{NAME} takes no args, got field {key:?}"));
-            }
-        }
-        other => return Err(format!("{NAME} takes no args, got {other}")),
-    }
+    super::no_args(NAME, args)?;
     Ok(Arc::new(VolumeRestrictions))
 }
 
