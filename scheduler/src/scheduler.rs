@@ -24,6 +24,12 @@ use crate::plugins::default_preemption;
 use crate::queue::{Popped, SchedulingQueue};
 use crate::watch::pod_info;
 
+/// An event's pod key, reason and message.
+type EventKey = (String, String, String);
+
+/// How long a repeated event counts up on the first one.
+const EVENT_AGGREGATION: Duration = Duration::from_secs(600);
+
 /// The field manager and event source of this scheduler.
 pub const COMPONENT: &str = "default-scheduler";
 
@@ -37,6 +43,9 @@ pub struct Scheduler {
     /// Pods nominated to a node by preemption: key → (node, pod).
     nominated: Mutex<HashMap<String, (String, Arc<PodInfo>)>>,
     events: AtomicU64,
+    /// Events recorded lately: (pod, reason, message) → (event name,
+    /// count, when last seen).
+    recent_events: Mutex<HashMap<EventKey, (String, i32, std::time::Instant)>>,
 }
 
 impl Scheduler {
@@ -54,6 +63,7 @@ impl Scheduler {
             metrics,
             nominated: Mutex::new(HashMap::new()),
             events: AtomicU64::new(0),
+            recent_events: Mutex::new(HashMap::new()),
         }
     }
 
@@ -477,8 +487,34 @@ impl Scheduler {
         }
     }
 
+    /// Records an event on the pod. The same event again within
+    /// [`EVENT_AGGREGATION`] raises the first one's count, as client-go's
+    /// event correlator does, rather than adding another.
     async fn event(&self, pod: &PodInfo, kind: &str, reason: &str, message: &str) {
         let api: Api<Event> = Api::namespaced(self.client.clone(), pod.namespace());
+        let same = (pod.key.clone(), reason.to_string(), message.to_string());
+        let repeated = {
+            let mut recent = self.recent_events.lock().unwrap_or_else(|e| e.into_inner());
+            recent.retain(|_, (_, _, at)| at.elapsed() < EVENT_AGGREGATION);
+            recent.get_mut(&same).map(|(name, count, at)| {
+                *count += 1;
+                *at = std::time::Instant::now();
+                (name.clone(), *count)
+            })
+        };
+        if let Some((name, count)) = repeated {
+            let patch = json!({"count": count, "lastTimestamp": now()});
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return,
+                // Gone (deleted or expired): record it anew.
+                Err(err) => {
+                    tracing::debug!(pod = %pod.key, error = %err, "could not update an event")
+                }
+            }
+        }
         let n = self.events.fetch_add(1, Ordering::Relaxed);
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -507,8 +543,15 @@ impl Scheduler {
             Ok(event) => event,
             Err(_) => return,
         };
-        if let Err(err) = api.create(&PostParams::default(), &event).await {
-            tracing::debug!(pod = %pod.key, error = %err, "could not record an event");
+        match api.create(&PostParams::default(), &event).await {
+            Ok(created) => {
+                let name = created.metadata.name.unwrap_or_default();
+                self.recent_events
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(same, (name, 1, std::time::Instant::now()));
+            }
+            Err(err) => tracing::debug!(pod = %pod.key, error = %err, "could not record an event"),
         }
     }
 }

@@ -142,6 +142,25 @@ async fn an_unschedulable_pod_is_scheduled_once_a_fitting_node_is_added() -> Res
         "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].status}/{.status.conditions[?(@.type==\"PodScheduled\")].reason}",
     ])?;
     assert_eq!(condition, "False/Unschedulable");
+    // A change to the node sends the pod back; its next failure, the
+    // same, counts on the first event instead of adding one.
+    kubectl.ok(&["label", "node", "small", "touched=yes"])?;
+    let deadline = Instant::now() + SCHEDULE_TIMEOUT;
+    let counts = loop {
+        let counts = kubectl.ok(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=big,reason=FailedScheduling",
+            "-o",
+            "jsonpath={range .items[*]}{.count} {end}",
+        ])?;
+        if counts.trim() != "1" || Instant::now() > deadline {
+            break counts;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(counts.trim(), "2", "one event, counted twice");
     let scheduled = kubectl.ok(&[
         "get",
         "events",
