@@ -5,6 +5,7 @@ mod api;
 mod data_root;
 mod machine;
 mod report;
+mod scheduler;
 mod store;
 mod versus;
 
@@ -43,6 +44,13 @@ enum Command {
     /// DESIGN.md gives it.
     #[command(alias = "apiserver")]
     Api(api::ApiArgs),
+    /// The scheduler of `skiff up`, after kube-scheduler's scheduler_perf:
+    /// plain Node objects (500 and 5 000), pods created as fast as the API
+    /// takes them, pods bound per second (overall and per 1-second window)
+    /// and create→bound latency for basic pods, required anti-affinity,
+    /// hard topology spread, node affinity and preemption, beside
+    /// kube-scheduler's published CI floors.
+    Scheduler(scheduler::SchedulerArgs),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +58,7 @@ fn main() -> ExitCode {
         Command::Store(args) => store::run(args),
         Command::Versus(args) => versus::run(args),
         Command::Api(args) => api::run(args),
+        Command::Scheduler(args) => scheduler::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

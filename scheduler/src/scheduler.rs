@@ -315,12 +315,14 @@ impl Scheduler {
     /// nomination.
     fn with_nominated(&self, snapshot: &Snapshot, pod: &PodInfo) -> Option<Snapshot> {
         let nominated = self.nominated.lock().unwrap_or_else(|e| e.into_inner());
-        let relevant: Vec<(String, Arc<PodInfo>)> = nominated
+        let mut relevant: Vec<(String, Arc<PodInfo>)> = nominated
             .iter()
             .filter(|(key, (_, other))| **key != pod.key && other.priority() >= pod.priority())
             .map(|(_, (node, other))| (node.clone(), other.clone()))
             .collect();
         drop(nominated);
+        // A nominated pod the cache already places is counted there.
+        self.with_cache(|cache| relevant.retain(|(_, other)| cache.node_of(&other.key).is_none()));
         if relevant.is_empty() {
             return None;
         }
@@ -344,6 +346,9 @@ impl Scheduler {
     ) {
         let pod = popped.pod.info.clone();
         self.with_cache(|cache| cache.assume(pod.clone(), &node));
+        // Assumed, it counts on its node already: a nomination too would
+        // count it twice for the pods scheduled meanwhile.
+        self.forget_nomination(&pod.key);
         let reserved = profile.run_reserve(&mut state, &pod, &node);
         if !reserved.is_success() {
             self.with_cache(|cache| cache.forget(&pod.key));

@@ -4,12 +4,12 @@
 //! pod creates, lists, watch fan-out and the API server's memory, in one
 //! table with ratios. Not for the store alone: `store` and `versus` do that.
 
-mod http;
+pub(crate) mod http;
 mod list;
 mod pods;
-mod server;
+pub(crate) mod server;
 mod table;
-mod watch;
+pub(crate) mod watch;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

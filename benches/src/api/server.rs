@@ -145,6 +145,11 @@ impl ApiServer {
         out
     }
 
+    /// The end of the API server's log, for an error.
+    pub fn log_tail(&self) -> String {
+        self.skiff.log_tail()
+    }
+
     /// Resident memory of the API server process (not etcd's).
     pub fn api_resident_bytes(&self) -> Option<u64> {
         machine::resident_bytes_of(self.skiff.pid())

@@ -254,7 +254,7 @@ fn on_event(
 }
 
 /// User + system CPU time of this process so far.
-fn own_cpu_time() -> Duration {
+pub(crate) fn own_cpu_time() -> Duration {
     // SAFETY: getrusage only writes the struct it is given.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: as above; RUSAGE_SELF is always valid.
