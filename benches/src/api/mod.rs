@@ -210,7 +210,7 @@ async fn measure_backend(
     progress.set_prefix(format!("[{label}]"));
     progress.step("starting".into());
     let started = Instant::now();
-    let mut server = ApiServer::start(backend, skiff, etcd, root).await?;
+    let mut server = ApiServer::start(backend, skiff, etcd, root, false).await?;
     progress.note(&format!(
         "{label}: ready in {:.1} s (API http://{})",
         server.started_in.as_secs_f64(),

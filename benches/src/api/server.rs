@@ -61,11 +61,15 @@ pub struct ApiServer {
 impl ApiServer {
     /// Starts `backend`'s processes with data under `root` and waits until
     /// the API is ready. `etcd` is required for `Backend::Etcd`.
+    /// `scheduling`: whether `skiff up` runs its scheduler (the API
+    /// benchmark leaves it off: its pods are for the API alone, and a
+    /// scheduler would write their status and events as well).
     pub async fn start(
         backend: Backend,
         skiff: &Program,
         etcd: Option<&Program>,
         root: &Path,
+        scheduling: bool,
     ) -> Result<ApiServer> {
         let dir = root.join(backend.dir_name());
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -79,6 +83,7 @@ impl ApiServer {
             api.to_string(),
             "--client-listen".into(),
             client.to_string(),
+            format!("--scheduler={scheduling}"),
         ];
         let etcd = match backend {
             Backend::InProcess => None,
