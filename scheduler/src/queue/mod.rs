@@ -137,32 +137,37 @@ impl SchedulingQueue {
         }
     }
 
-    /// The pod changed: its new state replaces the old; a gated pod that is
-    /// now admitted, or an unschedulable one, goes to the active queue (its
-    /// change may be what it needed).
+    /// The pod changed: its new state replaces the old, where it is. A
+    /// gated pod that is now admitted goes to the active queue; so does an
+    /// unschedulable one whose spec, labels or annotations changed (that
+    /// may be what it needed) — not one whose status alone changed, as
+    /// when the scheduler itself records why it failed.
     pub fn update(&self, info: Arc<PodInfo>, admitted: bool) {
         let mut state = self.lock();
-        let Some((mut pod, at, _, _)) = self.take(&mut state, &info.key) else {
+        let Some((old, at, active, backoff)) = state.pods.get(&info.key).cloned() else {
             drop(state);
             if admitted {
                 self.add(info, true);
             }
             return;
         };
+        let mut pod = old.clone();
         pod.info = info;
+        let key = pod.info.key.clone();
         match at {
-            Where::InFlight => {
-                state
-                    .pods
-                    .insert(pod.info.key.clone(), (pod, Where::InFlight, None, None));
+            Where::InFlight | Where::Active | Where::Backoff => {
+                // Same place in its queue, the new state.
+                state.pods.insert(key, (pod, at, active, backoff));
             }
-            _ if !admitted => {
-                state
-                    .pods
-                    .insert(pod.info.key.clone(), (pod, Where::Gated, None, None));
+            Where::Unschedulable if admitted && !changed_for_scheduling(&old, &pod) => {
+                state.pods.insert(key, (pod, at, active, backoff));
             }
-            Where::Backoff => self.push_backoff(&mut state, pod),
-            Where::Active | Where::Gated | Where::Unschedulable => {
+            _ => {
+                self.take(&mut state, &key);
+                if !admitted {
+                    state.pods.insert(key, (pod, Where::Gated, None, None));
+                    return;
+                }
                 pod.since = Instant::now();
                 self.push_active(&mut state, pod);
             }
@@ -371,6 +376,15 @@ impl SchedulingQueue {
             .pods
             .insert(pod.info.key.clone(), (pod, Where::Backoff, None, Some(key)));
     }
+}
+
+/// Whether the change from `old` to `new` can change a scheduling
+/// decision: its spec, labels or annotations (not its status).
+fn changed_for_scheduling(old: &QueuedPod, new: &QueuedPod) -> bool {
+    let (a, b) = (&old.info.pod, &new.info.pod);
+    a.spec != b.spec
+        || a.metadata.labels != b.metadata.labels
+        || a.metadata.annotations != b.metadata.annotations
 }
 
 #[cfg(test)]

@@ -117,3 +117,34 @@ async fn deleted_and_done_pods_leave() {
     queue.close();
     assert!(queue.pop().await.is_none());
 }
+
+fn with_status(name: &str, message: &str) -> Arc<PodInfo> {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"priority": 0, "containers": [{"name": "c", "image": "i"}]},
+        "status": {"conditions": [{"type": "PodScheduled", "status": "False", "message": message}]},
+    }))
+    .unwrap();
+    Arc::new(PodInfo::new(Arc::new(pod)))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_status_change_leaves_an_unschedulable_pod_waiting_and_keeps_queue_places() {
+    let queue = SchedulingQueue::new(QueueConfig::default());
+    queue.add(pod("p", 0), true);
+    let popped = queue.pop().await.unwrap();
+    queue.unschedulable(&popped);
+    // The scheduler's own status write comes back through the watch.
+    queue.update(with_status("p", "0/1 nodes are available"), true);
+    assert_eq!(queue.position("default/p"), Some(Where::Unschedulable));
+    // A spec change may be what it needed.
+    queue.update(pod("p", 5), true);
+    assert_eq!(queue.position("default/p"), Some(Where::Active));
+
+    // An update does not send an active pod to the back of the queue.
+    queue.add(pod("q", 5), true);
+    tokio::time::advance(Duration::from_millis(1)).await;
+    queue.update(with_status("p", "x"), true);
+    let first = queue.pop().await.unwrap();
+    assert_eq!(first.pod.info.name(), "p");
+}
