@@ -39,10 +39,6 @@ impl Cache {
         Cache::default()
     }
 
-    pub fn node_count(&self) -> usize {
-        self.nodes.len()
-    }
-
     /// A Node was added or changed.
     pub fn set_node(&mut self, node: Node) {
         let name = node.metadata.name.clone().unwrap_or_default();

@@ -321,11 +321,6 @@ impl Snapshot {
             }
         }
     }
-
-    /// Every pod on every node.
-    pub fn pods(&self) -> impl Iterator<Item = &Arc<PodInfo>> {
-        self.nodes.iter().flat_map(|n| n.pods.iter())
-    }
 }
 
 #[cfg(test)]

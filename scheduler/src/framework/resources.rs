@@ -88,27 +88,6 @@ impl Resources {
             *at = (*at).max(*value);
         }
     }
-
-    /// Every resource named here, with a non-zero amount.
-    pub fn names(&self) -> Vec<String> {
-        let mut names = Vec::new();
-        for (name, value) in [
-            ("cpu", self.milli_cpu),
-            ("memory", self.memory),
-            ("ephemeral-storage", self.ephemeral_storage),
-        ] {
-            if value != 0 {
-                names.push(name.to_string());
-            }
-        }
-        names.extend(
-            self.scalar
-                .iter()
-                .filter(|(_, v)| **v != 0)
-                .map(|(k, _)| k.clone()),
-        );
-        names
-    }
 }
 
 /// A quantity as the scheduler counts it: CPU in millicores, everything

@@ -289,14 +289,6 @@ impl SchedulingQueue {
         }
     }
 
-    /// When the next back-off ends, if any pod is in back-off.
-    pub fn next_backoff_end(&self) -> Option<Instant> {
-        self.lock()
-            .backoff
-            .first_key_value()
-            .map(|(&(at, _), _)| at)
-    }
-
     pub fn close(&self) {
         self.lock().closed = true;
         self.ready.notify_waiters();
