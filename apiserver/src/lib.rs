@@ -15,11 +15,13 @@ pub mod field_validation;
 pub mod object;
 pub mod openapi;
 pub mod patch;
+pub mod pod_logs;
 pub mod registry;
 pub mod resources;
 pub(crate) mod schema;
 pub mod selectors;
 pub mod server;
+pub mod serving;
 pub mod status;
 pub mod storage;
 pub mod subresources;
@@ -66,13 +68,12 @@ pub async fn serve(
         tokio::spawn(async move { registry.follow_custom_resources().await })
     };
     let stopping = registry.clone();
-    let served = axum::serve(listener, server::router(registry))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            // Open watches end now, so the graceful stop does not wait on them.
-            stopping.begin_shutdown();
-        })
-        .await;
+    let served = serving::serve(listener, server::router(registry), async move {
+        shutdown.await;
+        // Open watches end now, so the graceful stop does not wait on them.
+        stopping.begin_shutdown();
+    })
+    .await;
     bootstrap.abort();
     crds.abort();
     served

@@ -578,9 +578,7 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
             Ok(json_response(StatusCode::CREATED, &status))
         }
         (&Method::GET, Some(name), Some("log")) if resource.kind == "Pod" && group.is_empty() => {
-            let container = query.get("container").map(String::as_str);
-            let logs = crate::subresources::logs(registry, &target, name, container).await?;
-            Ok(json_response(StatusCode::OK, &logs))
+            crate::pod_logs::logs(registry, &target, name, query).await
         }
         (&Method::GET, Some(name), None | Some("status")) => {
             let at = query.get("resourceVersion").map_or("", String::as_str);

@@ -1,8 +1,7 @@
 //! Subresources with their own kinds: `scale` (autoscaling/v1 Scale) of
 //! deployments, replicasets and statefulsets, `pods/binding` (a scheduler
 //! places a pod, once) and `pods/eviction` (policy/v1, refused when a
-//! PodDisruptionBudget would be violated) and `pods/log` (from the node's
-//! kubelet).
+//! PodDisruptionBudget would be violated). `pods/log` is in `pod_logs`.
 
 use serde_json::{json, Value};
 
@@ -347,50 +346,6 @@ pub async fn evict(
     };
     registry.delete(target, name, &options).await?;
     Ok(success(201))
-}
-
-/// GET pods/NAME/log: checks the request against the pod. Logs live on
-/// the pod's node and are served by its kubelet; skiff has no kubelet yet,
-/// so a valid request is answered with a 503 that says so, never a hang.
-pub async fn logs(
-    registry: &Registry,
-    target: &Target<'_>,
-    name: &str,
-    container: Option<&str>,
-) -> ApiResult<Value> {
-    let pod = registry.get(target, name).await?;
-    let names: Vec<&str> = ["containers", "initContainers", "ephemeralContainers"]
-        .iter()
-        .flat_map(|list| pod["spec"][*list].as_array().into_iter().flatten())
-        .filter_map(|c| c["name"].as_str())
-        .collect();
-    let regular = pod["spec"]["containers"]
-        .as_array()
-        .map(Vec::len)
-        .unwrap_or(0);
-    let container = match container.filter(|c| !c.is_empty()) {
-        Some(c) if names.contains(&c) => c.to_string(),
-        Some(c) => {
-            return Err(ApiError::bad_request(format!(
-                "container {c} is not valid for pod {name}"
-            )))
-        }
-        None if regular == 1 => names[0].to_string(),
-        None => {
-            return Err(ApiError::bad_request(format!(
-                "a container name must be specified for pod {name}, choose one of: [{}]",
-                names.join(" ")
-            )))
-        }
-    };
-    match pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
-        None => Err(ApiError::bad_request(format!(
-            "container \"{container}\" in pod \"{name}\" is waiting to start: the pod is not scheduled to a node"
-        ))),
-        Some(node) => Err(ApiError::unavailable(format!(
-            "cannot get the logs of container \"{container}\" in pod \"{name}\": node \"{node}\" runs no kubelet that serves logs (skiff's kubelet does not exist yet)"
-        ))),
-    }
 }
 
 #[cfg(test)]

@@ -159,9 +159,9 @@ struct Watching {
     /// Flips when the server stops: the stream then ends cleanly.
     stopping: tokio::sync::watch::Receiver<bool>,
     deadline: Option<tokio::time::Instant>,
-    /// Fires at the deadline: one timer for the watch's whole life, not
-    /// one per event.
-    timeout: Pin<Box<tokio::time::Sleep>>,
+    /// Resolves at the deadline or when the server stops: one timer and
+    /// one registration for the watch's whole life, not one per event.
+    ended: Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
     initial: std::vec::IntoIter<Arc<CachedObject>>,
     /// The initial-events-end bookmark, sent after the initial objects.
     initial_end: Option<Bytes>,
@@ -180,7 +180,13 @@ impl Watching {
             .then(|| bookmark(resource, subscription.revision, true));
         let deadline = options.timeout.map(|t| tokio::time::Instant::now() + t);
         let forever = tokio::time::Instant::now() + Duration::from_secs(3600 * 24 * 365);
-        let timeout = Box::pin(tokio::time::sleep_until(deadline.unwrap_or(forever)));
+        let mut stopping = registry.stopping();
+        let ended = Box::pin(async move {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline.unwrap_or(forever)) => {}
+                _ = stopping.wait_for(|stopped| *stopped) => {}
+            }
+        });
         let initial = std::mem::take(&mut subscription.initial).into_iter();
         let backlog = std::mem::take(&mut subscription.backlog).into();
         Watching {
@@ -191,7 +197,7 @@ impl Watching {
             },
             stopping: registry.stopping(),
             deadline,
-            timeout,
+            ended,
             initial,
             initial_end,
             backlog,
@@ -233,6 +239,7 @@ impl Watching {
     async fn live(&mut self) -> Option<Bytes> {
         loop {
             tokio::select! {
+                biased;
                 delivery = self.subscription.queue.recv() => match delivery {
                     // Dropped for not keeping up, or the cache relisted: the
                     // client starts again from its last resourceVersion.
@@ -246,8 +253,7 @@ impl Watching {
                         return Some(bookmark(self.render.resource, revision, false));
                     }
                 },
-                _ = self.timeout.as_mut() => return None,
-                _ = self.stopping.changed() => return None,
+                _ = self.ended.as_mut() => return None,
             }
         }
     }

@@ -3,6 +3,7 @@
 
 mod api;
 mod data_root;
+mod kubelet;
 mod machine;
 mod report;
 mod scheduler;
@@ -51,6 +52,11 @@ enum Command {
     /// hard topology spread, node affinity and preemption, beside
     /// kube-scheduler's published CI floors.
     Scheduler(scheduler::SchedulerArgs),
+    /// skiff's kubelet: `kubelet simulated` registers thousands of
+    /// simulated nodes against `skiff up` and keeps their Leases renewed,
+    /// reporting registration time, renewals late or failed, renewal lag
+    /// and CPU per node count, and the largest count kept on time.
+    Kubelet(kubelet::KubeletArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +65,7 @@ fn main() -> ExitCode {
         Command::Versus(args) => versus::run(args),
         Command::Api(args) => api::run(args),
         Command::Scheduler(args) => scheduler::run(args),
+        Command::Kubelet(args) => kubelet::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,1 +1,30 @@
-//! The node agent: runs pods bound to its node as local processes. Not built yet.
+//! The node agent: a list-watch client of the REST API that registers its
+//! Node, renews its Lease, and runs the pods bound to it as local
+//! processes (no container engine), or simulates thousands of nodes.
+//!
+//! - [`node`]: the Node object (capacity from the host), its Lease and
+//!   status conditions.
+//! - [`runtime`]: containers as process groups under a shim, their state on
+//!   disk for recovery, cgroup v2 limits; [`logs`]: their log files.
+//! - [`env`], [`volumes`], [`probe`]: what a container sees and how it is
+//!   checked.
+//! - [`pod`]: one worker per pod, driving containers and the pod status.
+//! - [`server`]: the kubelet's HTTP port (logs for `pods/log`).
+//! - [`eviction_manager`]: evicts pods when the node is under pressure,
+//!   in [`eviction`]'s order.
+//! - [`agent`]: all of it as one running kubelet.
+//! - [`simulate`]: simulated nodes for scale.
+
+pub mod agent;
+pub mod env;
+pub mod eviction;
+pub mod eviction_manager;
+pub mod logs;
+pub mod node;
+pub mod pod;
+pub mod probe;
+pub mod runtime;
+pub mod server;
+pub mod shim;
+pub mod simulate;
+pub mod volumes;

@@ -8,6 +8,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cluster::ClusterCommand;
 use crate::control_plane::SchedulerArgs;
+use crate::kubelet::KubeletArgs;
 use crate::member::MemberArgs;
 use crate::store::StoreArgs;
 use crate::up::{ServerArgs, UpArgs};
@@ -41,6 +42,9 @@ pub enum Command {
     Member(MemberArgs),
     /// The scheduler alone, for the API of a kubeconfig.
     Scheduler(SchedulerArgs),
+    /// The node agent: registers a Node and runs the pods bound to it as
+    /// local processes (or simulates many nodes with --simulate N).
+    Kubelet(KubeletArgs),
 }
 
 impl Command {
@@ -52,7 +56,8 @@ impl Command {
             | Command::Cluster(_)
             | Command::Up(_)
             | Command::Server(_)
-            | Command::Scheduler(_) => "info,raft=warn",
+            | Command::Scheduler(_)
+            | Command::Kubelet(_) => "info,raft=warn",
             Command::Member(_) => "warn",
         }
     }
@@ -67,6 +72,7 @@ impl Cli {
             Command::Cluster(command) => command.run().await,
             Command::Member(args) => args.run().await,
             Command::Scheduler(args) => crate::control_plane::scheduler(args).await,
+            Command::Kubelet(args) => crate::kubelet::kubelet(args).await,
         }
     }
 }

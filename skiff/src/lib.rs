@@ -1,12 +1,13 @@
 //! The `skiff` command line: one binary whose subcommands start the parts of
-//! skiff (`up`, `server`, `store`, `cluster up`) or talk to running members
-//! (`member`).
+//! skiff (`up`, `server`, `store`, `cluster up`, `scheduler`, `kubelet`) or
+//! talk to running members (`member`).
 
 pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod control_plane;
 pub mod kubeconfig;
+pub mod kubelet;
 pub mod member;
 pub mod shutdown;
 pub mod store;

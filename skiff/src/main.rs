@@ -11,6 +11,15 @@ use skiff::cli::Cli;
 const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(2);
 
 fn main() -> ExitCode {
+    // The container shim runs alone, before any thread or runtime exists.
+    let mut args = std::env::args_os();
+    if args
+        .nth(1)
+        .is_some_and(|a| a == skiff::kubelet::SHIM_COMMAND)
+    {
+        let code = skiff_kubelet::shim::main(args.collect());
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {

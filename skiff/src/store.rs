@@ -114,6 +114,8 @@ pub struct ApiServing {
     pub scheduler_config: Option<PathBuf>,
     /// Whether the scheduler runs beside the API.
     pub scheduler: bool,
+    /// The kubelet run beside the API (`skiff up`), if any.
+    pub node: Option<crate::up::LocalNode>,
 }
 
 /// Runs a store member, and the Kubernetes API over it if `api` is given,
@@ -199,6 +201,10 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
         )?),
         _ => None,
     };
+    let kubelet = match (&api_addr, api.as_ref().and_then(|a| a.node.as_ref())) {
+        (Some((addr, _)), Some(node)) => node.start(*addr),
+        _ => None,
+    };
     print_ready(&args.name, &store, client_addr, peer_addr, api_addr);
 
     let removed = {
@@ -230,6 +236,9 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
         }),
     };
     signals.exit_on_next("closing the store");
+    if let Some(kubelet) = kubelet {
+        kubelet.stop().await;
+    }
     if let Some(control_plane) = control_plane {
         control_plane.stop().await;
     }

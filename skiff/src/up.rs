@@ -33,12 +33,50 @@ pub struct UpArgs {
     /// the API alone.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub scheduler: bool,
+    /// Run a kubelet for this host beside the API, its state in
+    /// DATA_DIR/kubelet; `false` runs no node.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub kubelet: bool,
+    #[command(flatten)]
+    pub node: crate::kubelet::NodeArgs,
+}
+
+impl UpArgs {
+    /// The kubelet to run beside the API, if any.
+    fn local_node(&self) -> Option<LocalNode> {
+        self.kubelet.then(|| LocalNode {
+            args: self.node.clone(),
+            root_dir: self.data_dir.join("kubelet"),
+        })
+    }
+}
+
+/// The kubelet `skiff up` runs for its host.
+#[derive(Debug, Clone)]
+pub struct LocalNode {
+    pub args: crate::kubelet::NodeArgs,
+    pub root_dir: PathBuf,
+}
+
+impl LocalNode {
+    /// Starts it for the API at `api`; an error is logged, not fatal: the
+    /// API serves without a node.
+    pub fn start(&self, api: std::net::SocketAddr) -> Option<crate::kubelet::LocalKubelet> {
+        match crate::kubelet::LocalKubelet::start(api, &self.args, &self.root_dir) {
+            Ok(kubelet) => Some(kubelet),
+            Err(err) => {
+                tracing::error!(error = %crate::one_line(&err), "not starting the kubelet");
+                None
+            }
+        }
+    }
 }
 
 pub async fn up(args: UpArgs) -> Result<()> {
     if !args.store_endpoints.is_empty() {
         return api_only(args).await;
     }
+    let node = args.local_node();
     let store = StoreArgs {
         name: "default".into(),
         data_dir: args.data_dir.join("store"),
@@ -49,8 +87,9 @@ pub async fn up(args: UpArgs) -> Result<()> {
         snapshot_catch_up_entries: skiff_store::raft::CATCH_UP_ENTRIES,
     };
     let api = ApiServing {
-        listen: args.api_listen,
         kubeconfig: args.data_dir.join("kubeconfig"),
+        node,
+        listen: args.api_listen,
         scheduler_config: args.scheduler_config,
         scheduler: args.scheduler,
     };
@@ -94,6 +133,7 @@ async fn api_only(args: UpArgs) -> Result<()> {
         )?),
         false => None,
     };
+    let kubelet = args.local_node().and_then(|node| node.start(addr));
     tokio::select! {
         name = signals.recv() => tracing::info!(signal = name, "stopping the API"),
         served = &mut serving => {
@@ -105,6 +145,9 @@ async fn api_only(args: UpArgs) -> Result<()> {
         }
     }
     signals.exit_on_next("stopping the API");
+    if let Some(kubelet) = kubelet {
+        kubelet.stop().await;
+    }
     if let Some(control_plane) = control_plane {
         control_plane.stop().await;
     }
@@ -148,6 +191,7 @@ pub async fn server(args: ServerArgs) -> Result<()> {
         kubeconfig,
         scheduler_config: args.scheduler_config,
         scheduler: args.scheduler,
+        node: None,
     };
     run_member(args.store, Some(api)).await
 }

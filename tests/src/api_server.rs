@@ -203,6 +203,7 @@ impl ApiServer {
             "--store-endpoints".into(),
             ports[0].to_string(),
             format!("--scheduler={}", self.scheduling),
+            "--kubelet=false".into(),
         ];
         let mut process = SkiffProcess::spawn("skiff up --store-endpoints", args)?;
         process.wait_for_line(" ready: ", READY_TIMEOUT).await?;
@@ -327,7 +328,13 @@ impl ApiServer {
             self.client.to_string(),
             format!("--scheduler={}", self.scheduling),
         ];
-        let args = args.into_iter().chain(self.extra_args.iter().cloned());
+        // No node unless a test asks for the kubelet.
+        let asks_kubelet = self.extra_args.iter().any(|a| a.starts_with("--kubelet="));
+        let no_kubelet = (!asks_kubelet).then(|| "--kubelet=false".to_string());
+        let args = args
+            .into_iter()
+            .chain(no_kubelet)
+            .chain(self.extra_args.iter().cloned());
         let mut process = SkiffProcess::spawn("skiff up", args)?;
         process.wait_for_line(" ready: ", READY_TIMEOUT).await?;
         let kubeconfig = self.kubeconfig();

@@ -10,6 +10,7 @@ pub mod kube_http;
 pub mod kubectl;
 pub mod line_printer;
 pub mod member_process;
+pub mod node_processes;
 pub mod python;
 pub mod skiff_bin;
 pub mod skiff_process;

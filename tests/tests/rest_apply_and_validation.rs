@@ -378,6 +378,9 @@ async fn pod_logs_answer_a_clear_error_without_a_kubelet() -> Result<()> {
     let reply = http.get(&format!("{PODS}/bound/log?follow=true")).await?;
     assert_eq!(reply.status, 503, "{}", reply.text());
     ensure!(status(&reply)?.contains("node \"n1\""), "{}", reply.text());
+    let reply = http.get(&format!("{PODS}/bound/log?tailLines=-1")).await?;
+    assert_eq!(reply.status, 422, "{}", reply.text());
+    ensure!(status(&reply)?.contains("tailLines"), "{}", reply.text());
 
     let reply = http.get(&format!("{PODS}/two/log")).await?;
     assert_eq!(reply.status, 400);

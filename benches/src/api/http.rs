@@ -1,7 +1,9 @@
-//! The benchmark's HTTP/1.1 client of the Kubernetes API: one keep-alive
-//! connection per concurrent client (hyper's connection-level client, no
-//! pool in between), JSON bodies in and out, and watch responses read line
-//! by line. Plain HTTP on loopback only; not a general client.
+//! The benchmark's HTTP client of the Kubernetes API: one HTTP/1.1
+//! keep-alive connection per concurrent client (hyper's connection-level
+//! client, no pool in between), JSON bodies in and out, and watch responses
+//! read line by line, each on its own HTTP/1.1 connection or as streams of
+//! a shared HTTP/2 connection. Plain HTTP on loopback only; not a general
+//! client.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -11,9 +13,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
+use hyper::client::conn::http2;
 use hyper::header::{ACCEPT, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
@@ -105,14 +108,40 @@ impl Drop for ApiConnection {
     }
 }
 
-/// An open watch: the chunked response of `?watch=true`, on its own
-/// connection, closed when dropped.
+/// An open watch: the chunked response of `?watch=true`, closed when
+/// dropped.
 pub struct WatchStream {
     body: Incoming,
     /// Bytes of a line not yet complete.
     partial: Vec<u8>,
-    _sender: SendRequest<Full<Bytes>>,
-    conn: JoinHandle<()>,
+    /// Its own HTTP/1.1 connection, ended with the watch; `None` for a
+    /// stream of a shared HTTP/2 connection.
+    own: Option<(SendRequest<Full<Bytes>>, JoinHandle<()>)>,
+}
+
+/// One HTTP/2 connection whose streams are watches; it closes when the
+/// last clone of it and the last of its streams are dropped.
+#[derive(Clone)]
+pub struct SharedConnection {
+    addr: SocketAddr,
+    sender: http2::SendRequest<Full<Bytes>>,
+}
+
+impl SharedConnection {
+    /// Connects with HTTP/2 prior knowledge (h2c), as the API serves it.
+    pub async fn connect(addr: SocketAddr) -> Result<SharedConnection> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("connecting to the API at {addr}"))?;
+        stream.set_nodelay(true)?;
+        let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .with_context(|| format!("HTTP/2 handshake with {addr}"))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(SharedConnection { addr, sender })
+    }
 }
 
 impl WatchStream {
@@ -121,22 +150,65 @@ impl WatchStream {
     pub async fn open(addr: SocketAddr, path: &str) -> Result<WatchStream> {
         let (mut sender, conn) = handshake(addr).await?;
         let request = request(Method::GET, path, &addr.to_string(), Bytes::new())?;
-        let response = tokio::time::timeout(REQUEST_TIMEOUT, sender.send_request(request))
+        let answer = tokio::time::timeout(REQUEST_TIMEOUT, sender.send_request(request)).await;
+        match Self::started(path, answer).await {
+            Ok(body) => Ok(WatchStream {
+                body,
+                partial: Vec::new(),
+                own: Some((sender, conn)),
+            }),
+            Err(err) => {
+                conn.abort();
+                Err(err)
+            }
+        }
+    }
+
+    /// Opens a watch on `path` as a new stream of `shared`.
+    pub async fn open_on(shared: &SharedConnection, path: &str) -> Result<WatchStream> {
+        let mut sender = shared.sender.clone();
+        sender
+            .ready()
             .await
+            .context("the HTTP/2 connection to the API closed")?;
+        let host = format!("http://{}{path}", shared.addr);
+        let request = request(Method::GET, &host, &shared.addr.to_string(), Bytes::new())?;
+        let answer = tokio::time::timeout(REQUEST_TIMEOUT, sender.send_request(request)).await;
+        Ok(WatchStream {
+            body: Self::started(path, answer).await?,
+            partial: Vec::new(),
+            own: None,
+        })
+    }
+
+    /// The body of a watch answered 200, else the error.
+    async fn started(
+        path: &str,
+        answer: Result<hyper::Result<hyper::Response<Incoming>>, tokio::time::error::Elapsed>,
+    ) -> Result<Incoming> {
+        let response = answer
             .with_context(|| format!("GET {path}: no answer within {REQUEST_TIMEOUT:?}"))?
             .with_context(|| format!("GET {path}"))?;
         let status = response.status();
         if status != StatusCode::OK {
             let body = response.into_body().collect().await?.to_bytes();
-            conn.abort();
             return Err(Answer { status, body }.unexpected(StatusCode::OK, &format!("GET {path}")));
         }
-        Ok(WatchStream {
-            body: response.into_body(),
-            partial: Vec::new(),
-            _sender: sender,
-            conn,
-        })
+        Ok(response.into_body())
+    }
+
+    /// The next chunk of the stream and the instant it arrived; `None`
+    /// once the server ended the stream.
+    pub async fn next_chunk(&mut self) -> Result<Option<(Bytes, Instant)>> {
+        loop {
+            let Some(frame) = self.body.frame().await else {
+                return Ok(None);
+            };
+            let arrived = Instant::now();
+            if let Ok(data) = frame.context("reading a watch")?.into_data() {
+                return Ok(Some((data, arrived)));
+            }
+        }
     }
 
     /// Waits for the next chunk and hands `on_line` every line it
@@ -156,7 +228,8 @@ impl WatchStream {
         }
     }
 
-    fn split(&mut self, data: &[u8], mut on_line: impl FnMut(&[u8])) {
+    /// Hands `on_line` every line `data` completes, keeping the rest.
+    pub fn split(&mut self, data: &[u8], mut on_line: impl FnMut(&[u8])) {
         let mut rest = data;
         while let Some(end) = rest.iter().position(|&b| b == b'\n') {
             if self.partial.is_empty() {
@@ -174,7 +247,9 @@ impl WatchStream {
 
 impl Drop for WatchStream {
     fn drop(&mut self) {
-        self.conn.abort();
+        if let Some((_, conn)) = &self.own {
+            conn.abort();
+        }
     }
 }
 

@@ -58,6 +58,17 @@ pub struct ApiArgs {
     #[arg(long, value_delimiter = ',', env = "SKIFF_BENCH_API_WATCHERS")]
     watchers: Option<Vec<usize>>,
 
+    /// How watchers connect: http1 (a connection each), http2 (watches
+    /// multiplexed on shared connections, as client libraries do), or both
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "SKIFF_BENCH_API_WATCH_TRANSPORTS",
+        default_value = "http1,http2",
+        value_parser = watch::WatchTransport::parse
+    )]
+    watch_transports: Vec<watch::WatchTransport>,
+
     /// Measured writes at each watch point [default: 100; --quick: 10]
     #[arg(long, env = "SKIFF_BENCH_API_WATCH_WRITES")]
     watch_writes: Option<usize>,
@@ -94,6 +105,7 @@ pub struct Plan {
     pub list_pods: usize,
     pub list_reps: usize,
     pub watchers: Vec<usize>,
+    pub watch_transports: Vec<watch::WatchTransport>,
     pub watch_writes: usize,
     pub memory_pods: usize,
 }
@@ -111,6 +123,7 @@ impl Plan {
             } else {
                 vec![1, 100, 1000]
             }),
+            watch_transports: args.watch_transports.clone(),
             watch_writes: args.watch_writes.unwrap_or(if q { 10 } else { 100 }),
             memory_pods: args.memory_pods.unwrap_or(if q { 1000 } else { 100_000 }),
         };
@@ -118,10 +131,22 @@ impl Plan {
         Ok(plan)
     }
 
+    /// Every watch point, in the order measured: each transport's
+    /// watcher counts.
+    pub fn watch_points(&self) -> Vec<(watch::WatchTransport, usize)> {
+        self.watch_transports
+            .iter()
+            .flat_map(|&t| self.watchers.iter().map(move |&w| (t, w)))
+            .collect()
+    }
+
     fn check(&self) -> Result<()> {
         let counts = [&self.clients, &self.watchers];
         if counts.iter().any(|c| c.is_empty() || c.contains(&0)) {
             bail!("--clients and --watchers take counts greater than zero, e.g. 1,16,64");
+        }
+        if self.watch_transports.is_empty() {
+            bail!("--watch-transports takes http1, http2 or both");
         }
         if self.creates == 0 || self.list_reps == 0 || self.watch_writes == 0 {
             bail!("--creates, --list-reps and --watch-writes must be greater than zero");
@@ -265,11 +290,12 @@ async fn workloads(server: &ApiServer, plan: &Plan, progress: &Progress) -> Resu
         lists.push(list::measure(&mut conns[0], kind, plan.list_reps).await?);
     }
     let server_cpu = || server.cpu_time();
-    let mut watches = Vec::with_capacity(plan.watchers.len());
-    for &watchers in &plan.watchers {
+    let mut watches = Vec::with_capacity(plan.watch_points().len());
+    for (transport, watchers) in plan.watch_points() {
         progress.step(format!(
-            "watch fan-out: {} watchers, {} writes",
+            "watch fan-out: {} watchers over {}, {} writes",
             report::group_digits(watchers as u64),
+            transport.name(),
             plan.watch_writes
         ));
         watches.push(
@@ -277,6 +303,7 @@ async fn workloads(server: &ApiServer, plan: &Plan, progress: &Progress) -> Resu
                 server.api,
                 &mut conns[0],
                 watchers,
+                transport,
                 plan.watch_writes,
                 &server_cpu,
                 progress,
@@ -385,7 +412,7 @@ fn print_setup(plan: &Plan, skiff: &Program, etcd: Option<&Program>, root: &Path
         "servers: `skiff up` (in-process store), then etcd + `skiff up --store-endpoints`; one at a time, on 127.0.0.1"
     );
     println!(
-        "client:  plain HTTP/1.1 JSON (hyper), one keep-alive connection per client and per watcher; tokio with 2 workers"
+        "client:  plain HTTP JSON (hyper): one HTTP/1.1 keep-alive connection per client; watchers each on their own HTTP/1.1 connection, or as streams of shared HTTP/2 connections (h2c, up to 1 000 each); tokio with 2 workers"
     );
     let watchers: Vec<String> = plan
         .watchers

@@ -84,6 +84,7 @@ impl ApiServer {
             "--client-listen".into(),
             client.to_string(),
             format!("--scheduler={scheduling}"),
+            "--kubelet=false".into(),
         ];
         let etcd = match backend {
             Backend::InProcess => None,

@@ -1,6 +1,8 @@
 //! Watch fan-out latency over the REST API: K watches of the namespace's
-//! pods (`?watch=true&resourceVersion=<list rv>`), each its own connection
-//! read line by line by its own task, and one writer creating pods whose
+//! pods (`?watch=true&resourceVersion=<list rv>`), each its own HTTP/1.1
+//! connection or a stream of a shared HTTP/2 connection (as a Kubernetes
+//! client library multiplexes its watches), read line by line by a
+//! reader (a few readers share them all), and one writer creating pods whose
 //! annotation carries a sequence number. A sample is one watcher's event:
 //! the instant its line was read minus the instant the create was sent.
 //! Writes are paced — the next goes out once every watcher has the last —
@@ -12,10 +14,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use bytes::Bytes;
+use futures::stream::{FuturesUnordered, StreamExt};
 use hyper::StatusCode;
 use tokio::sync::{watch, Notify};
 
-use super::http::{find, ApiConnection, WatchStream};
+use super::http::{find, ApiConnection, SharedConnection, WatchStream};
 use super::list;
 use super::pods::{pod_json, pods_path, SEQ_ANNOTATION};
 use crate::report::{duration_nanos, Latencies};
@@ -28,10 +32,43 @@ const STALL_TIMEOUT: Duration = Duration::from_secs(20);
 const PAUSE: Duration = Duration::from_millis(2);
 /// Watches opened at once while a point starts.
 const OPEN_AT_ONCE: usize = 32;
+/// Tasks reading the watchers, one per worker thread of the client.
+const READERS: usize = 2;
+/// Streams per HTTP/2 connection: the server's limit, as kube-apiserver's.
+const STREAMS_PER_CONNECTION: usize = 1000;
+
+/// How the watchers reach the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchTransport {
+    /// A connection per watcher.
+    Http1,
+    /// Watches multiplexed, up to 1 000 streams per connection.
+    Http2,
+}
+
+impl WatchTransport {
+    pub fn parse(text: &str) -> Result<WatchTransport, String> {
+        match text {
+            "http1" | "h1" => Ok(WatchTransport::Http1),
+            "http2" | "h2" => Ok(WatchTransport::Http2),
+            other => Err(format!(
+                "unknown watch transport {other:?}: use http1 or http2"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WatchTransport::Http1 => "HTTP/1.1",
+            WatchTransport::Http2 => "HTTP/2",
+        }
+    }
+}
 
 /// One number of watchers.
 pub struct WatchPoint {
     pub watchers: usize,
+    pub transport: WatchTransport,
     /// Measured writes (a warm-up write goes first, unmeasured).
     pub writes: usize,
     /// Events received, the warm-up write's included.
@@ -57,8 +94,9 @@ impl WatchPoint {
         let mut problems = Vec::new();
         if self.delivered != self.expected {
             problems.push(format!(
-                "{} watchers: {} of {} events delivered{}",
+                "{} watchers ({}): {} of {} events delivered{}",
                 self.watchers,
+                self.transport.name(),
                 self.delivered,
                 self.expected,
                 if self.stalled {
@@ -70,8 +108,10 @@ impl WatchPoint {
         }
         if self.unexpected > 0 {
             problems.push(format!(
-                "{} watchers: {} unexpected lines (ERROR events or foreign objects)",
-                self.watchers, self.unexpected
+                "{} watchers ({}): {} unexpected lines (ERROR events or foreign objects)",
+                self.watchers,
+                self.transport.name(),
+                self.unexpected
             ));
         }
         problems
@@ -86,6 +126,8 @@ struct Shared {
     /// Per write: watchers that have its event.
     seen: Vec<AtomicUsize>,
     watchers: usize,
+    /// Tells this point's pods from another transport's.
+    label: &'static str,
     /// Woken by the watcher that completes a write's fan-out.
     all_seen: Notify,
 }
@@ -96,6 +138,7 @@ pub async fn measure_point(
     api: SocketAddr,
     writer: &mut ApiConnection,
     watchers: usize,
+    transport: WatchTransport,
     writes: usize,
     server_cpu: &impl Fn() -> Duration,
     progress: &Progress,
@@ -107,27 +150,50 @@ pub async fn measure_point(
         sent: (0..=writes).map(|_| AtomicU64::new(0)).collect(),
         seen: (0..=writes).map(|_| AtomicUsize::new(0)).collect(),
         watchers,
+        label: match transport {
+            WatchTransport::Http1 => "h1",
+            WatchTransport::Http2 => "h2",
+        },
         all_seen: Notify::new(),
     });
     let (stop, stopped) = watch::channel(false);
     let opening = Instant::now();
     progress.set_length(watchers as u64);
-    let mut tasks = Vec::with_capacity(watchers);
+    let mut tasks = Vec::with_capacity(READERS);
+    let mut streams = Vec::with_capacity(watchers);
+    let mut shared_connections = Vec::new();
+    if transport == WatchTransport::Http2 {
+        for _ in 0..watchers.div_ceil(STREAMS_PER_CONNECTION) {
+            shared_connections.push(SharedConnection::connect(api).await?);
+        }
+    }
     for start in (0..watchers).step_by(OPEN_AT_ONCE) {
         let batch = start..(start + OPEN_AT_ONCE).min(watchers);
         let mut opens = Vec::with_capacity(batch.len());
-        for _ in batch {
+        for watcher in batch {
             let path = path.clone();
-            opens.push(tokio::spawn(
-                async move { WatchStream::open(api, &path).await },
-            ));
+            let shared = shared_connections
+                .get(watcher / STREAMS_PER_CONNECTION)
+                .cloned();
+            opens.push(tokio::spawn(async move {
+                match shared {
+                    Some(shared) => WatchStream::open_on(&shared, &path).await,
+                    None => WatchStream::open(api, &path).await,
+                }
+            }));
         }
         for open in opens {
-            let stream = open.await.context("opening a watch panicked")??;
-            let shared = Arc::clone(&shared);
-            tasks.push(tokio::spawn(read_events(stream, shared, stopped.clone())));
+            streams.push(open.await.context("opening a watch panicked")??);
             progress.inc(1);
         }
+    }
+    let mut groups: Vec<Vec<WatchStream>> = (0..READERS).map(|_| Vec::new()).collect();
+    for (i, stream) in streams.into_iter().enumerate() {
+        groups[i % READERS].push(stream);
+    }
+    for group in groups.into_iter().filter(|g| !g.is_empty()) {
+        let shared = Arc::clone(&shared);
+        tasks.push(tokio::spawn(read_events(group, shared, stopped.clone())));
     }
     let opened_in = opening.elapsed();
     progress.set_length(writes as u64 + 1);
@@ -145,8 +211,10 @@ pub async fn measure_point(
         unexpected += outcome.unexpected;
         nanos.extend(outcome.nanos);
     }
+    drop(shared_connections);
     Ok(WatchPoint {
         watchers,
+        transport,
         writes,
         delivered,
         expected: ((writes + 1) * watchers) as u64,
@@ -169,7 +237,7 @@ async fn write_paced(
 ) -> Result<bool> {
     let path = pods_path();
     for seq in 0..=writes {
-        let name = format!("watch-{}-{seq}", shared.watchers);
+        let name = format!("watch-{}-{}-{seq}", shared.label, shared.watchers);
         let body = pod_json(&name, seq, seq);
         shared.sent[seq].store(
             duration_nanos(shared.base.elapsed()).max(1),
@@ -202,28 +270,45 @@ struct WatcherOutcome {
     nanos: Vec<u64>,
 }
 
-/// One watcher: reads events until told to stop or the stream ends.
+/// A share of the watchers, read by one task: whichever stream has a chunk
+/// is read next, so a write's fan-out costs the client no task wake-up per
+/// watcher. Reads until told to stop; a stream the server ends is dropped
+/// (its missing events show it).
 async fn read_events(
-    mut stream: WatchStream,
+    streams: Vec<WatchStream>,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) -> WatcherOutcome {
     let mut outcome = WatcherOutcome {
         delivered: 0,
         unexpected: 0,
-        nanos: Vec::with_capacity(shared.sent.len()),
+        nanos: Vec::with_capacity(shared.sent.len() * streams.len()),
     };
     let marker = format!("\"{SEQ_ANNOTATION}\":\"");
+    let mut pending: FuturesUnordered<_> = streams.into_iter().map(next_chunk).collect();
     loop {
-        let more = tokio::select! {
-            more = stream.next_lines(|line, arrived| on_event(line, arrived, &shared, marker.as_bytes(), &mut outcome)) => more,
+        let next = tokio::select! {
+            next = pending.next() => next,
             _ = stop.changed() => break,
         };
-        if !matches!(more, Ok(true)) {
-            break; // the server ended the watch: the missing events show it
-        }
+        let Some((mut stream, Ok(Some((data, arrived))))) = next else {
+            if pending.is_empty() {
+                break;
+            }
+            continue;
+        };
+        stream.split(&data, |line| {
+            on_event(line, arrived, &shared, marker.as_bytes(), &mut outcome)
+        });
+        pending.push(next_chunk(stream));
     }
     outcome
+}
+
+/// The stream's next chunk, with the stream handed back.
+async fn next_chunk(mut stream: WatchStream) -> (WatchStream, Result<Option<(Bytes, Instant)>>) {
+    let chunk = stream.next_chunk().await;
+    (stream, chunk)
 }
 
 fn on_event(

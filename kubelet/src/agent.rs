@@ -1,0 +1,193 @@
+//! The kubelet as one running agent: registers the Node, keeps its Lease
+//! and conditions, runs the pods bound to it, serves their logs, and evicts
+//! under pressure. `skiff kubelet` and `skiff up` run this.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use tokio::sync::watch;
+
+use crate::env::NodeFacts;
+use crate::node::config::NodeConfig;
+use crate::node::host::{HostReader, LinuxHost};
+use crate::node::{lease, register, status};
+use crate::pod::backoff::BackoffConfig;
+use crate::pod::launch::PodLauncher;
+use crate::pod::{PodManager, PodManagerConfig};
+use crate::runtime::{CgroupConfig, ProcessRuntime, RuntimeConfig};
+
+/// The Lease's renewal interval and duration, as the kubelet's defaults.
+const LEASE_INTERVAL: Duration = Duration::from_secs(10);
+const LEASE_DURATION_SECONDS: i32 = 40;
+/// Registration is retried this often while the API is not reachable.
+const REGISTER_RETRY: Duration = Duration::from_secs(1);
+
+pub struct KubeletConfig {
+    pub node: NodeConfig,
+    /// State, logs (`pods/`) and pod volumes (`volumes/`) live here.
+    pub root_dir: PathBuf,
+    /// The kubelet's HTTP port; port 0 picks a free one, which the Node
+    /// then advertises.
+    pub listen: SocketAddr,
+    /// The program and arguments that run the container shim.
+    pub shim: Vec<OsString>,
+    pub cgroup_parent: Option<PathBuf>,
+    pub backoff: BackoffConfig,
+    /// On a clean stop, stop the pods' processes too (they are started
+    /// again at the next start); otherwise leave them running, as the
+    /// kubelet does, to be adopted at the next start.
+    pub stop_pods_on_exit: bool,
+    /// The longest a clean stop waits for pods to stop.
+    pub stop_timeout: Duration,
+    /// How often, under pressure, another pod is evicted.
+    pub eviction_interval: Duration,
+}
+
+/// Runs the kubelet until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    mut config: KubeletConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding the kubelet port {}", config.listen))?;
+    config.node.kubelet_port = listener.local_addr()?.port();
+    std::fs::create_dir_all(&config.root_dir)
+        .with_context(|| format!("creating {}", config.root_dir.display()))?;
+    config.node.root_dir = config.root_dir.clone();
+    let host = LinuxHost::new(&config.root_dir);
+    let info = host.info().context("reading the host's capacity")?;
+    let mut shutdown = std::pin::pin!(shutdown);
+    let node = tokio::select! {
+        node = register_until_done(&client, &config.node, &info) => node,
+        _ = &mut shutdown => return Ok(()),
+    };
+    let uid = node.metadata.uid.clone().unwrap_or_default();
+    tracing::info!(node = %config.node.name, port = config.node.kubelet_port, "kubelet registered its node");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let mut tasks = Vec::new();
+    {
+        let (client, name, uid) = (client.clone(), config.node.name.clone(), uid.clone());
+        let stopped = stopped();
+        tasks.push(tokio::spawn(async move {
+            lease::run_lease(
+                client,
+                &name,
+                &uid,
+                LEASE_INTERVAL,
+                LEASE_DURATION_SECONDS,
+                stopped,
+            )
+            .await
+        }));
+    }
+    let (pressure_tx, pressure_rx) = status::pressure_channel();
+    tasks.push(tokio::spawn(status::run_status(
+        client.clone(),
+        config.node.clone(),
+        host,
+        pressure_tx,
+        status::StatusIntervals::default(),
+        stopped(),
+    )));
+
+    let runtime = Arc::new(ProcessRuntime::new(RuntimeConfig {
+        root: config.root_dir.clone(),
+        shim: config.shim.clone(),
+        cgroup: CgroupConfig {
+            parent: config.cgroup_parent.clone(),
+            ..CgroupConfig::default()
+        },
+    }));
+    let recovered = runtime
+        .recover()
+        .context("reading the containers of a previous run")?;
+    if !recovered.is_empty() {
+        tracing::info!(
+            containers = recovered.len(),
+            "kubelet found the containers of its previous run"
+        );
+    }
+    let manager = Arc::new(PodManager::new(
+        client.clone(),
+        PodManagerConfig {
+            node_name: config.node.name.clone(),
+            launcher: launcher(&client, &config, &node),
+            backoff: config.backoff,
+            config_retry: Duration::from_secs(5),
+        },
+        runtime.clone(),
+        recovered,
+    ));
+    tasks.push(tokio::spawn(manager.clone().run()));
+    tasks.push(tokio::spawn(crate::eviction_manager::run(
+        manager.clone(),
+        pressure_rx,
+        config.node.eviction_hard,
+        config.eviction_interval,
+    )));
+    let server = crate::server::router(manager.clone(), runtime.clone());
+    let serving = tokio::spawn(crate::server::serve(listener, server, stopped()));
+
+    shutdown.await;
+    if config.stop_pods_on_exit {
+        manager.stop_all(config.stop_timeout).await;
+    }
+    let _ = stop_tx.send(true);
+    for task in tasks {
+        task.abort();
+    }
+    let _ = serving.await;
+    Ok(())
+}
+
+/// Registers the Node, retrying while the API cannot be reached.
+async fn register_until_done(
+    client: &Client,
+    config: &NodeConfig,
+    info: &crate::node::host::HostInfo,
+) -> Node {
+    loop {
+        match register::register(client.clone(), config, info).await {
+            Ok(node) => return node,
+            Err(err) => {
+                tracing::warn!(node = %config.name, error = %err, "registering the node; retrying");
+                tokio::time::sleep(REGISTER_RETRY).await;
+            }
+        }
+    }
+}
+
+fn launcher(client: &Client, config: &KubeletConfig, node: &Node) -> PodLauncher {
+    let address = config.node.address.clone();
+    PodLauncher {
+        client: client.clone(),
+        pods_dir: config.root_dir.join("volumes"),
+        node: NodeFacts {
+            node_name: config.node.name.clone(),
+            host_ip: address.clone(),
+            host_ips: vec![address.clone()],
+            pod_ip: address.clone(),
+            pod_ips: vec![address],
+        },
+        allocatable: node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.clone())
+            .unwrap_or_default(),
+    }
+}

@@ -1,0 +1,232 @@
+//! What a container is started with: its argv from command and args, its
+//! environment (ConfigMaps and Secrets fetched fresh at each start), its
+//! volumes and working directory, and its limits.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+use kube::{Api, Client};
+use skiff_apiserver::admission::quantity::Quantity;
+
+use crate::env::{self, EnvSources, NodeFacts};
+use crate::probe::ProbeTarget;
+use crate::runtime::Limits;
+use crate::volumes;
+
+/// The waiting reason and message a container shows when it cannot start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotStarted {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Everything the runtime needs for one start, and what probes and hooks
+/// run with.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub working_dir: PathBuf,
+    pub limits: Limits,
+    pub probe_target: ProbeTarget,
+}
+
+/// The pod-wide part of starting containers.
+#[derive(Clone)]
+pub struct PodLauncher {
+    pub client: Client,
+    /// `<root>/pods-volumes`: one directory per pod uid.
+    pub pods_dir: PathBuf,
+    pub node: NodeFacts,
+    pub allocatable: BTreeMap<String, ApiQuantity>,
+}
+
+impl PodLauncher {
+    /// Prepares volumes and resolves the container's start.
+    pub async fn launch(&self, pod: &Pod, container: &Container) -> Result<Launch, NotStarted> {
+        let sources = self.sources(pod).await?;
+        let prepared = volumes::prepare(&self.pods_dir, pod, &sources)
+            .await
+            .map_err(|err| NotStarted {
+                reason: "CreateContainerConfigError",
+                message: err.to_string(),
+            })?;
+        let env =
+            env::container_env(pod, container, &sources, &self.node, &prepared).map_err(|err| {
+                NotStarted {
+                    reason: "CreateContainerConfigError",
+                    message: err.to_string(),
+                }
+            })?;
+        let argv = argv(container, &env)?;
+        let root = prepared
+            .root()
+            .unwrap_or_else(|| self.pods_dir.join(pod_uid(pod)));
+        let working_dir = working_dir(&root, container.working_dir.as_deref());
+        if let Err(err) = tokio::fs::create_dir_all(&working_dir).await {
+            return Err(NotStarted {
+                reason: "CreateContainerError",
+                message: format!(
+                    "cannot create the working directory {}: {err}",
+                    working_dir.display()
+                ),
+            });
+        }
+        Ok(Launch {
+            probe_target: ProbeTarget {
+                host: self.node.pod_ip.clone(),
+                env: env.clone(),
+                working_dir: working_dir.clone(),
+                ports: container.ports.clone().unwrap_or_default(),
+            },
+            argv,
+            env,
+            working_dir,
+            limits: limits(container),
+        })
+    }
+
+    /// The ConfigMaps and Secrets the pod refers to; a missing one is left
+    /// out (env and volumes then report it, or skip it if optional).
+    async fn sources(&self, pod: &Pod) -> Result<EnvSources, NotStarted> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let mut sources = EnvSources {
+            node_allocatable: self.allocatable.clone(),
+            ..Default::default()
+        };
+        let config_maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        for name in env::referenced_config_maps(pod) {
+            if let Some(found) = config_maps.get_opt(&name).await.map_err(api_error)? {
+                sources.config_maps.insert(name, found);
+            }
+        }
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        for name in env::referenced_secrets(pod) {
+            if let Some(found) = secrets.get_opt(&name).await.map_err(api_error)? {
+                sources.secrets.insert(name, found);
+            }
+        }
+        Ok(sources)
+    }
+}
+
+fn api_error(err: kube::Error) -> NotStarted {
+    NotStarted {
+        reason: "CreateContainerConfigError",
+        message: format!("reading the pod's ConfigMaps and Secrets: {err}"),
+    }
+}
+
+pub fn pod_uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+/// The process to run: `command` then `args`, with `$(VAR)` expanded. With
+/// no command, `args` alone are run, as they would be for an image without
+/// an ENTRYPOINT; with neither there is nothing this runtime can run.
+pub fn argv(container: &Container, env: &[(String, String)]) -> Result<Vec<String>, NotStarted> {
+    let command = container.command.clone().unwrap_or_default();
+    let args = container.args.clone().unwrap_or_default();
+    let words: Vec<String> = command
+        .into_iter()
+        .chain(args)
+        .map(|word| env::expand_references(&word, env))
+        .collect();
+    if words.is_empty() {
+        return Err(NotStarted {
+            reason: "ContainerCommandRequired",
+            message: format!(
+                "skiff runs containers as local processes and does not pull images: container {:?} (image {:?}) needs a command or args to run",
+                container.name,
+                container.image.as_deref().unwrap_or("")
+            ),
+        });
+    }
+    Ok(words)
+}
+
+/// `workingDir` if it exists on this host, else the same path inside the
+/// pod's root; the pod's root when none is given.
+pub fn working_dir(pod_root: &Path, given: Option<&str>) -> PathBuf {
+    match given.filter(|d| !d.is_empty()) {
+        None => pod_root.to_path_buf(),
+        Some(dir) if Path::new(dir).is_dir() => PathBuf::from(dir),
+        Some(dir) => pod_root.join(dir.trim_start_matches('/')),
+    }
+}
+
+/// cpu and memory limits, for cgroup v2.
+pub fn limits(container: &Container) -> Limits {
+    let limit = |name: &str| {
+        container
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get(name))
+            .and_then(|q| Quantity::parse(&q.0))
+            .filter(|q| q.milli > 0)
+    };
+    Limits {
+        cpu_millis: limit("cpu").map(|q| q.milli as u64),
+        memory_bytes: limit("memory").map(|q| (q.milli / 1000) as u64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(json: serde_json::Value) -> Container {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn argv_is_command_then_args_with_references_expanded() {
+        let c = container(serde_json::json!({
+            "name": "c", "command": ["sh", "-c"], "args": ["echo $(GREETING) $$HOME"]
+        }));
+        let env = vec![("GREETING".to_string(), "hi".to_string())];
+        assert_eq!(argv(&c, &env).unwrap(), ["sh", "-c", "echo hi $HOME"]);
+        let args_only = container(serde_json::json!({"name": "c", "args": ["python3", "-V"]}));
+        assert_eq!(argv(&args_only, &[]).unwrap(), ["python3", "-V"]);
+    }
+
+    #[test]
+    fn a_container_with_nothing_to_run_says_so() {
+        let c = container(serde_json::json!({"name": "web", "image": "nginx"}));
+        let err = argv(&c, &[]).unwrap_err();
+        assert_eq!(err.reason, "ContainerCommandRequired");
+        assert!(err.message.contains("\"nginx\""), "{}", err.message);
+    }
+
+    #[test]
+    fn working_dirs_missing_on_the_host_live_in_the_pod_root() {
+        let root = Path::new("/var/lib/skiff/pods/u/root");
+        assert_eq!(working_dir(root, None), root);
+        assert_eq!(working_dir(root, Some("/tmp")), Path::new("/tmp"));
+        assert_eq!(
+            working_dir(root, Some("/no/such/app")),
+            root.join("no/such/app")
+        );
+    }
+
+    #[test]
+    fn limits_come_from_resources() {
+        let c = container(serde_json::json!({
+            "name": "c", "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}
+        }));
+        assert_eq!(
+            limits(&c),
+            Limits {
+                cpu_millis: Some(500),
+                memory_bytes: Some(64 * 1024 * 1024)
+            }
+        );
+        assert_eq!(
+            limits(&container(serde_json::json!({"name": "c"}))),
+            Limits::default()
+        );
+    }
+}

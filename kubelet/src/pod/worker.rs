@@ -1,0 +1,354 @@
+//! One pod's worker: runs its init containers in order, then its containers,
+//! keeps its status written, and on deletion stops them within the grace
+//! period and deletes the pod object, as the kubelet confirms a deletion.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::backoff::CrashLoopBackoff;
+use super::container::{ContainerRunner, Ended, Start, StopRequest, StopSignal};
+use super::shared::Slot;
+use super::status::{pod_status, restart_policy, RestartPolicyKind};
+use super::PodContext;
+use crate::runtime::{RecoveredContainer, RecoveredState};
+
+/// The grace period when a pod vanished from the API without one (a
+/// forced deletion): the kubelet's minimum.
+const FORCED_GRACE: Duration = Duration::from_secs(2);
+/// Status writes coalesce changes made within this long.
+const STATUS_COALESCE: Duration = Duration::from_millis(20);
+/// A failed status write is retried after this long.
+const STATUS_RETRY: Duration = Duration::from_secs(1);
+
+/// What the worker is told about its pod: its latest version, or `None`
+/// once it is gone from the API.
+pub type PodUpdates = watch::Receiver<Option<Arc<Pod>>>;
+
+/// Why the worker's containers stop.
+enum Stopping {
+    /// The pod is being deleted: stop, then delete the object.
+    Deleted(Duration),
+    /// The pod is gone from the API already.
+    Gone,
+    /// The kubelet itself stops: stop containers, leave the API alone.
+    KubeletExit,
+}
+
+/// Runs the pod until it is deleted (or the kubelet stops).
+pub async fn run_pod(
+    context: Arc<PodContext>,
+    client: Client,
+    mut updates: PodUpdates,
+    recovered: Vec<RecoveredContainer>,
+    mut kubelet_stopping: watch::Receiver<bool>,
+) {
+    let Some(pod) = updates.borrow_and_update().clone() else {
+        return;
+    };
+    // A pod deleted before it ran here starts stopped.
+    let already = deletion_grace(Some(&pod)).map(|grace| StopRequest { grace });
+    let (stop_tx, stop_rx) = watch::channel(already);
+    let writer = tokio::spawn(write_status(
+        context.clone(),
+        client.clone(),
+        updates.clone(),
+    ));
+    let mut lifecycle = tokio::spawn(run_containers(
+        context.clone(),
+        pod.clone(),
+        stop_rx,
+        recovered,
+    ));
+    let mut lifecycle_done = false;
+    let mut evictions = context.shared.evictions();
+    let mut evicted = false;
+    let stopping = loop {
+        if let Some(grace) = deletion_grace(updates.borrow().as_deref()) {
+            break Stopping::Deleted(grace);
+        }
+        tokio::select! {
+            changed = updates.changed() => {
+                if changed.is_err() || updates.borrow().is_none() {
+                    break Stopping::Gone;
+                }
+            }
+            _ = kubelet_stopping.wait_for(|s| *s) => break Stopping::KubeletExit,
+            _ = &mut lifecycle, if !lifecycle_done => lifecycle_done = true,
+            _ = evictions.wait_for(|e| *e), if !evicted => {
+                // Evicted: killed at once; the pod stays, Failed, until deleted.
+                evicted = true;
+                let _ = stop_tx.send(Some(StopRequest { grace: Duration::ZERO }));
+            }
+        }
+    };
+    let grace = match stopping {
+        Stopping::Deleted(grace) => grace,
+        Stopping::Gone => FORCED_GRACE,
+        Stopping::KubeletExit => pod_grace(&pod),
+    };
+    let _ = stop_tx.send(Some(StopRequest { grace }));
+    if !lifecycle_done {
+        let _ = lifecycle.await;
+    }
+    // The last status, with every container terminated, goes out first.
+    tokio::time::sleep(STATUS_COALESCE * 3).await;
+    writer.abort();
+    if matches!(stopping, Stopping::KubeletExit) {
+        return;
+    }
+    if matches!(stopping, Stopping::Deleted(_)) {
+        let latest = updates.borrow().clone();
+        final_status(&context, &client, latest).await;
+        delete_object(&client, &context, &pod).await;
+    }
+    if let Err(err) = context.runtime.remove_pod(&context.shared.uid).await {
+        tracing::warn!(pod = %context.shared.pod_label(), error = %err, "removing the pod's containers");
+    }
+    if let Err(err) = crate::volumes::cleanup(&context.launcher.pods_dir, &context.shared.uid).await
+    {
+        tracing::warn!(pod = %context.shared.pod_label(), error = %err, "removing the pod's volumes");
+    }
+}
+
+/// The grace period of a pod being deleted.
+fn deletion_grace(pod: Option<&Pod>) -> Option<Duration> {
+    let pod = pod?;
+    pod.metadata.deletion_timestamp.as_ref()?;
+    let seconds = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .unwrap_or_else(|| pod_grace(pod).as_secs() as i64);
+    Some(Duration::from_secs(seconds.max(0) as u64))
+}
+
+fn pod_grace(pod: &Pod) -> Duration {
+    let seconds = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30);
+    Duration::from_secs(seconds.max(0) as u64)
+}
+
+/// Init containers in order, each to completion, then every container at
+/// once; returns when all are done or stopped.
+async fn run_containers(
+    context: Arc<PodContext>,
+    pod: Arc<Pod>,
+    stop: StopSignal,
+    recovered: Vec<RecoveredContainer>,
+) {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let policy = restart_policy(&pod);
+    let mut recovered = latest_runs(recovered);
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded" | "Failed")) && recovered.is_empty() {
+        // Finished before this kubelet started: nothing runs again.
+        context.shared.update_facts(|f| f.initialized = true);
+        return;
+    }
+    context.shared.update_facts(|f| f.sandbox_ready = true);
+    let regular_recovered = spec
+        .containers
+        .iter()
+        .any(|c| recovered.contains_key(&c.name));
+    let mut sidecars = JoinSet::new();
+    if !regular_recovered {
+        for (i, container) in spec.init_containers.iter().flatten().enumerate() {
+            let sidecar = container.restart_policy.as_deref() == Some("Always");
+            let start = start_of(recovered.remove(&container.name));
+            let runner = runner(
+                &context,
+                &pod,
+                container,
+                Slot::Init(i),
+                &stop,
+                policy,
+                !sidecar,
+            );
+            if sidecar {
+                sidecars.spawn(runner.run(start));
+                if !started(&context, Slot::Init(i), &stop).await {
+                    return;
+                }
+                continue;
+            }
+            match runner.run(start).await {
+                Ended::Exited(0) => {}
+                Ended::Exited(_) | Ended::Stopped => return,
+            }
+        }
+    }
+    context.shared.update_facts(|f| f.initialized = true);
+    let mut running = JoinSet::new();
+    for (i, container) in spec.containers.iter().enumerate() {
+        let start = start_of(recovered.remove(&container.name));
+        let runner = runner(
+            &context,
+            &pod,
+            container,
+            Slot::Regular(i),
+            &stop,
+            policy,
+            false,
+        );
+        running.spawn(runner.run(start));
+    }
+    while running.join_next().await.is_some() {}
+    // Sidecars stop once the regular containers are done.
+    sidecars.abort_all();
+}
+
+fn runner(
+    context: &Arc<PodContext>,
+    pod: &Arc<Pod>,
+    container: &Container,
+    slot: Slot,
+    stop: &StopSignal,
+    policy: RestartPolicyKind,
+    run_to_completion: bool,
+) -> ContainerRunner {
+    let policy = match (slot, container.restart_policy.as_deref()) {
+        (Slot::Init(_), Some("Always")) => RestartPolicyKind::Always,
+        _ => policy,
+    };
+    ContainerRunner {
+        context: context.clone(),
+        pod: pod.clone(),
+        container: container.clone(),
+        slot,
+        policy,
+        run_to_completion,
+        stop: stop.clone(),
+        backoff: CrashLoopBackoff::new(context.backoff),
+    }
+}
+
+/// Waits until the sidecar in `slot` has started; false if the pod
+/// stopped first.
+async fn started(context: &PodContext, slot: Slot, stop: &StopSignal) -> bool {
+    let mut changes = context.shared.subscribe();
+    let mut stop = stop.clone();
+    loop {
+        let status = context.shared.status_of(&slot);
+        if status.is_some_and(|s| s.started == Some(true)) {
+            return true;
+        }
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() { return false },
+            _ = stop.wait_for(Option::is_some) => return false,
+        }
+    }
+}
+
+/// Each container's latest run from a previous kubelet.
+fn latest_runs(recovered: Vec<RecoveredContainer>) -> HashMap<String, RecoveredContainer> {
+    let mut latest: HashMap<String, RecoveredContainer> = HashMap::new();
+    for run in recovered {
+        let newer = latest
+            .get(&run.id.container)
+            .is_none_or(|seen| seen.id.attempt < run.id.attempt);
+        if newer {
+            latest.insert(run.id.container.clone(), run);
+        }
+    }
+    latest
+}
+
+fn start_of(recovered: Option<RecoveredContainer>) -> Start {
+    match recovered {
+        None => Start::Fresh { attempt: 0 },
+        Some(run) => match run.state {
+            RecoveredState::Running(handle) => Start::Adopted(handle),
+            RecoveredState::Exited(status) => Start::AfterExit {
+                attempt: run.id.attempt,
+                status,
+            },
+        },
+    }
+}
+
+/// Writes the pod's status whenever it changes.
+async fn write_status(context: Arc<PodContext>, client: Client, updates: PodUpdates) {
+    let api: Api<Pod> = Api::namespaced(client, &context.shared.namespace);
+    let mut changes = context.shared.subscribe();
+    let mut written: Option<serde_json::Value> = None;
+    loop {
+        tokio::time::sleep(STATUS_COALESCE).await;
+        let Some(pod) = updates.borrow().clone() else {
+            return;
+        };
+        let (init, containers, facts) = context.shared.snapshot();
+        let status = pod_status(&pod, &init, &containers, &facts, jiff::Timestamp::now());
+        let status = serde_json::to_value(&status).unwrap_or_default();
+        if written.as_ref() != Some(&status) {
+            let patch = serde_json::json!({ "status": status });
+            match api
+                .patch_status(
+                    &context.shared.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(_) => written = Some(status),
+                Err(err) => {
+                    tracing::debug!(pod = %context.shared.pod_label(), error = %err, "writing the pod status; retrying");
+                    tokio::time::sleep(STATUS_RETRY).await;
+                    continue;
+                }
+            }
+        }
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The status with every container stopped, before the object goes.
+async fn final_status(context: &PodContext, client: &Client, pod: Option<Arc<Pod>>) {
+    let Some(pod) = pod else { return };
+    let (init, containers, facts) = context.shared.snapshot();
+    let status = pod_status(&pod, &init, &containers, &facts, jiff::Timestamp::now());
+    let api: Api<Pod> = Api::namespaced(client.clone(), &context.shared.namespace);
+    let patch = serde_json::json!({ "status": status });
+    let _ = api
+        .patch_status(
+            &context.shared.name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await;
+}
+
+/// Deletes the pod object with grace 0: its containers are stopped.
+async fn delete_object(client: &Client, context: &PodContext, pod: &Pod) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &context.shared.namespace);
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: pod.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    let mut delay = Duration::from_millis(200);
+    for _ in 0..10 {
+        match api.delete(&context.shared.name, &params).await {
+            Ok(_) => return,
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => return,
+            Err(err) => {
+                tracing::warn!(pod = %context.shared.pod_label(), error = %err, "deleting the stopped pod; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! The kubelet's HTTP port (10250 by default, plain HTTP): the containers'
+//! logs at `/containerLogs/{namespace}/{pod}/{container}` for the
+//! apiserver's `pods/log`, and `/healthz`. Errors are plain text, as the
+//! kubelet's are; the apiserver turns them into a Status.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use crate::logs::{read_log, LogOptions};
+use crate::pod::PodManager;
+use crate::runtime::{ContainerId, ProcessRuntime};
+
+#[derive(Clone)]
+struct Kubelet {
+    pods: Arc<PodManager>,
+    runtime: Arc<ProcessRuntime>,
+}
+
+pub fn router(pods: Arc<PodManager>, runtime: Arc<ProcessRuntime>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/containerLogs/{namespace}/{pod}/{container}",
+            get(container_logs),
+        )
+        .with_state(Kubelet { pods, runtime })
+}
+
+/// Serves the router on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+fn refuse(code: StatusCode, message: String) -> Response {
+    (code, [(header::CONTENT_TYPE, "text/plain")], message).into_response()
+}
+
+async fn container_logs(
+    State(kubelet): State<Kubelet>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let options = match log_options(&query) {
+        Ok(options) => options,
+        Err(message) => return refuse(StatusCode::BAD_REQUEST, message),
+    };
+    let Some(context) = kubelet.pods.pod(&namespace, &pod) else {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            format!("pod {namespace}/{pod} is not running on this node"),
+        );
+    };
+    let shared = &context.shared;
+    let (init, containers, _) = shared.snapshot();
+    let Some(status) = init.iter().chain(&containers).find(|c| c.name == container) else {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            format!("container {container} is not valid for pod {pod}"),
+        );
+    };
+    let logs = kubelet.runtime.container_logs(&ContainerId {
+        pod_uid: shared.uid.clone(),
+        pod_namespace: namespace.clone(),
+        pod_name: pod.clone(),
+        container: container.clone(),
+        attempt: 0,
+    });
+    let attempt = match logs.attempt_to_read(options.previous) {
+        Ok(Some(attempt)) => attempt,
+        Ok(None) if options.previous => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!("previous terminated container \"{container}\" in pod \"{pod}\" not found"),
+            )
+        }
+        Ok(None) => {
+            let reason = status
+                .state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .and_then(|w| w.reason.clone())
+                .unwrap_or_else(|| "ContainerCreating".into());
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!("container \"{container}\" in pod \"{pod}\" is waiting to start: {reason}"),
+            );
+        }
+        Err(err) => {
+            return refuse(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading the logs of {container}: {err}"),
+            )
+        }
+    };
+    // Following the current run ends when it exits; anything else is
+    // read to its end.
+    let running = shared
+        .handle(&container)
+        .filter(|h| h.id().attempt == attempt && !options.previous);
+    let exited = async move {
+        if let Some(handle) = running {
+            handle.wait().await;
+        }
+    };
+    match read_log(&logs.path(attempt), options, exited).await {
+        Ok(stream) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain")],
+            Body::from_stream(stream),
+        )
+            .into_response(),
+        Err(err) => refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("reading the logs of {container}: {err}"),
+        ),
+    }
+}
+
+/// The query of a log request as the apiserver forwards it.
+fn log_options(query: &HashMap<String, String>) -> Result<LogOptions, String> {
+    let flag = |name: &str| {
+        query
+            .get(name)
+            .is_some_and(|v| matches!(v.as_str(), "true" | "1" | "True"))
+    };
+    let number = |name: &str| -> Result<Option<i64>, String> {
+        query
+            .get(name)
+            .map(|v| {
+                v.parse::<i64>()
+                    .map_err(|_| format!("{name}={v:?} is not an integer"))
+            })
+            .transpose()
+    };
+    let since = match (number("sinceSeconds")?, query.get("sinceTime")) {
+        (Some(seconds), _) => Some(
+            jiff::Timestamp::now()
+                .checked_sub(jiff::SignedDuration::from_secs(seconds.max(0)))
+                .map_err(|err| format!("sinceSeconds={seconds}: {err}"))?,
+        ),
+        (None, Some(time)) => Some(
+            time.parse::<jiff::Timestamp>()
+                .map_err(|_| format!("sinceTime={time:?} is not an RFC 3339 time"))?,
+        ),
+        (None, None) => None,
+    };
+    Ok(LogOptions {
+        follow: flag("follow"),
+        tail_lines: number("tailLines")?,
+        since,
+        timestamps: flag("timestamps"),
+        previous: flag("previous"),
+        limit_bytes: number("limitBytes")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn log_queries_become_options() {
+        let options = log_options(&query(&[
+            ("follow", "true"),
+            ("tailLines", "5"),
+            ("timestamps", "1"),
+            ("limitBytes", "100"),
+        ]))
+        .unwrap();
+        assert!(options.follow && options.timestamps && !options.previous);
+        assert_eq!(options.tail_lines, Some(5));
+        assert_eq!(options.limit_bytes, Some(100));
+        let since = log_options(&query(&[("sinceTime", "2026-01-02T03:04:05Z")])).unwrap();
+        assert_eq!(since.since.unwrap().to_string(), "2026-01-02T03:04:05Z");
+        let recent = log_options(&query(&[("sinceSeconds", "60")])).unwrap();
+        let age = jiff::Timestamp::now().duration_since(recent.since.unwrap());
+        assert!(age.as_secs() >= 59 && age.as_secs() <= 120, "{age:?}");
+    }
+
+    #[test]
+    fn bad_log_queries_are_refused() {
+        assert!(log_options(&query(&[("tailLines", "x")])).is_err());
+        assert!(log_options(&query(&[("sinceTime", "noon")])).is_err());
+    }
+}

@@ -1,0 +1,295 @@
+//! The simulated nodes themselves: names, addresses and pod ranges, the
+//! Node objects built as the real kubelet builds its own, and their
+//! registration (Node and Lease) with bounded concurrency.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+
+use super::stats::SimulationStats;
+use super::SimulateConfig;
+use crate::node::config::{EvictionThresholds, NodeConfig};
+use crate::node::host::HostInfo;
+use crate::node::lease::NodeLease;
+use crate::node::status::patch_conditions;
+use crate::node::{build_node, node_conditions, register_node, NodeError, Pressure};
+
+/// Marks simulated nodes, so they can be listed and cleaned up.
+pub const SIMULATED_LABEL: &str = "skiff.dev/simulated";
+/// Attempts to register one node before it is given up.
+const REGISTER_ATTEMPTS: u32 = 3;
+
+/// One simulated node: where it is and what it hands out.
+#[derive(Debug)]
+pub struct SimNode {
+    pub index: usize,
+    pub name: String,
+    pub host_ip: String,
+    next_pod_ip: AtomicU32,
+}
+
+impl SimNode {
+    pub fn new(prefix: &str, index: usize) -> SimNode {
+        let i = index as u32;
+        SimNode {
+            index,
+            name: format!("{prefix}-{index}"),
+            // 100.64.0.0/10, one address a node.
+            host_ip: format!(
+                "100.{}.{}.{}",
+                64 + ((i >> 16) & 63),
+                (i >> 8) & 255,
+                i & 255
+            ),
+            next_pod_ip: AtomicU32::new(0),
+        }
+    }
+
+    /// The node's pod range: 10.<hi>.<lo>.0/24.
+    pub fn pod_cidr(&self) -> String {
+        let i = self.index as u32;
+        format!("10.{}.{}.0/24", (i >> 8) & 255, i & 255)
+    }
+
+    /// The next pod address of the node's range (.2 to .253, then again).
+    pub fn allocate_pod_ip(&self) -> String {
+        let i = self.index as u32;
+        let n = self.next_pod_ip.fetch_add(1, Ordering::Relaxed);
+        format!("10.{}.{}.{}", (i >> 8) & 255, i & 255, 2 + n % 252)
+    }
+}
+
+/// The simulated host behind every node: what nodeInfo reports.
+fn simulated_host(node: &SimNode, boot_id: &str) -> HostInfo {
+    let machine_id = format!("{:032x}", node.index);
+    HostInfo {
+        hostname: node.name.clone(),
+        cpus: 1,
+        memory_bytes: 0,
+        ephemeral_storage_bytes: 0,
+        pid_max: 4_194_304,
+        boot_id: boot_id.to_string(),
+        system_uuid: format!(
+            "{}-{}-{}-{}-{}",
+            &machine_id[..8],
+            &machine_id[8..12],
+            &machine_id[12..16],
+            &machine_id[16..20],
+            &machine_id[20..]
+        ),
+        machine_id,
+        kernel_version: "skiff-simulated".into(),
+        os_image: "skiff simulated node".into(),
+        architecture: crate::node::host::kubernetes_arch(std::env::consts::ARCH).to_string(),
+        operating_system: std::env::consts::OS.to_string(),
+    }
+}
+
+/// The Node object of a simulated node, Ready from the start.
+pub fn simulated_node(
+    config: &SimulateConfig,
+    node: &SimNode,
+    boot_id: &str,
+    now: Timestamp,
+) -> Node {
+    let mut node_config = NodeConfig::new(&node.name, &node.host_ip);
+    node_config.labels = config.labels.clone();
+    node_config
+        .labels
+        .insert(SIMULATED_LABEL.to_string(), "true".to_string());
+    node_config.taints = config.taints.clone();
+    node_config.capacity = config.capacity;
+    node_config.eviction_hard = EvictionThresholds::none();
+    node_config.runtime_version = format!("skiff-sim://{}", env!("CARGO_PKG_VERSION"));
+    let mut built = build_node(&node_config, &simulated_host(node, boot_id));
+    if let Some(spec) = built.spec.as_mut() {
+        spec.pod_cidr = Some(node.pod_cidr());
+        spec.pod_cidrs = Some(vec![node.pod_cidr()]);
+    }
+    if let Some(status) = built.status.as_mut() {
+        status.conditions = Some(ready_conditions(&[], now));
+    }
+    built
+}
+
+/// Ready, with no pressure, at `now`; transition times kept from `previous`.
+pub fn ready_conditions(previous: &[NodeCondition], now: Timestamp) -> Vec<NodeCondition> {
+    node_conditions(previous, &Pressure::default(), now)
+}
+
+/// What registration hands to the heartbeats: each node and its Lease
+/// (`None` where registration failed).
+pub struct Registered {
+    pub nodes: Vec<Arc<SimNode>>,
+    pub leases: Vec<Option<NodeLease>>,
+    pub last_error: Option<String>,
+}
+
+/// Registers every node and creates its Lease, `config.concurrency` at a
+/// time.
+pub async fn register_all(
+    nodes_api: &Api<Node>,
+    leases_api: &Api<Lease>,
+    config: &SimulateConfig,
+    stats: &SimulationStats,
+) -> Registered {
+    let boot_id = random_uuid();
+    let nodes: Vec<Arc<SimNode>> = (0..config.count)
+        .map(|i| Arc::new(SimNode::new(&config.name_prefix, i)))
+        .collect();
+    let results: Vec<(usize, Result<NodeLease, String>)> =
+        futures::stream::iter(nodes.iter().cloned())
+            .map(|node| {
+                let boot_id = boot_id.clone();
+                async move {
+                    let result = register_one(nodes_api, leases_api, config, &node, &boot_id).await;
+                    (node.index, result)
+                }
+            })
+            .buffer_unordered(config.concurrency.max(1))
+            .collect()
+            .await;
+    let mut leases: Vec<Option<NodeLease>> = (0..config.count).map(|_| None).collect();
+    let mut last_error = None;
+    for (index, result) in results {
+        match result {
+            Ok(lease) => {
+                stats.node_registered();
+                leases[index] = Some(lease);
+            }
+            Err(err) => {
+                stats.registration_failed();
+                last_error = Some(err);
+            }
+        }
+    }
+    Registered {
+        nodes,
+        leases,
+        last_error,
+    }
+}
+
+async fn register_one(
+    nodes_api: &Api<Node>,
+    leases_api: &Api<Lease>,
+    config: &SimulateConfig,
+    node: &SimNode,
+    boot_id: &str,
+) -> Result<NodeLease, String> {
+    let mut last = String::new();
+    for attempt in 0..REGISTER_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
+        }
+        match try_register(nodes_api, leases_api, config, node, boot_id).await {
+            Ok(lease) => return Ok(lease),
+            Err(err) => {
+                tracing::debug!(node = %node.name, attempt, error = %err, "registering a simulated node failed");
+                last = err;
+            }
+        }
+    }
+    Err(last)
+}
+
+async fn try_register(
+    nodes_api: &Api<Node>,
+    leases_api: &Api<Lease>,
+    config: &SimulateConfig,
+    node: &SimNode,
+    boot_id: &str,
+) -> Result<NodeLease, String> {
+    let now = Timestamp::now();
+    let stored = register_node(nodes_api, simulated_node(config, node, boot_id, now))
+        .await
+        .map_err(|e| e.to_string())?;
+    if !is_ready(&stored) {
+        // An existing Node from an earlier run: mark it Ready again.
+        patch_conditions(nodes_api, &node.name, &ready_conditions(&[], now))
+            .await
+            .map_err(|e: NodeError| e.to_string())?;
+    }
+    let uid = stored.metadata.uid.clone().unwrap_or_default();
+    let mut lease = NodeLease::new(&node.name, &uid, config.lease_duration_seconds);
+    lease
+        .renew(leases_api, Timestamp::now())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(lease)
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// A random version-4 UUID, for the simulated nodes' boot id.
+fn random_uuid() -> String {
+    let bytes: [u8; 16] = rand::random();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[13..16],
+        &hex[17..20],
+        &hex[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_get_distinct_addresses_and_pod_ranges() {
+        let a = SimNode::new("sim", 0);
+        let b = SimNode::new("sim", 257);
+        assert_eq!(a.name, "sim-0");
+        assert_eq!(a.host_ip, "100.64.0.0");
+        assert_eq!(b.host_ip, "100.64.1.1");
+        assert_eq!(b.pod_cidr(), "10.1.1.0/24");
+        assert_eq!(b.allocate_pod_ip(), "10.1.1.2");
+        assert_eq!(b.allocate_pod_ip(), "10.1.1.3");
+        let uuid = random_uuid();
+        assert_eq!(uuid.len(), 36);
+        assert_eq!(uuid.matches('-').count(), 4);
+    }
+
+    #[test]
+    fn a_simulated_node_is_ready_with_its_capacity_as_allocatable() {
+        let config = SimulateConfig::default();
+        let node = simulated_node(
+            &config,
+            &SimNode::new("sim", 3),
+            "boot",
+            Timestamp::UNIX_EPOCH,
+        );
+        assert!(is_ready(&node));
+        let status = node.status.as_ref().unwrap();
+        let capacity = status.capacity.as_ref().unwrap();
+        assert_eq!(capacity["cpu"].0, "32");
+        assert_eq!(capacity["memory"].0, "256Gi");
+        assert_eq!(capacity["pods"].0, "110");
+        assert_eq!(status.allocatable, status.capacity);
+        let labels = node.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[SIMULATED_LABEL], "true");
+        assert_eq!(labels["kubernetes.io/hostname"], "sim-3");
+        let info = status.node_info.as_ref().unwrap();
+        assert!(info.container_runtime_version.starts_with("skiff-sim://"));
+        assert_eq!(info.system_uuid.len(), 36);
+        assert_eq!(
+            node.spec.as_ref().unwrap().pod_cidr.as_deref(),
+            Some("10.0.3.0/24")
+        );
+    }
+}

@@ -1,0 +1,266 @@
+//! `skiff kubelet`: the node agent for the API of a kubeconfig (or, with
+//! `--simulate N`, N simulated nodes); and the kubelet `skiff up` runs for
+//! its own host. `skiff kubelet-shim` is the per-container shim the
+//! kubelet starts; it is not for people.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use skiff_kubelet::agent::{self, KubeletConfig};
+use skiff_kubelet::node::config::{
+    parse_labels, parse_taints, EvictionThresholds, NodeConfig, ResourceList,
+};
+use skiff_kubelet::pod::backoff::BackoffConfig;
+use skiff_kubelet::simulate::{self, SimulateConfig};
+
+/// The subcommand name of the shim, run before any async runtime starts.
+pub const SHIM_COMMAND: &str = "kubelet-shim";
+
+/// The node agent's own settings, shared by `skiff kubelet` and `skiff up`.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// The Node's name [default: this host's name].
+    #[arg(long, env = "SKIFF_NODE_NAME")]
+    pub node_name: Option<String>,
+    /// The Node's InternalIP; pods run on the host's network, so it is
+    /// their podIP too.
+    #[arg(long, env = "SKIFF_NODE_IP", default_value = "127.0.0.1")]
+    pub node_ip: String,
+    /// Address (host:port) of the kubelet's port, which serves container
+    /// logs to the API (port 0: any free port).
+    #[arg(long, env = "SKIFF_KUBELET_LISTEN", default_value = "127.0.0.1:10250")]
+    pub kubelet_listen: SocketAddr,
+    /// Labels of the Node beside the well-known ones (k=v,k2=v2).
+    #[arg(long, default_value = "")]
+    pub node_labels: String,
+    /// Taints the Node registers with (key=value:Effect,key:Effect).
+    #[arg(long, default_value = "")]
+    pub register_with_taints: String,
+    /// Capacity instead of the host's (cpu=4,memory=8Gi,pods=110,ephemeral-storage=100Gi).
+    #[arg(long, default_value = "")]
+    pub capacity: String,
+    /// Resources kept for the system (cpu=500m,memory=1Gi).
+    #[arg(long, default_value = "")]
+    pub system_reserved: String,
+    /// Resources kept for Kubernetes daemons (cpu=500m,memory=1Gi).
+    #[arg(long, default_value = "")]
+    pub kube_reserved: String,
+    /// Hard eviction thresholds [default: memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,pid.available<5%].
+    #[arg(long)]
+    pub eviction_hard: Option<String>,
+    /// The cgroup v2 under which containers get their own cgroups with
+    /// cpu.max and memory.max [default: a `skiff-kubelet` child of the
+    /// kubelet's own]; without cgroup v2 limits are skipped with a warning.
+    #[arg(long)]
+    pub cgroup_parent: Option<PathBuf>,
+    /// The first crash-loop back-off after a restart (doubles each time).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub container_restart_backoff: Duration,
+    /// The longest crash-loop back-off.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub container_restart_backoff_max: Duration,
+    /// Under memory or disk pressure, one pod is evicted per this interval.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub eviction_interval: Duration,
+    /// Leave the pods' processes running when the kubelet stops (as the
+    /// real kubelet does; the next start adopts them) instead of stopping
+    /// them within their grace periods.
+    #[arg(long)]
+    pub keep_pods_on_exit: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct KubeletArgs {
+    /// The kubeconfig of the API to register with.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: PathBuf,
+    /// Where container state, logs and pod volumes go.
+    #[arg(
+        long,
+        env = "SKIFF_KUBELET_ROOT_DIR",
+        default_value = "./skiff-kubelet"
+    )]
+    pub root_dir: PathBuf,
+    /// Run this many simulated nodes (no processes) instead of a real one.
+    #[arg(long)]
+    pub simulate: Option<usize>,
+    /// Simulated nodes are named PREFIX-0, PREFIX-1, …
+    #[arg(long, default_value = "sim")]
+    pub simulate_prefix: String,
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+/// `skiff kubelet`: until SIGINT or SIGTERM.
+pub async fn kubelet(args: KubeletArgs) -> Result<()> {
+    let client = crate::control_plane::kubeconfig_client(&args.kubeconfig).await?;
+    let mut signals = crate::shutdown::StopSignals::register()?;
+    let stop = async move {
+        let name = signals.recv().await;
+        tracing::info!(signal = name, "stopping the kubelet");
+    };
+    if let Some(count) = args.simulate {
+        let config = simulated(&args, count)?;
+        println!(
+            "skiff kubelet: simulating {count} nodes ({}-0 …) for the API of {}",
+            config.name_prefix,
+            args.kubeconfig.display()
+        );
+        return simulate::run(client, config, stop).await;
+    }
+    let config = kubelet_config(&args.node, &args.root_dir)?;
+    println!(
+        "skiff kubelet: node {} for the API of {}; state in {}",
+        config.node.name,
+        args.kubeconfig.display(),
+        args.root_dir.display()
+    );
+    agent::run(client, config, stop).await
+}
+
+fn simulated(args: &KubeletArgs, count: usize) -> Result<SimulateConfig> {
+    if count == 0 {
+        bail!("--simulate takes a number of nodes greater than zero");
+    }
+    let mut config = SimulateConfig {
+        count,
+        name_prefix: args.simulate_prefix.clone(),
+        labels: parse_labels(&args.node.node_labels)?,
+        taints: parse_taints(&args.node.register_with_taints)?,
+        ..SimulateConfig::default()
+    };
+    let capacity = ResourceList::parse(&args.node.capacity)?;
+    config.capacity = merge(capacity, config.capacity);
+    Ok(config)
+}
+
+/// `given`'s quantities, else `defaults`'.
+fn merge(given: ResourceList, defaults: ResourceList) -> ResourceList {
+    ResourceList {
+        cpu: given.cpu.or(defaults.cpu),
+        memory: given.memory.or(defaults.memory),
+        pods: given.pods.or(defaults.pods),
+        ephemeral_storage: given.ephemeral_storage.or(defaults.ephemeral_storage),
+    }
+}
+
+/// The agent's configuration from the node flags.
+pub fn kubelet_config(args: &NodeArgs, root_dir: &Path) -> Result<KubeletConfig> {
+    let name = match &args.node_name {
+        Some(name) if !name.is_empty() => name.clone(),
+        _ => host_name(),
+    };
+    let mut node = NodeConfig::new(&name, &args.node_ip);
+    node.labels = parse_labels(&args.node_labels)?;
+    node.taints = parse_taints(&args.register_with_taints)?;
+    node.capacity = ResourceList::parse(&args.capacity)?;
+    node.system_reserved = ResourceList::parse(&args.system_reserved)?;
+    node.kube_reserved = ResourceList::parse(&args.kube_reserved)?;
+    if let Some(thresholds) = &args.eviction_hard {
+        node.eviction_hard = EvictionThresholds::parse(thresholds)?;
+    }
+    if args.container_restart_backoff.is_zero()
+        || args.container_restart_backoff > args.container_restart_backoff_max
+    {
+        bail!("--container-restart-backoff must be above zero and at most --container-restart-backoff-max");
+    }
+    let root_dir = std::path::absolute(root_dir)
+        .with_context(|| format!("resolving {}", root_dir.display()))?;
+    let exe = std::env::current_exe().context("finding the skiff binary for the container shim")?;
+    Ok(KubeletConfig {
+        node,
+        root_dir,
+        listen: args.kubelet_listen,
+        shim: vec![exe.into_os_string(), OsString::from(SHIM_COMMAND)],
+        cgroup_parent: args.cgroup_parent.clone(),
+        backoff: BackoffConfig {
+            initial: args.container_restart_backoff,
+            max: args.container_restart_backoff_max,
+            ..BackoffConfig::default()
+        },
+        stop_pods_on_exit: !args.keep_pods_on_exit,
+        stop_timeout: Duration::from_secs(35),
+        eviction_interval: args.eviction_interval,
+    })
+}
+
+/// This host's name, as Kubernetes names a node by default.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_lowercase())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// `10s`, `500ms`, `5m`, `1h`, or whole seconds.
+pub fn parse_duration(text: &str) -> Result<Duration> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| anyhow!("{text:?} is not a duration (e.g. 10s, 500ms, 5m)"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => bail!("{text:?} has an unknown unit {unit:?}; use ms, s, m or h"),
+    };
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// The kubelet `skiff up` runs beside its API, stopped before the API.
+pub struct LocalKubelet {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl LocalKubelet {
+    pub fn start(api: SocketAddr, args: &NodeArgs, root_dir: &Path) -> Result<LocalKubelet> {
+        let config = kubelet_config(args, root_dir)?;
+        let client = crate::control_plane::local_client(api)?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(agent::run(client, config, async move {
+            let _ = stopped.await;
+        }));
+        Ok(LocalKubelet {
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// Stops the kubelet (and its pods, within their grace periods).
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match tokio::time::timeout(Duration::from_secs(40), &mut self.task).await {
+            Ok(Ok(Err(err))) => tracing::warn!(error = %err, "the kubelet stopped with an error"),
+            Ok(_) => {}
+            Err(_) => self.task.abort(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_as_flags_give_them() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("3d").is_err());
+    }
+}
