@@ -136,3 +136,15 @@ pub fn disk_usage(dir: &Path) -> io::Result<DiskUsage> {
     }
     Ok(usage)
 }
+
+/// The opening lines of every benchmark's output: what ran, on which
+/// machine, with its data where.
+pub fn print_header(benchmark: &str, data: &Path) {
+    let args: Vec<String> = std::env::args().collect();
+    println!("skiff-bench {benchmark}");
+    println!("command: {}", args.join(" "));
+    for line in describe() {
+        println!("{line}");
+    }
+    println!("data:    {} [{}]", data.display(), filesystem_of(data));
+}

@@ -56,6 +56,7 @@ enum Command {
     /// simulated nodes against `skiff up` and keeps their Leases renewed,
     /// reporting registration time, renewals late or failed, renewal lag
     /// and CPU per node count, and the largest count kept on time.
+    /// `kubelet start` times real pods created → scheduled → Running.
     Kubelet(kubelet::KubeletArgs),
 }
 

@@ -1,1 +1,12 @@
-//! The controller-manager: level-triggered reconcilers over the REST API. Not built yet.
+//! The controller-manager: level-triggered reconcilers, each a list-watch
+//! client of the REST API built on `kube`'s runtime (watcher, reflector,
+//! work queue with per-key deduplication and rate-limited retries).
+//!
+//! - [`manager`]: which controllers run, leader-elected through the
+//!   `kube-system/kube-controller-manager` Lease.
+//! - one module per controller, named as kube-controller-manager names it.
+
+pub mod deployment;
+pub mod garbagecollector;
+pub mod manager;
+pub mod replicaset;

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use crate::cluster::ClusterCommand;
-use crate::control_plane::SchedulerArgs;
+use crate::control_plane::{ControllerManagerArgs, SchedulerArgs};
 use crate::kubelet::KubeletArgs;
 use crate::member::MemberArgs;
 use crate::store::StoreArgs;
@@ -45,6 +45,8 @@ pub enum Command {
     /// The node agent: registers a Node and runs the pods bound to it as
     /// local processes (or simulates many nodes with --simulate N).
     Kubelet(KubeletArgs),
+    /// The controller-manager alone, for the API of a kubeconfig.
+    ControllerManager(ControllerManagerArgs),
 }
 
 impl Command {
@@ -57,7 +59,8 @@ impl Command {
             | Command::Up(_)
             | Command::Server(_)
             | Command::Scheduler(_)
-            | Command::Kubelet(_) => "info,raft=warn",
+            | Command::Kubelet(_)
+            | Command::ControllerManager(_) => "info,raft=warn",
             Command::Member(_) => "warn",
         }
     }
@@ -73,6 +76,9 @@ impl Cli {
             Command::Member(args) => args.run().await,
             Command::Scheduler(args) => crate::control_plane::scheduler(args).await,
             Command::Kubelet(args) => crate::kubelet::kubelet(args).await,
+            Command::ControllerManager(args) => {
+                crate::control_plane::controller_manager(args).await
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The clients of the API that `skiff up` and `skiff server` run beside it
-//! — for now the scheduler — each leader-elected through its Lease, so
-//! that in a replicated cluster one member's copy works at a time.
-//! `skiff scheduler` runs the scheduler alone against any apiserver.
+//! — the scheduler and the controller-manager — each leader-elected
+//! through its Lease, so that in a replicated cluster one member's copy
+//! works at a time. `skiff scheduler` and `skiff controller-manager` run
+//! them alone against any apiserver.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use skiff_controllers::manager::{self, controller_manager_lease, Controller};
 use skiff_scheduler::config::SchedulerConfig;
 use skiff_scheduler::metrics::Metrics;
 use skiff_scheduler::run::{run, scheduler_lease, RunOptions};
@@ -59,22 +61,55 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    /// Starts the scheduler against the API at `addr`.
-    pub fn start(addr: SocketAddr, name: &str, config: SchedulerConfig) -> Result<ControlPlane> {
+    /// Starts the scheduler (if configured) and the controllers against
+    /// the API at `addr`, each leader-elected through its own Lease;
+    /// `None` when there is nothing to run.
+    pub fn start(
+        addr: SocketAddr,
+        name: &str,
+        scheduler: Option<SchedulerConfig>,
+        controllers: Vec<Controller>,
+    ) -> Result<Option<ControlPlane>> {
+        if scheduler.is_none() && controllers.is_empty() {
+            return Ok(None);
+        }
         let client = local_client(addr)?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let options = RunOptions {
-            config,
-            lease: Some(scheduler_lease(&identity(name))),
-            metrics: Arc::new(Metrics::default()),
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let until_stopped = move || {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }
         };
-        let task = tokio::spawn(run(client, options, async move {
-            let _ = stopped.await;
-        }));
-        Ok(ControlPlane {
-            stop: Some(stop),
+        let mut parts = Vec::new();
+        if let Some(config) = scheduler {
+            let options = RunOptions {
+                config,
+                lease: Some(scheduler_lease(&identity(name))),
+                metrics: Arc::new(Metrics::default()),
+            };
+            parts.push(tokio::spawn(run(client.clone(), options, until_stopped())));
+        }
+        if !controllers.is_empty() {
+            parts.push(tokio::spawn(manager::run(
+                client,
+                controllers,
+                Some(controller_manager_lease(&identity(name))),
+                until_stopped(),
+            )));
+        }
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = stop_rx.await;
+            let _ = stop.send(true);
+            for part in parts {
+                let _ = part.await;
+            }
+        });
+        Ok(Some(ControlPlane {
+            stop: Some(stop_tx),
             task,
-        })
+        }))
     }
 
     pub async fn stop(mut self) {
@@ -149,6 +184,50 @@ pub async fn scheduler(args: SchedulerArgs) -> Result<()> {
     run(client, options, async move {
         let name = signals.recv().await;
         tracing::info!(signal = name, "stopping the scheduler");
+    })
+    .await;
+    Ok(())
+}
+
+/// Which controllers run: kube-controller-manager's `--controllers` list.
+pub fn controllers(enabled: bool, list: &[String]) -> Result<Vec<Controller>> {
+    if !enabled {
+        return Ok(Vec::new());
+    }
+    manager::select(list).map_err(|e| anyhow::anyhow!(e))
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ControllerManagerArgs {
+    /// The kubeconfig of the API to reconcile.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: PathBuf,
+    /// Controllers to run: `*` for all, `name` to add one, `-name` to
+    /// leave one out.
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    pub controllers: Vec<String>,
+    /// Take the kube-system/kube-controller-manager Lease before running.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+}
+
+/// `skiff controller-manager`: the controllers alone, until SIGINT or SIGTERM.
+pub async fn controller_manager(args: ControllerManagerArgs) -> Result<()> {
+    let controllers = controllers(true, &args.controllers)?;
+    let client = kubeconfig_client(&args.kubeconfig).await?;
+    let mut signals = crate::shutdown::StopSignals::register()?;
+    let names: Vec<&str> = controllers.iter().map(|c| c.name).collect();
+    println!(
+        "skiff controller-manager: running {} for the API of {}",
+        names.join(", "),
+        args.kubeconfig.display()
+    );
+    let lease = args
+        .leader_elect
+        .then(|| controller_manager_lease(&identity("controller-manager")));
+    manager::run(client, controllers, lease, async move {
+        let name = signals.recv().await;
+        tracing::info!(signal = name, "stopping the controller-manager");
     })
     .await;
     Ok(())

@@ -116,6 +116,10 @@ pub struct ApiServing {
     pub scheduler: bool,
     /// The kubelet run beside the API (`skiff up`), if any.
     pub node: Option<crate::up::LocalNode>,
+    /// Whether the controller-manager runs beside the API, and which
+    /// controllers.
+    pub controller_manager: bool,
+    pub controllers: Vec<String>,
 }
 
 /// Runs a store member, and the Kubernetes API over it if `api` is given,
@@ -195,11 +199,18 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
             let _ = stopped.await;
         },
     ));
-    let control_plane = match (&api_addr, scheduler_config) {
-        (Some((addr, _)), Some(config)) => Some(crate::control_plane::ControlPlane::start(
-            *addr, &args.name, config,
-        )?),
-        _ => None,
+    let controllers = match &api {
+        Some(api) => crate::control_plane::controllers(api.controller_manager, &api.controllers)?,
+        None => Vec::new(),
+    };
+    let control_plane = match &api_addr {
+        Some((addr, _)) => crate::control_plane::ControlPlane::start(
+            *addr,
+            &args.name,
+            scheduler_config,
+            controllers,
+        )?,
+        None => None,
     };
     let kubelet = match (&api_addr, api.as_ref().and_then(|a| a.node.as_ref())) {
         (Some((addr, _)), Some(node)) => node.start(*addr),

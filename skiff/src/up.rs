@@ -33,6 +33,14 @@ pub struct UpArgs {
     /// the API alone.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub scheduler: bool,
+    /// Run the controller-manager beside the API (leader-elected);
+    /// `false` runs no controllers.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub controller_manager: bool,
+    /// Controllers to run: `*` for all, `name` to add one, `-name` to
+    /// leave one out.
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    pub controllers: Vec<String>,
     /// Run a kubelet for this host beside the API, its state in
     /// DATA_DIR/kubelet; `false` runs no node.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -92,6 +100,8 @@ pub async fn up(args: UpArgs) -> Result<()> {
         listen: args.api_listen,
         scheduler_config: args.scheduler_config,
         scheduler: args.scheduler,
+        controller_manager: args.controller_manager,
+        controllers: args.controllers,
     };
     run_member(store, Some(api)).await
 }
@@ -125,14 +135,14 @@ async fn api_only(args: UpArgs) -> Result<()> {
     let mut serving = tokio::spawn(skiff_apiserver::serve(listener, registry, async move {
         let _ = stopped.await;
     }));
-    let control_plane = match args.scheduler {
-        true => Some(crate::control_plane::ControlPlane::start(
-            addr,
-            "up",
-            scheduler_config,
-        )?),
-        false => None,
-    };
+    let controllers =
+        crate::control_plane::controllers(args.controller_manager, &args.controllers)?;
+    let control_plane = crate::control_plane::ControlPlane::start(
+        addr,
+        "up",
+        args.scheduler.then_some(scheduler_config),
+        controllers,
+    )?;
     let kubelet = args.local_node().and_then(|node| node.start(addr));
     tokio::select! {
         name = signals.recv() => tracing::info!(signal = name, "stopping the API"),
@@ -180,6 +190,14 @@ pub struct ServerArgs {
     /// the API alone.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub scheduler: bool,
+    /// Run the controller-manager beside the API (leader-elected);
+    /// `false` runs no controllers.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub controller_manager: bool,
+    /// Controllers to run: `*` for all, `name` to add one, `-name` to
+    /// leave one out.
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    pub controllers: Vec<String>,
 }
 
 pub async fn server(args: ServerArgs) -> Result<()> {
@@ -192,6 +210,8 @@ pub async fn server(args: ServerArgs) -> Result<()> {
         scheduler_config: args.scheduler_config,
         scheduler: args.scheduler,
         node: None,
+        controller_manager: args.controller_manager,
+        controllers: args.controllers,
     };
     run_member(args.store, Some(api)).await
 }

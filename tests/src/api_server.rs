@@ -204,6 +204,7 @@ impl ApiServer {
             ports[0].to_string(),
             format!("--scheduler={}", self.scheduling),
             "--kubelet=false".into(),
+            "--controller-manager=false".into(),
         ];
         let mut process = SkiffProcess::spawn("skiff up --store-endpoints", args)?;
         process.wait_for_line(" ready: ", READY_TIMEOUT).await?;
@@ -237,6 +238,7 @@ impl ApiServer {
                 "--api-listen".into(),
                 addrs[3 * i + 2].to_string(),
                 format!("--scheduler={}", self.scheduling),
+                "--controller-manager=false".into(),
             ];
             members.push((
                 data_dir,
@@ -272,6 +274,13 @@ impl ApiServer {
 
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// SIGKILLs skiff (and any other member) now; its data stays until
+    /// this is dropped.
+    pub fn kill_now(&mut self) {
+        self.process = None;
+        self.others.clear();
     }
 
     /// SIGTERM, then waits for a clean exit.
@@ -328,12 +337,15 @@ impl ApiServer {
             self.client.to_string(),
             format!("--scheduler={}", self.scheduling),
         ];
-        // No node unless a test asks for the kubelet.
-        let asks_kubelet = self.extra_args.iter().any(|a| a.starts_with("--kubelet="));
-        let no_kubelet = (!asks_kubelet).then(|| "--kubelet=false".to_string());
+        // No node and no controllers unless a test asks for them.
+        let asks = |flag: &str| self.extra_args.iter().any(|a| a.starts_with(flag));
+        let no_kubelet = (!asks("--kubelet=")).then(|| "--kubelet=false".to_string());
+        let no_controllers =
+            (!asks("--controller-manager=")).then(|| "--controller-manager=false".to_string());
         let args = args
             .into_iter()
             .chain(no_kubelet)
+            .chain(no_controllers)
             .chain(self.extra_args.iter().cloned());
         let mut process = SkiffProcess::spawn("skiff up", args)?;
         process.wait_for_line(" ready: ", READY_TIMEOUT).await?;

@@ -9,6 +9,7 @@ pub mod etcdctl;
 pub mod kube_http;
 pub mod kubectl;
 pub mod line_printer;
+pub mod local_node;
 pub mod member_process;
 pub mod node_processes;
 pub mod python;

@@ -1,6 +1,6 @@
 //! The container processes a kubelet under test started, found through its
 //! runtime's state files (`<root>/containers/<uid>/<container>/<attempt>/
-//! state.json`): a test reads their pids, and on drop every one still
+//! state.json`): a test reads their pids, and at its end every one still
 //! running is SIGKILLed with its process group, so a failed test leaves no
 //! process behind even when its `skiff` was SIGKILLed.
 
@@ -85,7 +85,16 @@ impl NodeProcesses {
 
 impl Drop for NodeProcesses {
     fn drop(&mut self) {
-        for process in containers(&self.root) {
+        kill_all(&self.root);
+    }
+}
+
+/// SIGKILLs every container process (and its shim) the kubelet rooted at
+/// `root` started that still runs. Stop that kubelet first, or it
+/// restarts them.
+pub fn kill_all(root: &Path) {
+    {
+        for process in containers(root) {
             for (pid, group) in [(process.pid, true), (process.shim_pid, false)] {
                 let Ok(pid) = libc::pid_t::try_from(pid) else {
                     continue;

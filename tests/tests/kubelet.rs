@@ -9,101 +9,26 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use skiff_tests::api_server::ApiServer;
 use skiff_tests::kubectl::{kubectl_or_skip, Kubectl};
+use skiff_tests::local_node::{
+    self, apply, wait_until, LocalNode, NODE, RELAXED_EVICTION, TIMEOUT,
+};
 use skiff_tests::node_processes::{self, NodeProcesses};
 use skiff_tests::skiff_process::{free_addrs, SkiffProcess};
 
-const NODE: &str = "node-1";
-const TIMEOUT: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(200);
-/// A build machine's disk may be fuller than the kubelet's default 10 %
-/// free: these tests are not about pressure.
-const RELAXED_EVICTION: &str =
-    "--eviction-hard=memory.available<1Mi,nodefs.available<1%,nodefs.inodesFree<1%,pid.available<1%";
-
-/// `skiff up` with its scheduler and kubelet, and kubectl for it.
-struct Node {
-    kubectl: Kubectl,
-    // Dropped last: the processes' guard after the server.
-    server: ApiServer,
-    _leftovers: NodeProcesses,
-}
-
-async fn node(test: &str) -> Result<Option<Node>> {
-    node_with(test, RELAXED_EVICTION, &[]).await
-}
-
-/// As [`node`], with these eviction thresholds and more `skiff up` flags.
-async fn node_with(test: &str, eviction: &str, more: &[&str]) -> Result<Option<Node>> {
-    let Some(binary) = kubectl_or_skip(test) else {
-        return Ok(None);
-    };
-    let mut args = vec![
-        "--kubelet=true".to_string(),
-        "--kubelet-listen=127.0.0.1:0".into(),
-        format!("--node-name={NODE}"),
-        "--container-restart-backoff=1s".into(),
-        eviction.into(),
-    ];
-    args.extend(more.iter().map(|a| a.to_string()));
-    let server = ApiServer::start_scheduling_with(&args).await?;
-    let leftovers = NodeProcesses::new(&server.data_dir().join("kubelet"));
-    let kubectl = Kubectl::new(binary, &server.kubeconfig())?;
-    wait_until("the node to be Ready", || {
-        Ok(kubectl
-            .ok(&[
-                "get",
-                "node",
-                NODE,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ])
-            .unwrap_or_default()
-            == "True")
-    })
-    .await?;
-    Ok(Some(Node {
-        kubectl,
-        server,
-        _leftovers: leftovers,
-    }))
-}
-
-async fn wait_until(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        if check()? {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {TIMEOUT:?} waiting for {what}");
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
+/// The pod's `jsonpath`.
 fn jsonpath(kubectl: &Kubectl, pod: &str, path: &str) -> Result<String> {
-    kubectl.ok(&["get", "pod", pod, "-o", &format!("jsonpath={path}")])
+    local_node::jsonpath(kubectl, "pod", pod, path)
 }
 
 async fn wait_pod(kubectl: &Kubectl, pod: &str, path: &str, want: &str) -> Result<()> {
-    let what = format!("pod {pod} to have {path} = {want}");
-    let outcome = wait_until(&what, || Ok(jsonpath(kubectl, pod, path)? == want)).await;
-    if outcome.is_err() {
-        let yaml = kubectl
-            .ok(&["get", "pod", pod, "-o", "yaml"])
-            .unwrap_or_default();
-        bail!("timed out waiting for {what}; the pod:\n{yaml}");
-    }
-    Ok(())
+    local_node::wait_for(kubectl, "pod", pod, path, want).await
 }
 
-fn apply(kubectl: &Kubectl, name: &str, text: &str) -> Result<()> {
-    kubectl.manifest(name, text)?;
-    kubectl.ok(&["apply", "-f", name])?;
-    Ok(())
+async fn node(test: &str) -> Result<Option<LocalNode>> {
+    LocalNode::start(test).await
 }
 
 /// One HTTP GET on 127.0.0.1:`port`; the status line.
@@ -530,7 +455,8 @@ async fn under_memory_pressure_best_effort_pods_are_evicted_first() -> Result<()
     // Every host is short of a petabyte of free memory.
     let pressure = "--eviction-hard=memory.available<1000Ti,nodefs.available<1%,nodefs.inodesFree<1%,pid.available<1%";
     let test = "under_memory_pressure_best_effort_pods_are_evicted_first";
-    let Some(node) = node_with(test, pressure, &["--eviction-interval=3s"]).await? else {
+    let Some(node) = LocalNode::start_with(test, pressure, &["--eviction-interval=3s"]).await?
+    else {
         return Ok(());
     };
     let kubectl = &node.kubectl;

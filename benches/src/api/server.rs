@@ -85,6 +85,7 @@ impl ApiServer {
             client.to_string(),
             format!("--scheduler={scheduling}"),
             "--kubelet=false".into(),
+            "--controller-manager=false".into(),
         ];
         let etcd = match backend {
             Backend::InProcess => None,
@@ -118,25 +119,13 @@ impl ApiServer {
 
     /// Polls /readyz (which reads the store) until it answers 200.
     async fn wait_ready(&mut self) -> Result<()> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        let mut last = String::from("no answer yet");
-        while Instant::now() < deadline {
-            if self.skiff.exited().is_some()
-                || self.etcd.as_mut().is_some_and(|e| e.exited().is_some())
-            {
-                bail!("a process exited while starting");
-            }
-            match ApiConnection::connect(self.api).await {
-                Ok(mut conn) => match conn.get("/readyz").await {
-                    Ok(answer) if answer.status == StatusCode::OK => return Ok(()),
-                    Ok(answer) => last = format!("/readyz answered {}", answer.status),
-                    Err(err) => last = format!("{err:#}"),
-                },
-                Err(err) => last = format!("{err:#}"),
-            }
-            tokio::time::sleep(READY_POLL).await;
-        }
-        bail!("not ready within {START_TIMEOUT:?} ({last})")
+        let (skiff, etcd) = (&mut self.skiff, &mut self.etcd);
+        wait_ready(self.api, || {
+            let gone =
+                skiff.exited().is_some() || etcd.as_mut().is_some_and(|e| e.exited().is_some());
+            gone.then(|| "a process exited while starting".to_string())
+        })
+        .await
     }
 
     /// The processes that have exited, with the end of their logs.
@@ -210,4 +199,26 @@ fn free_ports() -> Result<[SocketAddr; 2]> {
     let a = TcpListener::bind("127.0.0.1:0").context("finding a free port on 127.0.0.1")?;
     let b = TcpListener::bind("127.0.0.1:0").context("finding a free port on 127.0.0.1")?;
     Ok([a.local_addr()?, b.local_addr()?])
+}
+
+/// Polls the API's /readyz until it answers 200 (at most a minute);
+/// `exited` says whether a server process died meanwhile, and how.
+pub async fn wait_ready(api: SocketAddr, mut exited: impl FnMut() -> Option<String>) -> Result<()> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut last = String::from("no answer yet");
+    while Instant::now() < deadline {
+        if let Some(how) = exited() {
+            bail!("{how}");
+        }
+        match ApiConnection::connect(api).await {
+            Ok(mut conn) => match conn.get("/readyz").await {
+                Ok(answer) if answer.status == StatusCode::OK => return Ok(()),
+                Ok(answer) => last = format!("/readyz answered {}", answer.status),
+                Err(err) => last = format!("{err:#}"),
+            },
+            Err(err) => last = format!("{err:#}"),
+        }
+        tokio::time::sleep(READY_POLL).await;
+    }
+    bail!("not ready within {START_TIMEOUT:?} ({last})")
 }

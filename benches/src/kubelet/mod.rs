@@ -1,10 +1,13 @@
 //! `skiff-bench kubelet`: how many simulated nodes one `skiff up` keeps
 //! alive — Nodes registered, then their Leases renewed on time — with the
-//! simulator of skiff-kubelet running in this process. Not pod start
-//! latency of the real kubelet.
+//! simulator of skiff-kubelet running in this process (`simulated`); and
+//! pod start latency of the real kubelet, created → Running (`start`).
 
+mod pod_events;
+mod procs;
 mod server;
 mod simulated;
+mod start;
 mod table;
 
 use std::path::{Path, PathBuf};
@@ -20,6 +23,7 @@ use crate::versus::progress::Progress;
 use crate::versus::system::{self, Program};
 use crate::versus::{interrupted, load_average, process};
 use simulated::NodesResult;
+use start::{StartConfig, StartResult};
 
 /// The real kubelet's renew interval, and the late limit of a renewal.
 const LEASE_INTERVAL: Duration = Duration::from_secs(10);
@@ -37,6 +41,11 @@ enum KubeletCommand {
     /// registered and how fast, Lease renewals on time, late (> 2 s past
     /// due) or failed, renewal lag, and the CPU of both sides.
     Simulated(SimulatedArgs),
+    /// Pod start latency of the real kubelet: a fresh `skiff up` with its
+    /// scheduler and kubelet, N pods each running a real `sleep` created
+    /// through the API, created → scheduled → Running (container ready)
+    /// as a watch shows it, time until all run, and the CPU it took.
+    Start(StartArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -66,9 +75,38 @@ pub struct SimulatedArgs {
     quick: bool,
 }
 
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    cargo build -p skiff -p skiff-bench && target/debug/skiff-bench kubelet start --quick\n  \
+    target/release/skiff-bench kubelet start\n  \
+    target/release/skiff-bench kubelet start --pods 300 --concurrency 1")]
+pub struct StartArgs {
+    /// Pods started [default: 100; --quick: 20]
+    #[arg(long, env = "SKIFF_BENCH_KUBELET_PODS")]
+    pods: Option<usize>,
+
+    /// Clients creating the pods at once, each on its own connection, as
+    /// fast as they go
+    #[arg(long, default_value_t = 8, env = "SKIFF_BENCH_KUBELET_CONCURRENCY")]
+    concurrency: usize,
+
+    /// The skiff binary [default: `skiff` beside skiff-bench]
+    #[arg(long, env = "SKIFF_BIN")]
+    skiff_bin: Option<PathBuf>,
+
+    /// Where the server's data directory goes (removed afterwards)
+    #[arg(long, env = "SKIFF_BENCH_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// 20 pods: a smoke run of a few seconds
+    #[arg(long, env = "SKIFF_BENCH_QUICK")]
+    quick: bool,
+}
+
 pub fn run(args: KubeletArgs) -> Result<()> {
     match args.command {
         KubeletCommand::Simulated(args) => run_simulated(args),
+        KubeletCommand::Start(args) => run_start(args),
     }
 }
 
@@ -120,6 +158,53 @@ fn run_simulated(args: SimulatedArgs) -> Result<()> {
     Ok(())
 }
 
+fn run_start(args: StartArgs) -> Result<()> {
+    let config = StartConfig {
+        pods: args.pods.unwrap_or(if args.quick { 20 } else { 100 }),
+        clients: args.concurrency,
+    };
+    if config.pods == 0 || config.clients == 0 {
+        bail!("--pods and --concurrency need to be at least 1");
+    }
+    let skiff = system::skiff_program(args.skiff_bin.as_deref())?;
+    let root = DataRoot::create(
+        args.data_dir.as_deref(),
+        "skiff-bench-kubelet-start-",
+        &["skiff-"],
+    )?;
+    print_start_setup(&config, &skiff, root.path());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let progress = Progress::new();
+    let started = Instant::now();
+    let dir = root.path().join("skiff-start");
+    let outcome = runtime.block_on(async {
+        tokio::select! {
+            outcome = start::measure(&config, &skiff, &dir, &progress) => outcome,
+            signal = interrupted() => Err(anyhow::anyhow!("interrupted by {signal}")),
+        }
+    });
+    progress.finish();
+    let stopped = runtime.block_on(process::stop_abandoned(STOP_GRACE));
+    if stopped > 0 {
+        eprintln!("skiff-bench: stopped skiff up after the failed run ({stopped} process)");
+    }
+    let removed = root.remove();
+    let result: StartResult = outcome?;
+    removed?;
+    report::section("pod start latency of the real kubelet: created → Running, seen on a watch");
+    table::print_start(&result);
+    println!(
+        "total time: {:.1} s; load average after the run: {}",
+        started.elapsed().as_secs_f64(),
+        load_average()
+    );
+    Ok(())
+}
+
 async fn run_all(
     counts: &[usize],
     intervals: u32,
@@ -150,17 +235,7 @@ async fn run_all(
 }
 
 fn print_setup(counts: &[usize], intervals: u32, skiff: &Program, root: &Path) {
-    let args: Vec<String> = std::env::args().collect();
-    println!("skiff-bench kubelet simulated");
-    println!("command: {}", args.join(" "));
-    for line in machine::describe() {
-        println!("{line}");
-    }
-    println!(
-        "data:    {} [{}]",
-        root.display(),
-        machine::filesystem_of(root)
-    );
+    machine::print_header("kubelet simulated", root);
     println!("load:    {} (before the run)", load_average());
     println!("skiff:   {} ({})", skiff.path.display(), skiff.version);
     println!("server:  a fresh `skiff up --scheduler=false --kubelet=false` (in-process store and API server) per node count, on 127.0.0.1");
@@ -170,5 +245,24 @@ fn print_setup(counts: &[usize], intervals: u32, skiff: &Program, root: &Path) {
         counts.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
         LEASE_INTERVAL.as_secs(),
         intervals
+    );
+}
+
+fn print_start_setup(config: &StartConfig, skiff: &Program, root: &Path) {
+    machine::print_header("kubelet start", root);
+    println!("load:    {} (before the run)", load_average());
+    println!("skiff:   {} ({})", skiff.path.display(), skiff.version);
+    println!(
+        "server:  a fresh `skiff up` with its scheduler and kubelet (Node {}), on 127.0.0.1",
+        start::NODE_NAME
+    );
+    println!(
+        "pods:    {} in namespace {}, each one container `{}` (image busybox, recorded, not pulled), \
+         created by {} client(s) as fast as they go, watched from the list's resourceVersion; \
+         client in this process, tokio with 2 workers",
+        config.pods,
+        start::NAMESPACE,
+        start::COMMAND.join(" "),
+        config.clients
     );
 }

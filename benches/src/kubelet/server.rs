@@ -1,22 +1,51 @@
-//! The `skiff up` the simulated nodes talk to: API server and store only
-//! (no scheduler, and no real kubelet where `skiff up` has that flag), on
-//! free loopback ports with its own data directory.
-
-use std::net::{SocketAddr, TcpListener};
-use std::path::Path;
-use std::time::{Duration, Instant};
+//! The `skiff up` the kubelet benchmarks talk to, on free loopback ports
+//! with its own data directory: API server and store only for the
+//! simulated nodes, or with its scheduler and real kubelet for pod starts.
 
 use anyhow::{bail, Context, Result};
-use hyper::StatusCode;
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::time::Duration;
 
-use crate::api::http::ApiConnection;
 use crate::api::server::STOP_GRACE;
 use crate::versus::process::ServerProcess;
 use crate::versus::system::Program;
 
-/// How long `skiff up` may take to answer /readyz.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
-const READY_POLL: Duration = Duration::from_millis(50);
+/// The kubelet's hard eviction thresholds: low enough that a fairly full
+/// disk of the benchmark machine does not put the node under pressure
+/// (which would keep every pod off it).
+const EVICTION_HARD: &str =
+    "memory.available<1Mi,nodefs.available<1%,nodefs.inodesFree<1%,pid.available<1%";
+/// The kubelet's default pod capacity, raised when a run needs more.
+const DEFAULT_MAX_PODS: usize = 110;
+
+/// What `skiff up` runs beside its store and API.
+pub enum Components {
+    /// Nothing: the simulated nodes are the only nodes.
+    ApiOnly,
+    /// Its scheduler and its real kubelet, registering one Node `name`
+    /// with room for at least `max_pods` pods.
+    Node { name: String, max_pods: usize },
+}
+
+impl Components {
+    fn args(&self) -> Vec<String> {
+        match self {
+            Components::ApiOnly => vec!["--scheduler=false".into(), "--kubelet=false".into()],
+            Components::Node { name, max_pods } => vec![
+                "--scheduler=true".into(),
+                "--kubelet=true".into(),
+                "--node-name".into(),
+                name.clone(),
+                "--kubelet-listen".into(),
+                "127.0.0.1:0".into(),
+                format!("--eviction-hard={EVICTION_HARD}"),
+                "--capacity".into(),
+                format!("pods={}", (*max_pods).max(DEFAULT_MAX_PODS)),
+            ],
+        }
+    }
+}
 
 pub struct SkiffUp {
     pub api: SocketAddr,
@@ -24,11 +53,12 @@ pub struct SkiffUp {
 }
 
 impl SkiffUp {
-    /// Starts `skiff up` with data under `dir` and waits until it is ready.
-    pub async fn start(skiff: &Program, dir: &Path) -> Result<SkiffUp> {
+    /// Starts `skiff up` with data under `dir` and `components` beside its
+    /// API, and waits until it is ready.
+    pub async fn start(skiff: &Program, dir: &Path, components: &Components) -> Result<SkiffUp> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let [api, client] = free_ports()?;
-        let args = vec![
+        let mut args = vec![
             "up".to_string(),
             "--data-dir".into(),
             dir.join("skiff").display().to_string(),
@@ -36,10 +66,8 @@ impl SkiffUp {
             api.to_string(),
             "--client-listen".into(),
             client.to_string(),
-            "--scheduler=false".into(),
-            // Only the simulated nodes.
-            "--kubelet=false".into(),
         ];
+        args.extend(components.args());
         let process = ServerProcess::spawn("skiff up", &skiff.path, &args, &dir.join("skiff.log"))?;
         let mut up = SkiffUp { api, process };
         if let Err(err) = up.wait_ready().await {
@@ -52,27 +80,22 @@ impl SkiffUp {
     }
 
     async fn wait_ready(&mut self) -> Result<()> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        let mut last = String::from("no answer yet");
-        while Instant::now() < deadline {
-            if let Some(status) = self.process.exited() {
-                bail!("it exited while starting ({status})");
-            }
-            match ApiConnection::connect(self.api).await {
-                Ok(mut conn) => match conn.get("/readyz").await {
-                    Ok(answer) if answer.status == StatusCode::OK => return Ok(()),
-                    Ok(answer) => last = format!("/readyz answered {}", answer.status),
-                    Err(err) => last = format!("{err:#}"),
-                },
-                Err(err) => last = format!("{err:#}"),
-            }
-            tokio::time::sleep(READY_POLL).await;
-        }
-        bail!("not ready within {START_TIMEOUT:?} ({last})")
+        let process = &mut self.process;
+        crate::api::server::wait_ready(self.api, || {
+            process
+                .exited()
+                .map(|status| format!("it exited while starting ({status})"))
+        })
+        .await
     }
 
     pub fn url(&self) -> String {
         format!("http://{}", self.api)
+    }
+
+    /// The process id, to find the processes it started for its pods.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
     }
 
     pub fn cpu_time(&self) -> Duration {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 use skiff_kubelet::simulate::{self, SimulateConfig, SimulationStats, Simulator, StatsSnapshot};
 
-use super::server::SkiffUp;
+use super::server::{Components, SkiffUp};
 use crate::api::watch::own_cpu_time;
 use crate::versus::progress::Progress;
 use crate::versus::system::Program;
@@ -53,7 +53,7 @@ pub async fn measure(
 ) -> Result<NodesResult> {
     progress.set_prefix(format!("[{nodes} nodes]"));
     progress.step("starting skiff up".into());
-    let server = SkiffUp::start(skiff, dir).await?;
+    let server = SkiffUp::start(skiff, dir, &Components::ApiOnly).await?;
     let outcome = simulate_against(&server, nodes, intervals, lease_interval, progress).await;
     progress.step("stopping".into());
     let log = server.log_tail();

@@ -1,11 +1,17 @@
-//! The table of `kubelet simulated`: a row per node count with
+//! The tables of `kubelet simulated` — a row per node count with
 //! registration, Lease renewals (on time, late, failed, lag) and CPU; then
-//! the capacity figure and each run's notes.
+//! the capacity figure and each run's notes — and of `kubelet start`: pod
+//! start latency percentiles, then throughput and CPU.
 
 use std::time::Duration;
 
 use super::simulated::NodesResult;
-use crate::report::{self, Table};
+use super::start::{StartResult, COMMAND, NODE_NAME};
+use crate::report::{self, Latencies, Table};
+
+/// Kubernetes' pod startup SLO (SIG Scalability): p99 of creation →
+/// Running seen on a watch, stateless pods, image pulls excluded.
+const STARTUP_SLO: Duration = Duration::from_secs(5);
 
 fn ms(d: Duration) -> String {
     report::group_digits((d.as_secs_f64() * 1e3).round() as u64)
@@ -82,5 +88,109 @@ fn print_capacity(results: &[NodesResult]) {
             report::group_digits(n as u64)
         ),
         None => println!("capacity: no node count run kept every renewal on time"),
+    }
+}
+
+/// The percentile columns of `kubelet start`'s latency table.
+const START_PERCENTILES: [f64; 3] = [50.0, 90.0, 99.0];
+
+fn latency_row(label: &str, latencies: &Latencies) -> Vec<String> {
+    let mut row = vec![
+        label.to_string(),
+        report::group_digits(latencies.len() as u64),
+    ];
+    row.extend(
+        START_PERCENTILES
+            .iter()
+            .map(|&p| report::millis(latencies.percentile(p))),
+    );
+    row.push(report::millis(latencies.max()));
+    row
+}
+
+pub fn print_start(r: &StartResult) {
+    let mut latency = Table::new(&["pod start", "pods"]);
+    latency.group("ms", &["p50", "p90", "p99", "max"]);
+    latency.row(latency_row("created → scheduled", &r.to_scheduled));
+    latency.row(latency_row("scheduled → Running", &r.scheduled_to_running));
+    latency.row(latency_row("created → Running", &r.to_running));
+    latency.row(latency_row("create call (→ 201)", &r.create_calls));
+    latency.print();
+    println!(
+        "created: the create request sent; scheduled: the watch first shows spec.nodeName set; \
+         Running: the watch first shows phase Running with the container ready."
+    );
+    println!(
+        "reference: Kubernetes' pod startup SLO is p99 created → Running (on a watch) ≤ {} s, image pulls excluded; \
+         here p99 is {} ms ({}).",
+        STARTUP_SLO.as_secs(),
+        report::millis(r.to_running.percentile(99.0)),
+        if r.to_running.percentile(99.0) <= STARTUP_SLO {
+            "within it"
+        } else {
+            "OVER it"
+        }
+    );
+    println!();
+    let mut totals = Table::new(&["pods", "clients"]);
+    totals.group("all Running", &["time s", "pods/s"]);
+    totals.group(
+        "CPU s until all Running",
+        &["skiff up", "pods' processes", "skiff ms/pod"],
+    );
+    let per_pod = r.skiff_cpu.as_secs_f64() * 1e3 / r.pods.max(1) as f64;
+    totals.row(vec![
+        report::group_digits(r.pods as u64),
+        report::group_digits(r.clients as u64),
+        format!("{:.2}", r.all_running.as_secs_f64()),
+        format!(
+            "{:.1}",
+            r.pods as f64 / r.all_running.as_secs_f64().max(f64::EPSILON)
+        ),
+        format!("{:.2}", r.skiff_cpu.as_secs_f64()),
+        format!("{:.2}", r.pods_cpu.as_secs_f64()),
+        format!("{per_pod:.1}"),
+    ]);
+    totals.print();
+    println!(
+        "all Running: the first create sent → the last pod seen Running; pods/s: pods ÷ that time."
+    );
+    println!(
+        "CPU: user + system time from /proc; skiff up is its one process (store, API, scheduler, kubelet); \
+         pods' processes: its descendants (each container's shim and `{}`), counted whole.",
+        COMMAND.join(" ")
+    );
+    println!(
+        "processes: {} `{}` processes under skiff up once all ran; Node {NODE_NAME} Ready {:.1} s after start; \
+         pods deleted (gracePeriodSeconds=0) → every process gone in {:.2} s.",
+        r.processes,
+        COMMAND[0],
+        r.node_ready_in.as_secs_f64(),
+        r.teardown.as_secs_f64()
+    );
+    for note in &r.notes {
+        println!("  NOTE: {note}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_rows_show_percentiles_in_milliseconds() {
+        let samples: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        let row = latency_row("created → Running", &Latencies::from_durations(&samples));
+        assert_eq!(
+            row,
+            vec![
+                "created → Running",
+                "100",
+                "50.00",
+                "90.00",
+                "99.00",
+                "100.00"
+            ]
+        );
     }
 }

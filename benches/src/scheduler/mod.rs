@@ -263,17 +263,7 @@ async fn run_all(
 }
 
 fn print_setup(plan: &Plan, skiff: &Program, root: &Path) {
-    let args: Vec<String> = std::env::args().collect();
-    println!("skiff-bench scheduler");
-    println!("command: {}", args.join(" "));
-    for line in machine::describe() {
-        println!("{line}");
-    }
-    println!(
-        "data:    {} [{}]",
-        root.display(),
-        machine::filesystem_of(root)
-    );
+    machine::print_header("scheduler", root);
     println!("load:    {} (before the run)", load_average());
     println!("skiff:   {} ({})", skiff.path.display(), skiff.version);
     println!(

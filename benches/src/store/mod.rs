@@ -280,17 +280,7 @@ pub async fn open_store(dir: &Path) -> Result<Store> {
 }
 
 fn print_setup(plan: &Plan, root: &Path) {
-    let args: Vec<String> = std::env::args().collect();
-    println!("skiff-bench store");
-    println!("command: {}", args.join(" "));
-    for line in machine::describe() {
-        println!("{line}");
-    }
-    println!(
-        "data:    {} [{}]",
-        root.display(),
-        machine::filesystem_of(root)
-    );
+    machine::print_header("store", root);
     let config = StoreConfig::new(root);
     println!(
         "store:   sled cache {}, flush every {:?}, max batch {}, watch buffer {} revisions",

@@ -457,17 +457,7 @@ pub(crate) fn print_common_setup(
     etcd_as: &str,
     skipped_means: &str,
 ) {
-    let args: Vec<String> = std::env::args().collect();
-    println!("skiff-bench {name}");
-    println!("command: {}", args.join(" "));
-    for line in machine::describe() {
-        println!("{line}");
-    }
-    println!(
-        "data:    {} [{}]",
-        root.display(),
-        machine::filesystem_of(root)
-    );
+    machine::print_header(name, root);
     println!("load:    {} (before the run)", load_average());
     println!("skiff:   {} ({})", skiff.path.display(), skiff.version);
     match etcd {

@@ -1,0 +1,212 @@
+//! The thin part of the Deployment controller: watches Deployments and the
+//! ReplicaSets they own, reads the namespace's ReplicaSets fresh from the
+//! API right before planning (so a stale cache never creates twice), and
+//! performs the plan's writes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, ReplicaSet};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::{watcher, Controller};
+use kube::{Api, Client, ResourceExt};
+use parking_lot::Mutex;
+use serde_json::json;
+
+use super::plan::{plan, Plan, ReplicaSetWrite};
+use super::{revision, PlanError};
+
+/// First and longest retry delay after a failed sync (kube-controller-manager's
+/// per-item exponential back-off).
+const RETRY_BASE: Duration = Duration::from_millis(5);
+const RETRY_MAX: Duration = Duration::from_secs(1000);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("deployment API request failed: {0}")]
+    Api(#[from] kube::Error),
+    #[error("Deployment {0:?} has no namespace")]
+    NoNamespace(String),
+    #[error("ReplicaSet {0:?} already exists with another template; collisionCount raised, retrying with a new name")]
+    HashCollision(String),
+}
+
+struct Context {
+    client: Client,
+    /// Consecutive failed syncs per Deployment (namespace/name), for back-off.
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+/// Runs the Deployment controller until its task is aborted.
+pub async fn run(client: Client) {
+    let deployments: Api<Deployment> = Api::all(client.clone());
+    let replica_sets: Api<ReplicaSet> = Api::all(client.clone());
+    let context = Arc::new(Context {
+        client,
+        failures: Mutex::new(HashMap::new()),
+    });
+    Controller::new(deployments, watcher::Config::default())
+        .owns(replica_sets, watcher::Config::default())
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "deployment sync failed; retrying with back-off");
+            }
+        })
+        .await;
+}
+
+fn key(d: &Deployment) -> String {
+    format!("{}/{}", d.namespace().unwrap_or_default(), d.name_any())
+}
+
+async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, SyncError> {
+    let namespace = d
+        .namespace()
+        .ok_or_else(|| SyncError::NoNamespace(d.name_any()))?;
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &namespace);
+    let listed = replica_sets.list(&ListParams::default()).await?.items;
+    // Conditions carry whole seconds, as the API serializes them.
+    let now =
+        Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now());
+    let plan = plan(&d, &listed, now)?;
+    let requeue_after = plan.requeue_after;
+    perform(&ctx.client, &d, &namespace, plan).await?;
+    ctx.failures.lock().remove(&key(&d));
+    Ok(match requeue_after {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+fn error_policy(d: Arc<Deployment>, err: &SyncError, ctx: Arc<Context>) -> Action {
+    let mut failures = ctx.failures.lock();
+    let count = failures.entry(key(&d)).or_insert(0);
+    let delay = RETRY_BASE
+        .saturating_mul(2u32.saturating_pow(*count))
+        .min(RETRY_MAX);
+    *count = count.saturating_add(1);
+    tracing::debug!(deployment = %key(&d), error = %err, ?delay, "requeueing deployment");
+    Action::requeue(delay)
+}
+
+/// ReplicaSets first, then the status (conditional on the Deployment's
+/// resourceVersion), then the revision annotation.
+async fn perform(
+    client: &Client,
+    d: &Deployment,
+    namespace: &str,
+    plan: Plan,
+) -> Result<(), SyncError> {
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    for write in plan.replica_sets {
+        write_replica_set(&replica_sets, &deployments, d, write).await?;
+    }
+    if let Some(status) = plan.status {
+        write_status(&deployments, d, status).await?;
+    }
+    if let Some(revision) = plan.revision {
+        let patch = json!({"metadata": {"annotations": {revision::REVISION: revision}}});
+        deployments
+            .patch(
+                &d.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+async fn write_replica_set(
+    replica_sets: &Api<ReplicaSet>,
+    deployments: &Api<Deployment>,
+    d: &Deployment,
+    write: ReplicaSetWrite,
+) -> Result<(), SyncError> {
+    match write {
+        ReplicaSetWrite::Create(rs) => match replica_sets.create(&PostParams::default(), &rs).await
+        {
+            Ok(created) => {
+                tracing::info!(deployment = %key(d), replica_set = %created.name_any(), "created new ReplicaSet");
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) if status.is_already_exists() => {
+                raise_collision_count(deployments, d).await?;
+                Err(SyncError::HashCollision(rs.name_any()))
+            }
+            Err(err) => Err(err.into()),
+        },
+        ReplicaSetWrite::Update(rs) => {
+            replica_sets
+                .replace(&rs.name_any(), &PostParams::default(), &rs)
+                .await?;
+            Ok(())
+        }
+        ReplicaSetWrite::Delete {
+            name,
+            resource_version,
+        } => {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version,
+                    uid: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match replica_sets.delete(&name, &params).await {
+                Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+                Err(err) => Err(err.into()),
+                Ok(_) => {
+                    tracing::info!(deployment = %key(d), replica_set = %name, "deleted old ReplicaSet beyond revisionHistoryLimit");
+                    Ok(())
+                }
+            }
+        }
+    }
+}
+
+async fn write_status(
+    deployments: &Api<Deployment>,
+    d: &Deployment,
+    status: DeploymentStatus,
+) -> Result<(), SyncError> {
+    let mut updated = d.clone();
+    updated.status = Some(status);
+    deployments
+        .replace_status(&d.name_any(), &PostParams::default(), &updated)
+        .await?;
+    Ok(())
+}
+
+/// The new ReplicaSet's name is taken by another template: the next name
+/// comes from a higher `status.collisionCount`.
+async fn raise_collision_count(
+    deployments: &Api<Deployment>,
+    d: &Deployment,
+) -> Result<(), SyncError> {
+    let count = d
+        .status
+        .as_ref()
+        .and_then(|s| s.collision_count)
+        .unwrap_or(0);
+    let patch = json!({
+        "metadata": {"resourceVersion": d.resource_version()},
+        "status": {"collisionCount": count.saturating_add(1)},
+    });
+    deployments
+        .patch_status(
+            &d.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,138 @@
+//! Which controllers run and when: `--controllers` as kube-controller-manager
+//! reads it (`*` for every controller, `name` to add one, `-name` to leave
+//! one out), all run while this process holds the
+//! `kube-system/kube-controller-manager` Lease, and stop when it is lost.
+
+use std::future::Future;
+
+use futures::future::BoxFuture;
+use kube::Client;
+use skiff_scheduler::leader::{self, LeaseConfig};
+
+/// One controller: its name on the command line and how it runs (until
+/// its task is aborted).
+#[derive(Clone, Copy)]
+pub struct Controller {
+    pub name: &'static str,
+    pub run: fn(Client) -> BoxFuture<'static, ()>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Every controller, by name.
+pub fn all() -> Vec<Controller> {
+    vec![
+        crate::deployment::CONTROLLER,
+        crate::garbagecollector::CONTROLLER,
+        crate::replicaset::CONTROLLER,
+    ]
+}
+
+/// The controllers `--controllers` selects, in name order.
+pub fn select(flags: &[String]) -> Result<Vec<Controller>, String> {
+    let known = all();
+    let exists = |name: &str| known.iter().any(|c| c.name == name);
+    let mut everything = false;
+    let mut on = Vec::new();
+    let mut off = Vec::new();
+    for flag in flags.iter().map(|f| f.trim()).filter(|f| !f.is_empty()) {
+        let (list, name) = match flag.strip_prefix('-') {
+            Some(name) => (&mut off, name),
+            None => (&mut on, flag),
+        };
+        if flag == "*" {
+            everything = true;
+            continue;
+        }
+        if !exists(name) {
+            let names: Vec<&str> = known.iter().map(|c| c.name).collect();
+            return Err(format!(
+                "unknown controller {name:?} in --controllers; known: {}",
+                names.join(", ")
+            ));
+        }
+        list.push(name.to_string());
+    }
+    let mut chosen: Vec<Controller> = known
+        .into_iter()
+        .filter(|c| {
+            (everything || on.iter().any(|n| n == c.name)) && !off.iter().any(|n| n == c.name)
+        })
+        .collect();
+    chosen.sort_by_key(|c| c.name);
+    Ok(chosen)
+}
+
+/// The lease of kube-controller-manager, held by `identity`.
+pub fn controller_manager_lease(identity: &str) -> LeaseConfig {
+    LeaseConfig::new("kube-system", "kube-controller-manager", identity)
+}
+
+/// Runs `controllers` (while holding `lease`, if given) until `shutdown`.
+pub async fn run(
+    client: Client,
+    controllers: Vec<Controller>,
+    lease: Option<LeaseConfig>,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        if let Some(lease) = &lease {
+            tokio::select! {
+                _ = leader::acquire(&client, lease) => {}
+                _ = &mut shutdown => return,
+            }
+            tracing::info!(identity = %lease.identity, "controller-manager: leading");
+        }
+        let tasks: Vec<_> = controllers
+            .iter()
+            .map(|c| {
+                tracing::info!(controller = c.name, "starting controller");
+                tokio::spawn((c.run)(client.clone()))
+            })
+            .collect();
+        let lost = async {
+            match &lease {
+                Some(lease) => leader::hold(&client, lease).await,
+                None => std::future::pending().await,
+            }
+        };
+        let stop = tokio::select! {
+            _ = lost => false,
+            _ = &mut shutdown => true,
+        };
+        for task in tasks {
+            task.abort();
+        }
+        if stop {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(flags: &[&str]) -> Result<Vec<&'static str>, String> {
+        let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        select(&flags).map(|c| c.into_iter().map(|c| c.name).collect())
+    }
+
+    #[test]
+    fn controllers_are_chosen_as_kube_controller_manager_reads_the_flag() {
+        let every = names(&["*"]).unwrap();
+        assert_eq!(every.len(), all().len());
+        let without = names(&["*", "-replicaset"]).unwrap();
+        assert!(!without.contains(&"replicaset"));
+        assert_eq!(without.len(), every.len() - 1);
+        assert_eq!(names(&["replicaset"]).unwrap(), ["replicaset"]);
+        assert!(names(&[]).unwrap().is_empty());
+        let err = names(&["replicasets"]).unwrap_err();
+        assert!(err.contains("unknown controller \"replicasets\""), "{err}");
+    }
+}

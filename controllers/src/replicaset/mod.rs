@@ -1,0 +1,248 @@
+//! The ReplicaSet controller: keeps `spec.replicas` pods matching each
+//! ReplicaSet's selector, adopting and releasing pods by ownerReference,
+//! and reports them in its status. Rollouts are the Deployment controller's.
+
+mod expectations;
+#[cfg(test)]
+mod fixtures;
+pub mod plan;
+pub mod pod_control;
+pub mod pods;
+pub mod ranking;
+pub mod status;
+mod sync;
+pub mod triggers;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::{Api, Client};
+use parking_lot::Mutex;
+
+pub use expectations::{Expectations, EXPECTATIONS_TIMEOUT};
+pub use sync::key_of;
+
+use crate::manager::Controller;
+use status::ManageFailure;
+
+/// The `replicaset` controller of the controller-manager.
+pub const CONTROLLER: Controller = Controller {
+    name: "replicaset",
+    run: |client| Box::pin(run(client)),
+};
+
+/// ReplicaSets synced at once (kube-controller-manager's
+/// `--concurrent-replicaset-syncs` default).
+pub const CONCURRENT_SYNCS: u16 = 5;
+
+/// The first retry after a failed sync, doubled on each further failure.
+const RETRY_BASE: Duration = Duration::from_millis(5);
+/// The longest wait between retries.
+const RETRY_MAX: Duration = Duration::from_secs(1000);
+
+/// What every sync shares: the client, the pod cache, expectations, and
+/// the failures behind each ReplicaSet's back-off.
+pub struct Context {
+    client: Client,
+    pods: Store<Pod>,
+    expectations: Mutex<Expectations>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    fn record_failure(&self, key: &str) -> u32 {
+        let mut failures = self.failures.lock();
+        let count = failures.entry(key.to_string()).or_insert(0);
+        *count = count.saturating_add(1);
+        *count
+    }
+
+    fn forget_failures(&self, key: &str) {
+        self.failures.lock().remove(key);
+    }
+}
+
+/// Why a sync failed; each is retried with back-off.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{action} ReplicaSet {key}: {}", api_message(source))]
+    Api {
+        key: String,
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("ReplicaSet {key} was deleted or replaced since it was cached; it adopts no pods")]
+    CannotAdopt { key: String },
+    #[error("ReplicaSet {key} could not reach spec.replicas: {failure}")]
+    Manage { key: String, failure: ManageFailure },
+    #[error("the pod cache of the ReplicaSet controller stopped")]
+    PodCacheStopped,
+}
+
+/// The HTTP status of an API error.
+fn status_code(err: &kube::Error) -> Option<u16> {
+    match err {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// The apiserver's message for an API error, else the error itself.
+fn api_message(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Watches ReplicaSets and pods and syncs ReplicaSets until aborted.
+pub async fn run(client: Client) {
+    let (replica_sets, rs_writer) = reflector::store::<ReplicaSet>();
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods,
+        expectations: Mutex::new(Expectations::default()),
+        failures: Mutex::new(HashMap::new()),
+    });
+    let rs_ctx = ctx.clone();
+    let rs_events = watcher(
+        Api::<ReplicaSet>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(rs_writer)
+    .inspect(move |event| {
+        if let Ok(watcher::Event::Delete(rs)) = event {
+            rs_ctx.expectations.lock().forget(&key_of(rs));
+        }
+    })
+    .touched_objects();
+    let pod_ctx = ctx.clone();
+    let pod_events = watcher(Api::<Pod>::all(client), watcher::Config::default())
+        .default_backoff()
+        .reflect(pod_writer)
+        .inspect(move |event| observe(&pod_ctx.expectations, event))
+        .touched_objects();
+    let cached = replica_sets.clone();
+    let queue = futures::stream::select(
+        trigger_self(rs_events, ()),
+        trigger_with(pod_events, move |pod: Pod| {
+            triggers::replica_sets_for_pod(&pod, &cached.state())
+        }),
+    );
+    let config = Config::default().concurrency(CONCURRENT_SYNCS);
+    applier(
+        |rs, ctx| Box::pin(reconcile(rs, ctx)),
+        error_policy,
+        ctx,
+        replica_sets,
+        queue,
+        config,
+    )
+    .for_each(|result| async move {
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "replicaset controller");
+        }
+    })
+    .await;
+}
+
+/// Tells expectations about a pod event from the watch.
+fn observe(
+    expectations: &Mutex<Expectations>,
+    event: &Result<watcher::Event<Pod>, watcher::Error>,
+) {
+    match event {
+        Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+            expectations
+                .lock()
+                .observe(pod, pod.metadata.deletion_timestamp.is_some());
+        }
+        Ok(watcher::Event::Delete(pod)) => expectations.lock().observe(pod, true),
+        _ => {}
+    }
+}
+
+/// Syncs once the pod cache is filled: before that, every ReplicaSet
+/// would look as if it had no pods.
+async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.pods
+        .wait_until_ready()
+        .await
+        .map_err(|_| Error::PodCacheStopped)?;
+    sync::reconcile(rs, ctx).await
+}
+
+/// Retries a failed sync after 5ms, 10ms, 20ms, … up to 1000s, per
+/// ReplicaSet (kube-controller-manager's default rate limiter).
+fn error_policy(rs: Arc<ReplicaSet>, err: &Error, ctx: Arc<Context>) -> Action {
+    let key = key_of(&rs);
+    let delay = retry_delay(ctx.record_failure(&key));
+    tracing::warn!(replicaset = %key, error = %err, retry_in = ?delay, "ReplicaSet sync failed");
+    Action::requeue(delay)
+}
+
+fn retry_delay(failures: u32) -> Duration {
+    let exponent = failures.saturating_sub(1).min(31);
+    RETRY_BASE.saturating_mul(1 << exponent).min(RETRY_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replicaset::fixtures::{pod, replica_set, NOW};
+    use crate::replicaset::plan::{claim, scale, selector, Scale};
+
+    #[test]
+    fn retries_back_off_exponentially_up_to_a_limit() {
+        assert_eq!(retry_delay(1), Duration::from_millis(5));
+        assert_eq!(retry_delay(2), Duration::from_millis(10));
+        assert_eq!(retry_delay(5), Duration::from_millis(80));
+        assert_eq!(retry_delay(40), RETRY_MAX);
+    }
+
+    /// A sync that created pods the cache does not show yet: the next
+    /// sync must wait for them, not create them again.
+    #[test]
+    fn expectations_prevent_creating_twice_from_a_stale_cache() {
+        let rs = replica_set("web", 3);
+        let key = key_of(&rs);
+        let mut expectations = Expectations::default();
+        let sync = |expectations: &mut Expectations, cache: &[Arc<Pod>]| {
+            let satisfied = expectations.satisfied(&key, cache, NOW);
+            let claim = claim(&rs, &selector(&rs).unwrap(), cache);
+            scale(&rs, &claim.owned, satisfied)
+        };
+        let Scale::Create(count) = sync(&mut expectations, &[]) else {
+            panic!("a first sync creates");
+        };
+        assert_eq!(count, 3);
+        let names: Vec<String> = (0..count).map(|i| format!("web-{i}")).collect();
+        expectations.expect_creations(&key, names.clone(), NOW);
+
+        // Stale cache: nothing seen yet, then only some pods.
+        assert!(matches!(
+            sync(&mut expectations, &[]),
+            Scale::AwaitingExpectations
+        ));
+        let seen: Vec<Arc<Pod>> = names
+            .iter()
+            .map(|n| Arc::new(pod(n).owned_by(&rs).build()))
+            .collect();
+        assert!(matches!(
+            sync(&mut expectations, &seen[..1]),
+            Scale::AwaitingExpectations
+        ));
+        // Everything seen: steady, nothing more to create.
+        assert!(matches!(sync(&mut expectations, &seen), Scale::Steady));
+    }
+}

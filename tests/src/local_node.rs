@@ -1,0 +1,123 @@
+//! `skiff up` with its scheduler and a real kubelet for node `node-1`,
+//! and the real kubectl pointed at it: what the kubelet and controller
+//! tests run against. Dropping it SIGKILLs skiff, then whatever its pods
+//! left running.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+
+use crate::api_server::ApiServer;
+use crate::kubectl::{kubectl_or_skip, Kubectl};
+use crate::node_processes;
+
+pub const NODE: &str = "node-1";
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(200);
+/// A build machine's disk may be fuller than the kubelet's default 10 %
+/// free: these tests are not about pressure.
+pub const RELAXED_EVICTION: &str =
+    "--eviction-hard=memory.available<1Mi,nodefs.available<1%,nodefs.inodesFree<1%,pid.available<1%";
+
+pub struct LocalNode {
+    pub kubectl: Kubectl,
+    pub server: ApiServer,
+}
+
+impl Drop for LocalNode {
+    /// skiff first (its kubelet would restart what is killed), then what
+    /// its pods left running, before the data directory goes.
+    fn drop(&mut self) {
+        self.server.kill_now();
+        node_processes::kill_all(&self.server.data_dir().join("kubelet"));
+    }
+}
+
+impl LocalNode {
+    /// The node, once Ready; `None` when kubectl is missing outside CI.
+    pub async fn start(test: &str) -> Result<Option<LocalNode>> {
+        Self::start_with(test, RELAXED_EVICTION, &[]).await
+    }
+
+    /// As [`LocalNode::start`], with these eviction thresholds and more
+    /// `skiff up` flags.
+    pub async fn start_with(
+        test: &str,
+        eviction: &str,
+        more: &[&str],
+    ) -> Result<Option<LocalNode>> {
+        let Some(binary) = kubectl_or_skip(test) else {
+            return Ok(None);
+        };
+        let mut args = vec![
+            "--kubelet=true".to_string(),
+            "--kubelet-listen=127.0.0.1:0".into(),
+            format!("--node-name={NODE}"),
+            "--container-restart-backoff=1s".into(),
+            eviction.into(),
+        ];
+        args.extend(more.iter().map(|a| a.to_string()));
+        let server = ApiServer::start_scheduling_with(&args).await?;
+        let kubectl = Kubectl::new(binary, &server.kubeconfig())?;
+        wait_until("the node to be Ready", || {
+            Ok(kubectl
+                .ok(&[
+                    "get",
+                    "node",
+                    NODE,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                ])
+                .unwrap_or_default()
+                == "True")
+        })
+        .await?;
+        Ok(Some(LocalNode { kubectl, server }))
+    }
+}
+
+/// Polls `check` until it holds, for at most [`TIMEOUT`].
+pub async fn wait_until(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if check()? {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {TIMEOUT:?} waiting for {what}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `kubectl get KIND NAME -o jsonpath=PATH`.
+pub fn jsonpath(kubectl: &Kubectl, kind: &str, name: &str, path: &str) -> Result<String> {
+    kubectl.ok(&["get", kind, name, "-o", &format!("jsonpath={path}")])
+}
+
+/// Waits until `jsonpath` of the object is `want`; on a timeout the error
+/// shows the object.
+pub async fn wait_for(
+    kubectl: &Kubectl,
+    kind: &str,
+    name: &str,
+    path: &str,
+    want: &str,
+) -> Result<()> {
+    let what = format!("{kind} {name} to have {path} = {want}");
+    let outcome = wait_until(&what, || Ok(jsonpath(kubectl, kind, name, path)? == want)).await;
+    if outcome.is_err() {
+        let yaml = kubectl
+            .ok(&["get", kind, name, "-o", "yaml"])
+            .unwrap_or_default();
+        bail!("timed out waiting for {what}; the object:\n{yaml}");
+    }
+    Ok(())
+}
+
+/// Writes `text` as manifest `name` and applies it.
+pub fn apply(kubectl: &Kubectl, name: &str, text: &str) -> Result<()> {
+    kubectl.manifest(name, text)?;
+    kubectl.ok(&["apply", "-f", name])?;
+    Ok(())
+}
