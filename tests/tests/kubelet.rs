@@ -111,14 +111,13 @@ spec:
         "--",
         "sh",
         "-c",
-        "echo hello from skiff; echo to stderr >&2",
+        "echo hello from skiff; sleep 0.3; echo to stderr >&2",
     ])?;
     wait_pod(kubectl, "hello", "{.status.phase}", "Succeeded").await?;
-    // stdout and stderr are separate streams, each in its order.
+    // stdout and stderr are separate streams, read apart: the pause keeps
+    // their lines in order.
     let logs = kubectl.ok(&["logs", "hello"])?;
-    let mut lines: Vec<&str> = logs.lines().collect();
-    lines.sort();
-    assert_eq!(lines, ["hello from skiff", "to stderr"], "{logs:?}");
+    assert_eq!(logs, "hello from skiff\nto stderr\n");
     let tail = kubectl.ok(&["logs", "hello", "--tail=1", "--timestamps"])?;
     ensure!(
         tail.ends_with(" to stderr\n") && tail.starts_with("20"),
