@@ -4,6 +4,8 @@
 //! `kube-system/kube-controller-manager` Lease, and stop when it is lost.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kube::Client;
@@ -14,7 +16,41 @@ use skiff_scheduler::leader::{self, LeaseConfig};
 #[derive(Clone, Copy)]
 pub struct Controller {
     pub name: &'static str,
-    pub run: fn(Client) -> BoxFuture<'static, ()>,
+    pub run: fn(Client, Arc<Settings>) -> BoxFuture<'static, ()>,
+}
+
+/// kube-controller-manager's tunables that skiff's controllers read, with
+/// its defaults; the command line sets them under the same flag names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// How often the node lifecycle controller looks at Node heartbeats
+    /// (`--node-monitor-period`).
+    pub node_monitor_period: Duration,
+    /// How long a Node may go without a heartbeat (its Lease or Ready
+    /// condition) before it is marked unreachable
+    /// (`--node-monitor-grace-period`).
+    pub node_monitor_grace_period: Duration,
+    /// The same, for a Node that has never posted a status
+    /// (`--node-startup-grace-period`).
+    pub node_startup_grace_period: Duration,
+    /// Nodes per second whose pods may be evicted when nodes fail
+    /// (`--node-eviction-rate`).
+    pub node_eviction_rate: f64,
+    /// Terminated pods kept before the pod garbage collector deletes the
+    /// oldest (`--terminated-pod-gc-threshold`); 0 keeps all.
+    pub terminated_pod_gc_threshold: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            node_monitor_period: Duration::from_secs(5),
+            node_monitor_grace_period: Duration::from_secs(50),
+            node_startup_grace_period: Duration::from_secs(60),
+            node_eviction_rate: 0.1,
+            terminated_pod_gc_threshold: 12_500,
+        }
+    }
 }
 
 impl std::fmt::Debug for Controller {
@@ -76,9 +112,11 @@ pub fn controller_manager_lease(identity: &str) -> LeaseConfig {
 pub async fn run(
     client: Client,
     controllers: Vec<Controller>,
+    settings: Settings,
     lease: Option<LeaseConfig>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
+    let settings = Arc::new(settings);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         if let Some(lease) = &lease {
@@ -92,7 +130,7 @@ pub async fn run(
             .iter()
             .map(|c| {
                 tracing::info!(controller = c.name, "starting controller");
-                tokio::spawn((c.run)(client.clone()))
+                tokio::spawn((c.run)(client.clone(), settings.clone()))
             })
             .collect();
         let lost = async {

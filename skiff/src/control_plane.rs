@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use skiff_controllers::manager::{self, controller_manager_lease, Controller};
+use skiff_controllers::manager::{self, controller_manager_lease, Controller, Settings};
 use skiff_scheduler::config::SchedulerConfig;
 use skiff_scheduler::metrics::Metrics;
 use skiff_scheduler::run::{run, scheduler_lease, RunOptions};
@@ -69,6 +69,7 @@ impl ControlPlane {
         name: &str,
         scheduler: Option<SchedulerConfig>,
         controllers: Vec<Controller>,
+        settings: Settings,
     ) -> Result<Option<ControlPlane>> {
         if scheduler.is_none() && controllers.is_empty() {
             return Ok(None);
@@ -94,6 +95,7 @@ impl ControlPlane {
             parts.push(tokio::spawn(manager::run(
                 client,
                 controllers,
+                settings,
                 Some(controller_manager_lease(&identity(name))),
                 until_stopped(),
             )));
@@ -189,12 +191,85 @@ pub async fn scheduler(args: SchedulerArgs) -> Result<()> {
     Ok(())
 }
 
-/// Which controllers run: kube-controller-manager's `--controllers` list.
-pub fn controllers(enabled: bool, list: &[String]) -> Result<Vec<Controller>> {
-    if !enabled {
-        return Ok(Vec::new());
+/// Which controllers run and how: kube-controller-manager's flags, shared
+/// by `skiff up`, `skiff server` and `skiff controller-manager`.
+#[derive(Debug, Clone, Args)]
+pub struct ControllerFlags {
+    /// Controllers to run: `*` for all, `name` to add one, `-name` to
+    /// leave one out.
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    pub controllers: Vec<String>,
+    /// How often Node heartbeats are checked (e.g. 5s).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub node_monitor_period: std::time::Duration,
+    /// How long a Node may miss heartbeats before it is marked
+    /// unreachable, tainted, and its pods evicted (e.g. 50s).
+    #[arg(long, default_value = "50s", value_parser = parse_duration)]
+    pub node_monitor_grace_period: std::time::Duration,
+    /// The same for a Node that has never posted a status (e.g. 1m).
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub node_startup_grace_period: std::time::Duration,
+    /// Nodes per second whose pods are evicted when nodes fail.
+    #[arg(long, default_value_t = 0.1)]
+    pub node_eviction_rate: f64,
+    /// Terminated pods kept before the oldest are deleted; 0 keeps all.
+    #[arg(long, default_value_t = 12_500)]
+    pub terminated_pod_gc_threshold: usize,
+}
+
+impl ControllerFlags {
+    /// The controllers chosen, none when `enabled` is false.
+    pub fn chosen(&self, enabled: bool) -> Result<Vec<Controller>> {
+        if !enabled {
+            return Ok(Vec::new());
+        }
+        manager::select(&self.controllers).map_err(|e| anyhow::anyhow!(e))
     }
-    manager::select(list).map_err(|e| anyhow::anyhow!(e))
+
+    pub fn settings(&self) -> Settings {
+        Settings {
+            node_monitor_period: self.node_monitor_period,
+            node_monitor_grace_period: self.node_monitor_grace_period,
+            node_startup_grace_period: self.node_startup_grace_period,
+            node_eviction_rate: self.node_eviction_rate,
+            terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
+        }
+    }
+}
+
+/// A Go-style duration as kube-controller-manager takes it: `500ms`,
+/// `40s`, `5m`, `1h`, or a sum such as `1m30s`.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let bad = || {
+        format!(
+            "invalid duration {text:?}: use a number with a unit (ms, s, m, h), e.g. 40s or 1m30s"
+        )
+    };
+    let mut total = std::time::Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .ok_or_else(bad)?;
+        let value: f64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ms" => value / 1000.0,
+            "s" => value,
+            "m" => value * 60.0,
+            "h" => value * 3600.0,
+            _ => return Err(bad()),
+        };
+        total += std::time::Duration::try_from_secs_f64(seconds).map_err(|_| bad())?;
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
 }
 
 #[derive(Debug, Clone, Args)]
@@ -202,10 +277,8 @@ pub struct ControllerManagerArgs {
     /// The kubeconfig of the API to reconcile.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: PathBuf,
-    /// Controllers to run: `*` for all, `name` to add one, `-name` to
-    /// leave one out.
-    #[arg(long, value_delimiter = ',', default_value = "*")]
-    pub controllers: Vec<String>,
+    #[command(flatten)]
+    pub controllers: ControllerFlags,
     /// Take the kube-system/kube-controller-manager Lease before running.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
@@ -213,7 +286,7 @@ pub struct ControllerManagerArgs {
 
 /// `skiff controller-manager`: the controllers alone, until SIGINT or SIGTERM.
 pub async fn controller_manager(args: ControllerManagerArgs) -> Result<()> {
-    let controllers = controllers(true, &args.controllers)?;
+    let controllers = args.controllers.chosen(true)?;
     let client = kubeconfig_client(&args.kubeconfig).await?;
     let mut signals = crate::shutdown::StopSignals::register()?;
     let names: Vec<&str> = controllers.iter().map(|c| c.name).collect();
@@ -225,10 +298,33 @@ pub async fn controller_manager(args: ControllerManagerArgs) -> Result<()> {
     let lease = args
         .leader_elect
         .then(|| controller_manager_lease(&identity("controller-manager")));
-    manager::run(client, controllers, lease, async move {
-        let name = signals.recv().await;
-        tracing::info!(signal = name, "stopping the controller-manager");
-    })
+    manager::run(
+        client,
+        controllers,
+        args.controllers.settings(),
+        lease,
+        async move {
+            let name = signals.recv().await;
+            tracing::info!(signal = name, "stopping the controller-manager");
+        },
+    )
     .await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_as_kube_controller_manager_reads_them() {
+        assert_eq!(parse_duration("50s"), Ok(Duration::from_secs(50)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        for bad in ["", "50", "s", "5x", "-1s", "1m3"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 }

@@ -119,7 +119,7 @@ pub struct ApiServing {
     /// Whether the controller-manager runs beside the API, and which
     /// controllers.
     pub controller_manager: bool,
-    pub controllers: Vec<String>,
+    pub controllers: crate::control_plane::ControllerFlags,
 }
 
 /// Runs a store member, and the Kubernetes API over it if `api` is given,
@@ -199,9 +199,12 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
             let _ = stopped.await;
         },
     ));
-    let controllers = match &api {
-        Some(api) => crate::control_plane::controllers(api.controller_manager, &api.controllers)?,
-        None => Vec::new(),
+    let (controllers, settings) = match &api {
+        Some(api) => (
+            api.controllers.chosen(api.controller_manager)?,
+            api.controllers.settings(),
+        ),
+        None => (Vec::new(), Default::default()),
     };
     let control_plane = match &api_addr {
         Some((addr, _)) => crate::control_plane::ControlPlane::start(
@@ -209,6 +212,7 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
             &args.name,
             scheduler_config,
             controllers,
+            settings,
         )?,
         None => None,
     };

@@ -37,10 +37,8 @@ pub struct UpArgs {
     /// `false` runs no controllers.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub controller_manager: bool,
-    /// Controllers to run: `*` for all, `name` to add one, `-name` to
-    /// leave one out.
-    #[arg(long, value_delimiter = ',', default_value = "*")]
-    pub controllers: Vec<String>,
+    #[command(flatten)]
+    pub controllers: crate::control_plane::ControllerFlags,
     /// Run a kubelet for this host beside the API, its state in
     /// DATA_DIR/kubelet; `false` runs no node.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -135,13 +133,13 @@ async fn api_only(args: UpArgs) -> Result<()> {
     let mut serving = tokio::spawn(skiff_apiserver::serve(listener, registry, async move {
         let _ = stopped.await;
     }));
-    let controllers =
-        crate::control_plane::controllers(args.controller_manager, &args.controllers)?;
+    let controllers = args.controllers.chosen(args.controller_manager)?;
     let control_plane = crate::control_plane::ControlPlane::start(
         addr,
         "up",
         args.scheduler.then_some(scheduler_config),
         controllers,
+        args.controllers.settings(),
     )?;
     let kubelet = args.local_node().and_then(|node| node.start(addr));
     tokio::select! {
@@ -194,10 +192,8 @@ pub struct ServerArgs {
     /// `false` runs no controllers.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub controller_manager: bool,
-    /// Controllers to run: `*` for all, `name` to add one, `-name` to
-    /// leave one out.
-    #[arg(long, value_delimiter = ',', default_value = "*")]
-    pub controllers: Vec<String>,
+    #[command(flatten)]
+    pub controllers: crate::control_plane::ControllerFlags,
 }
 
 pub async fn server(args: ServerArgs) -> Result<()> {

@@ -24,7 +24,7 @@ use queue::WorkQueue;
 
 pub const CONTROLLER: Controller = Controller {
     name: "garbagecollector",
-    run: |client| Box::pin(run(client)),
+    run: |client, _settings| Box::pin(run(client)),
 };
 
 /// How often discovery runs again, so that new resources (CRDs) are watched.

@@ -35,7 +35,7 @@ use status::ManageFailure;
 /// The `replicaset` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "replicaset",
-    run: |client| Box::pin(run(client)),
+    run: |client, _settings| Box::pin(run(client)),
 };
 
 /// ReplicaSets synced at once (kube-controller-manager's
