@@ -2,6 +2,7 @@
 //! component. Not timed tests: run them on a quiet machine and read them.
 
 mod api;
+mod controllers;
 mod data_root;
 mod kubelet;
 mod machine;
@@ -58,6 +59,11 @@ enum Command {
     /// and CPU per node count, and the largest count kept on time.
     /// `kubelet start` times real pods created → scheduled → Running.
     Kubelet(kubelet::KubeletArgs),
+    /// The controller-manager of `skiff up` with its scheduler, on
+    /// simulated nodes: a Deployment of 1 000 replicas on 100 nodes,
+    /// created → every replica available, then rolled to a new image →
+    /// rollout complete, with the surge and availability seen.
+    Controllers(controllers::ControllersArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +73,7 @@ fn main() -> ExitCode {
         Command::Api(args) => api::run(args),
         Command::Scheduler(args) => scheduler::run(args),
         Command::Kubelet(args) => kubelet::run(args),
+        Command::Controllers(args) => controllers::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

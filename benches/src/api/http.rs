@@ -79,6 +79,10 @@ impl ApiConnection {
         self.send(Method::POST, path, json).await
     }
 
+    pub async fn put(&mut self, path: &str, json: Bytes) -> Result<Answer> {
+        self.send(Method::PUT, path, json).await
+    }
+
     async fn send(&mut self, method: Method, path: &str, json: Bytes) -> Result<Answer> {
         if self.sender.is_closed() {
             self.conn.abort();

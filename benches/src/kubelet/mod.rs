@@ -5,7 +5,7 @@
 
 mod pod_events;
 mod procs;
-mod server;
+pub mod server;
 mod simulated;
 mod start;
 mod table;

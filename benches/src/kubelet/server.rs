@@ -1,6 +1,7 @@
-//! The `skiff up` the kubelet benchmarks talk to, on free loopback ports
+//! The `skiff up` the kubelet and controller benchmarks talk to, on free loopback ports
 //! with its own data directory: API server and store only for the
-//! simulated nodes, or with its scheduler and real kubelet for pod starts.
+//! simulated nodes, with its scheduler and real kubelet for pod starts,
+//! or with its scheduler and controllers for simulated nodes' workloads.
 
 use anyhow::{bail, Context, Result};
 use std::net::{SocketAddr, TcpListener};
@@ -26,12 +27,19 @@ pub enum Components {
     /// Its scheduler and its real kubelet, registering one Node `name`
     /// with room for at least `max_pods` pods.
     Node { name: String, max_pods: usize },
+    /// Its scheduler and controller-manager; the nodes are simulated.
+    Controllers,
 }
 
 impl Components {
     fn args(&self) -> Vec<String> {
         match self {
             Components::ApiOnly => vec!["--scheduler=false".into(), "--kubelet=false".into()],
+            Components::Controllers => vec![
+                "--scheduler=true".into(),
+                "--controller-manager=true".into(),
+                "--kubelet=false".into(),
+            ],
             Components::Node { name, max_pods } => vec![
                 "--scheduler=true".into(),
                 "--kubelet=true".into(),
