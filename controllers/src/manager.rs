@@ -62,9 +62,12 @@ impl std::fmt::Debug for Controller {
 /// Every controller, by name.
 pub fn all() -> Vec<Controller> {
     vec![
+        crate::cronjob::CONTROLLER,
         crate::deployment::CONTROLLER,
         crate::garbagecollector::CONTROLLER,
+        crate::job::CONTROLLER,
         crate::replicaset::CONTROLLER,
+        crate::ttlafterfinished::CONTROLLER,
     ]
 }
 

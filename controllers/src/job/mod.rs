@@ -1,0 +1,233 @@
+//! The Job controller: runs a Job's pods to `spec.completions` with at
+//! most `spec.parallelism` at once (NonIndexed or Indexed), replaces
+//! failed pods with back-off up to `backoffLimit`, applies
+//! `podFailurePolicy`, `activeDeadlineSeconds` and `suspend`, and reports
+//! it all in the Job's status. Pods are counted through the job-tracking
+//! finalizer ([`tracking`]). Deleting finished Jobs is ttlafterfinished's.
+
+pub mod backoff;
+pub mod conditions;
+pub mod failure_policy;
+#[cfg(test)]
+mod fixtures;
+pub mod indexes;
+mod orphans;
+pub mod plan;
+pub mod pod_template;
+mod sync;
+#[cfg(test)]
+mod tests;
+pub mod tracking;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::{Api, Client};
+use parking_lot::Mutex;
+
+use crate::manager::Controller;
+use crate::replicaset::pods::controller_ref;
+use crate::replicaset::Expectations;
+use backoff::BackoffRecord;
+use tracking::has_finalizer;
+
+/// The `job` controller of the controller-manager.
+pub const CONTROLLER: Controller = Controller {
+    name: "job",
+    run: |client, _settings| Box::pin(run(client)),
+};
+
+/// Jobs synced at once (kube-controller-manager's `--concurrent-job-syncs`).
+pub const CONCURRENT_SYNCS: u16 = 5;
+
+const RETRY_BASE: Duration = Duration::from_millis(5);
+const RETRY_MAX: Duration = Duration::from_secs(1000);
+
+/// What every sync shares.
+pub struct Context {
+    client: Client,
+    pods: Store<Pod>,
+    expectations: Mutex<Expectations>,
+    /// Per Job key: UIDs of pods whose finalizer was removed, until a pod
+    /// event shows it gone (kube's finalizer expectations).
+    removing_finalizers: Mutex<HashMap<String, HashSet<String>>>,
+    backoff: Mutex<HashMap<String, BackoffRecord>>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+/// Why a sync failed; each is retried with back-off.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{action} Job {key}: {}", api_message(source))]
+    Api {
+        key: String,
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("Job {key} could not create or delete pods: {message}")]
+    Manage { key: String, message: String },
+    #[error("the pod cache of the Job controller stopped")]
+    PodCacheStopped,
+}
+
+fn status_code(err: &kube::Error) -> Option<u16> {
+    match err {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+fn api_message(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `namespace/name`.
+pub fn key_of(job: &Job) -> String {
+    format!(
+        "{}/{}",
+        job.metadata.namespace.as_deref().unwrap_or_default(),
+        job.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The Job controlling `pod`, if its controller is a Job.
+pub fn job_of(pod: &Pod) -> Option<ObjectRef<Job>> {
+    let owner = controller_ref(pod)?;
+    let is_job = owner.kind == "Job" && owner.api_version.starts_with("batch/");
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    is_job.then(|| ObjectRef::new(&owner.name).within(namespace))
+}
+
+/// Watches Jobs and pods and syncs Jobs until aborted.
+pub async fn run(client: Client) {
+    let (jobs, job_writer) = reflector::store::<Job>();
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods: pods.clone(),
+        expectations: Mutex::new(Expectations::default()),
+        removing_finalizers: Mutex::new(HashMap::new()),
+        backoff: Mutex::new(HashMap::new()),
+        failures: Mutex::new(HashMap::new()),
+    });
+    let job_ctx = ctx.clone();
+    let job_events = watcher(Api::<Job>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(job_writer)
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(job)) = event {
+                job_ctx.forget(&key_of(job));
+            }
+        })
+        .touched_objects();
+    let pod_ctx = ctx.clone();
+    let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(pod_writer)
+        .inspect(move |event| pod_ctx.observe(event))
+        .touched_objects();
+    let queue = futures::stream::select(
+        trigger_self(job_events, ()),
+        trigger_with(pod_events, |pod: Pod| job_of(&pod)),
+    );
+    let sweeper = tokio::spawn(orphans::sweep(client, jobs.clone(), pods));
+    let config = Config::default().concurrency(CONCURRENT_SYNCS);
+    applier(
+        |job, ctx| Box::pin(reconcile(job, ctx)),
+        error_policy,
+        ctx,
+        jobs,
+        queue,
+        config,
+    )
+    .for_each(|result| async move {
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "job controller");
+        }
+    })
+    .await;
+    sweeper.abort();
+}
+
+impl Context {
+    /// Tells expectations about a pod event from the watch.
+    fn observe(&self, event: &Result<watcher::Event<Pod>, watcher::Error>) {
+        let (pod, gone) = match event {
+            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => (pod, false),
+            Ok(watcher::Event::Delete(pod)) => (pod, true),
+            _ => return,
+        };
+        let deleting = gone || pod.metadata.deletion_timestamp.is_some();
+        self.expectations.lock().observe(pod, deleting);
+        if gone || !has_finalizer(pod) {
+            let (Some(job), Some(uid)) = (job_of(pod), pod.metadata.uid.as_deref()) else {
+                return;
+            };
+            let key = format!(
+                "{}/{}",
+                job.namespace.as_deref().unwrap_or_default(),
+                job.name
+            );
+            let mut removing = self.removing_finalizers.lock();
+            if let Some(uids) = removing.get_mut(&key) {
+                uids.remove(uid);
+                if uids.is_empty() {
+                    removing.remove(&key);
+                }
+            }
+        }
+    }
+
+    fn forget(&self, key: &str) {
+        self.expectations.lock().forget(key);
+        self.removing_finalizers.lock().remove(key);
+        self.backoff.lock().remove(key);
+    }
+
+    fn record_failure(&self, key: &str) -> u32 {
+        let mut failures = self.failures.lock();
+        let count = failures.entry(key.to_string()).or_insert(0);
+        *count = count.saturating_add(1);
+        *count
+    }
+}
+
+async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.pods
+        .wait_until_ready()
+        .await
+        .map_err(|_| Error::PodCacheStopped)?;
+    let key = key_of(&job);
+    let result = sync::sync(&job, &ctx, &key).await;
+    if result.is_ok() {
+        ctx.failures.lock().remove(&key);
+    }
+    result
+}
+
+/// Retries a failed sync after 5ms, 10ms, 20ms, … up to 1000s.
+fn error_policy(job: Arc<Job>, err: &Error, ctx: Arc<Context>) -> Action {
+    let key = key_of(&job);
+    let failures = ctx.record_failure(&key);
+    let delay = RETRY_BASE
+        .saturating_mul(1 << failures.saturating_sub(1).min(31))
+        .min(RETRY_MAX);
+    match err {
+        Error::Api { source, .. } if status_code(source) == Some(409) => {
+            tracing::debug!(job = %key, error = %err, retry_in = ?delay, "Job sync conflicted")
+        }
+        _ => tracing::warn!(job = %key, error = %err, retry_in = ?delay, "Job sync failed"),
+    }
+    Action::requeue(delay)
+}
