@@ -6,7 +6,10 @@
 //!   `kube-system/kube-controller-manager` Lease.
 //! - one module per controller, named as kube-controller-manager names it.
 
+pub mod daemonset;
 pub mod deployment;
 pub mod garbagecollector;
+pub mod history;
 pub mod manager;
 pub mod replicaset;
+pub mod statefulset;

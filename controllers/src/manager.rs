@@ -62,9 +62,11 @@ impl std::fmt::Debug for Controller {
 /// Every controller, by name.
 pub fn all() -> Vec<Controller> {
     vec![
+        crate::daemonset::CONTROLLER,
         crate::deployment::CONTROLLER,
         crate::garbagecollector::CONTROLLER,
         crate::replicaset::CONTROLLER,
+        crate::statefulset::CONTROLLER,
     ]
 }
 
