@@ -344,6 +344,12 @@ static TABLE: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
             &["status", "scale"],
             "io.k8s.api.apps.v1.StatefulSet",
         ),
+        entry::<apps::v1::ControllerRevision>(
+            NONE,
+            NONE,
+            NONE,
+            "io.k8s.api.apps.v1.ControllerRevision",
+        ),
         entry::<batch::v1::Job>(NONE, ALL, STATUS, "io.k8s.api.batch.v1.Job"),
         entry::<batch::v1::CronJob>(&["cj"], ALL, STATUS, "io.k8s.api.batch.v1.CronJob"),
         entry::<scheduling::v1::PriorityClass>(
@@ -494,7 +500,7 @@ mod tests {
             deploy.collection_path(Some("ns")),
             "/apis/apps/v1/namespaces/ns/deployments"
         );
-        assert_eq!(all().len(), 25);
+        assert_eq!(all().len(), 26);
         assert!(group_versions().contains(&("policy", "v1")));
     }
 

@@ -7,9 +7,12 @@
 //! - one module per controller, named as kube-controller-manager names it.
 
 pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod garbagecollector;
+pub mod history;
 pub mod job;
 pub mod manager;
 pub mod replicaset;
+pub mod statefulset;
 pub mod ttlafterfinished;

@@ -63,10 +63,12 @@ impl std::fmt::Debug for Controller {
 pub fn all() -> Vec<Controller> {
     vec![
         crate::cronjob::CONTROLLER,
+        crate::daemonset::CONTROLLER,
         crate::deployment::CONTROLLER,
         crate::garbagecollector::CONTROLLER,
         crate::job::CONTROLLER,
         crate::replicaset::CONTROLLER,
+        crate::statefulset::CONTROLLER,
         crate::ttlafterfinished::CONTROLLER,
     ]
 }

@@ -11,7 +11,7 @@ pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
 /// Kubernetes' alphabet without vowels and look-alikes (`rand.SafeEncodeString`).
 const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
-const FNV32_OFFSET_BASIS: u32 = 0x811c_9dc5;
+pub(crate) const FNV32_OFFSET_BASIS: u32 = 0x811c_9dc5;
 const FNV32_PRIME: u32 = 0x0100_0193;
 
 /// The pod-template-hash of `template` under `collision_count`: stable for
@@ -33,7 +33,7 @@ pub fn same_template(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
     canonical(a) == canonical(b)
 }
 
-fn fnv32a(mut hash: u32, bytes: &[u8]) -> u32 {
+pub(crate) fn fnv32a(mut hash: u32, bytes: &[u8]) -> u32 {
     for byte in bytes {
         hash ^= u32::from(*byte);
         hash = hash.wrapping_mul(FNV32_PRIME);
@@ -41,7 +41,7 @@ fn fnv32a(mut hash: u32, bytes: &[u8]) -> u32 {
     hash
 }
 
-fn safe_encode(text: &str) -> String {
+pub(crate) fn safe_encode(text: &str) -> String {
     text.bytes()
         .map(|b| SAFE_ALPHABET[usize::from(b) % SAFE_ALPHABET.len()] as char)
         .collect()

@@ -3,7 +3,7 @@
 //! `kubectl rollout`, and reports status. Pods are the ReplicaSet controller's.
 
 mod claim;
-mod hash;
+pub(crate) mod hash;
 mod history;
 mod plan;
 mod progress;

@@ -131,4 +131,28 @@ impl PodBuilder {
         self.0.metadata.owner_references = Some(vec![owner]);
         self
     }
+
+    /// Controlled by the `kind` (apps/v1) object `name` with uid `uid-<name>`.
+    pub fn controlled_by(mut self, kind: &str, name: &str) -> Self {
+        let owner = OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        };
+        self.0.metadata.owner_references = Some(vec![owner]);
+        self
+    }
+
+    /// Adds one label.
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.0
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(key.to_string(), value.to_string());
+        self
+    }
 }

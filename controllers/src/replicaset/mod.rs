@@ -4,7 +4,7 @@
 
 mod expectations;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 pub mod plan;
 pub mod pod_control;
 pub mod pods;
@@ -88,7 +88,7 @@ pub enum Error {
 }
 
 /// The HTTP status of an API error.
-fn status_code(err: &kube::Error) -> Option<u16> {
+pub(crate) fn status_code(err: &kube::Error) -> Option<u16> {
     match err {
         kube::Error::Api(status) => Some(status.code),
         _ => None,
@@ -96,7 +96,7 @@ fn status_code(err: &kube::Error) -> Option<u16> {
 }
 
 /// The apiserver's message for an API error, else the error itself.
-fn api_message(err: &kube::Error) -> String {
+pub(crate) fn api_message(err: &kube::Error) -> String {
     match err {
         kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
         other => other.to_string(),
@@ -191,7 +191,7 @@ fn error_policy(rs: Arc<ReplicaSet>, err: &Error, ctx: Arc<Context>) -> Action {
     Action::requeue(delay)
 }
 
-fn retry_delay(failures: u32) -> Duration {
+pub(crate) fn retry_delay(failures: u32) -> Duration {
     let exponent = failures.saturating_sub(1).min(31);
     RETRY_BASE.saturating_mul(1 << exponent).min(RETRY_MAX)
 }

@@ -1,0 +1,346 @@
+//! The DaemonSet controller: one daemon pod on every node the pod template
+//! allows (nodeSelector, required node affinity, taints against
+//! tolerations), placed through the scheduler by node affinity; rolling
+//! updates within maxUnavailable/maxSurge or OnDelete, ControllerRevision
+//! history, and the status `kubectl rollout status` reads.
+
+pub mod eligibility;
+#[cfg(test)]
+mod fixtures;
+pub mod plan;
+pub mod pod_control;
+pub mod status;
+mod sync;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::{Api, Client};
+use parking_lot::Mutex;
+use skiff_apiserver::selectors::LabelSelector;
+
+use crate::history::HistoryError;
+use crate::manager::Controller;
+use crate::replicaset::pods::controller_ref;
+use crate::replicaset::{retry_delay, Expectations};
+
+/// The `daemonset` controller of the controller-manager.
+pub const CONTROLLER: Controller = Controller {
+    name: "daemonset",
+    run: |client, _settings| Box::pin(run(client)),
+};
+
+/// DaemonSets synced at once (`--concurrent-daemonset-syncs`).
+pub const CONCURRENT_SYNCS: u16 = 2;
+
+/// The first wait before a failed daemon pod is replaced again, doubled
+/// each time it fails, up to [`FAILED_POD_BACKOFF_MAX`].
+pub const FAILED_POD_BACKOFF: Duration = Duration::from_secs(1);
+pub const FAILED_POD_BACKOFF_MAX: Duration = Duration::from_secs(15 * 60);
+
+/// What every sync shares.
+pub struct Context {
+    client: Client,
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+    expectations: Mutex<Expectations>,
+    failures: Mutex<HashMap<String, u32>>,
+    /// Per DaemonSet and node: the current back-off and when it was set.
+    failed_pods: Mutex<HashMap<(String, String), (Duration, Timestamp)>>,
+}
+
+impl Context {
+    fn record_failure(&self, key: &str) -> u32 {
+        let mut failures = self.failures.lock();
+        let count = failures.entry(key.to_string()).or_insert(0);
+        *count = count.saturating_add(1);
+        *count
+    }
+
+    fn forget_failures(&self, key: &str) {
+        self.failures.lock().remove(key);
+    }
+
+    /// A failed daemon pod on `node` is being replaced: the next one waits longer.
+    fn record_failed_pod(&self, key: &str, node: &str, now: Timestamp) {
+        let mut failed = self.failed_pods.lock();
+        let entry = failed
+            .entry((key.to_string(), node.to_string()))
+            .or_insert((Duration::ZERO, now));
+        let next = match entry.0.is_zero() {
+            true => FAILED_POD_BACKOFF,
+            false => (entry.0 * 2).min(FAILED_POD_BACKOFF_MAX),
+        };
+        *entry = (next, now);
+    }
+
+    /// How long a failed pod on `node` must still wait to be replaced.
+    fn backoff_remaining(&self, key: &str, node: &str, now: Timestamp) -> Option<Duration> {
+        let failed = self.failed_pods.lock();
+        let (delay, since) = failed.get(&(key.to_string(), node.to_string()))?;
+        let waited = Duration::try_from(now.duration_since(*since)).unwrap_or_default();
+        delay.checked_sub(waited).filter(|d| !d.is_zero())
+    }
+
+    fn forget(&self, key: &str) {
+        self.expectations.lock().forget(key);
+        self.failed_pods.lock().retain(|(ds, _), _| ds != key);
+    }
+}
+
+/// Why a sync failed; each is retried with back-off.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{action} DaemonSet {key}: {}", crate::replicaset::api_message(source))]
+    Api {
+        key: String,
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("DaemonSet {key}: {source}")]
+    History {
+        key: String,
+        #[source]
+        source: HistoryError,
+    },
+    #[error("DaemonSet {0} has no spec")]
+    NoSpec(String),
+    #[error("DaemonSet {key}: {message}")]
+    Manage { key: String, message: String },
+    #[error("the caches of the DaemonSet controller stopped")]
+    CacheStopped,
+}
+
+/// `namespace/name`.
+pub fn key_of(ds: &DaemonSet) -> String {
+    format!(
+        "{}/{}",
+        ds.metadata.namespace.as_deref().unwrap_or_default(),
+        ds.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// `spec.selector` as a matcher.
+pub fn selector(ds: &DaemonSet) -> Result<LabelSelector, String> {
+    let value =
+        serde_json::to_value(ds.spec.as_ref().map(|s| &s.selector)).map_err(|e| e.to_string())?;
+    if value.is_null() {
+        return Err("spec.selector is missing".into());
+    }
+    LabelSelector::from_json(&value).map_err(|e| e.message)
+}
+
+/// The cached pods of `namespace` controlled by the owner `uid` that its
+/// selector matches (any state). Orphans are not adopted.
+pub fn controlled_pods(
+    pods: &Store<Pod>,
+    uid: Option<&str>,
+    namespace: &str,
+    selector: &LabelSelector,
+) -> Vec<Arc<Pod>> {
+    pods.state_filter(|pod| {
+        let labels = pod.metadata.labels.as_ref();
+        pod.metadata.namespace.as_deref() == Some(namespace)
+            && controller_ref(pod).is_some_and(|o| Some(o.uid.as_str()) == uid)
+            && selector.matches_by(|key| labels.and_then(|l| l.get(key)).map(String::as_str))
+    })
+}
+
+/// What about a node matters to DaemonSets: its labels, taints and
+/// whether it is cordoned. Heartbeats change none of them.
+fn node_fingerprint(node: &Node) -> String {
+    let spec = node.spec.as_ref();
+    serde_json::json!([
+        node.metadata.labels,
+        spec.and_then(|s| s.taints.as_ref()),
+        spec.and_then(|s| s.unschedulable),
+    ])
+    .to_string()
+}
+
+/// Watches DaemonSets, pods and nodes and syncs DaemonSets until aborted.
+pub async fn run(client: Client) {
+    let (daemon_sets, ds_writer) = reflector::store::<DaemonSet>();
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let (nodes, node_writer) = reflector::store::<Node>();
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods,
+        nodes,
+        expectations: Mutex::new(Expectations::default()),
+        failures: Mutex::new(HashMap::new()),
+        failed_pods: Mutex::new(HashMap::new()),
+    });
+    let ds_ctx = ctx.clone();
+    let ds_events = watcher(
+        Api::<DaemonSet>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(ds_writer)
+    .inspect(move |event| {
+        if let Ok(watcher::Event::Delete(ds)) = event {
+            ds_ctx.forget(&key_of(ds));
+        }
+    })
+    .touched_objects();
+    let pod_ctx = ctx.clone();
+    let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(pod_writer)
+        .inspect(move |event| observe(&pod_ctx.expectations, event))
+        .touched_objects();
+    let seen: Mutex<HashMap<String, String>> = Mutex::new(HashMap::new());
+    let node_events = watcher(Api::<Node>::all(client), watcher::Config::default())
+        .default_backoff()
+        .reflect(node_writer)
+        .filter_map(move |event| {
+            let changed = match event {
+                Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    let print = node_fingerprint(&node);
+                    let before = seen.lock().insert(name, print.clone());
+                    (before.as_ref() != Some(&print)).then_some(Ok(node))
+                }
+                Ok(watcher::Event::Delete(node)) => {
+                    seen.lock()
+                        .remove(node.metadata.name.as_deref().unwrap_or_default());
+                    Some(Ok(node))
+                }
+                Ok(_) => None,
+                Err(err) => Some(Err(err)),
+            };
+            std::future::ready(changed)
+        });
+    let by_pod = daemon_sets.clone();
+    let by_node = daemon_sets.clone();
+    let queue = futures::stream::select(
+        trigger_self(ds_events, ()),
+        futures::stream::select(
+            trigger_with(pod_events, move |pod: Pod| daemon_set_of(&pod, &by_pod)),
+            trigger_with(node_events, move |_node: Node| {
+                by_node
+                    .state()
+                    .iter()
+                    .map(|ds| ObjectRef::from_obj(ds.as_ref()))
+                    .collect::<Vec<_>>()
+            }),
+        ),
+    );
+    let config = Config::default().concurrency(CONCURRENT_SYNCS);
+    applier(
+        |ds, ctx| Box::pin(reconcile(ds, ctx)),
+        error_policy,
+        ctx,
+        daemon_sets,
+        queue,
+        config,
+    )
+    .for_each(|result| async move {
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "daemonset controller");
+        }
+    })
+    .await;
+}
+
+/// The DaemonSet controlling `pod`, if any.
+fn daemon_set_of(pod: &Pod, _cache: &Store<DaemonSet>) -> Option<ObjectRef<DaemonSet>> {
+    let owner = controller_ref(pod)?;
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    (owner.kind == "DaemonSet" && owner.api_version == "apps/v1")
+        .then(|| ObjectRef::new(&owner.name).within(namespace))
+}
+
+fn observe(
+    expectations: &Mutex<Expectations>,
+    event: &Result<watcher::Event<Pod>, watcher::Error>,
+) {
+    match event {
+        Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+            expectations
+                .lock()
+                .observe(pod, pod.metadata.deletion_timestamp.is_some());
+        }
+        Ok(watcher::Event::Delete(pod)) => expectations.lock().observe(pod, true),
+        _ => {}
+    }
+}
+
+/// Syncs once the pod and node caches are filled.
+async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.pods
+        .wait_until_ready()
+        .await
+        .map_err(|_| Error::CacheStopped)?;
+    ctx.nodes
+        .wait_until_ready()
+        .await
+        .map_err(|_| Error::CacheStopped)?;
+    sync::reconcile(ds, ctx).await
+}
+
+fn error_policy(ds: Arc<DaemonSet>, err: &Error, ctx: Arc<Context>) -> Action {
+    let key = key_of(&ds);
+    let delay = retry_delay(ctx.record_failure(&key));
+    tracing::warn!(daemonset = %key, error = %err, retry_in = ?delay, "DaemonSet sync failed");
+    Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemonset::fixtures::{node, NOW};
+
+    #[test]
+    fn node_heartbeats_do_not_change_the_fingerprint() {
+        let plain = node("n1").build();
+        let mut beat = plain.clone();
+        beat.status = None;
+        assert_eq!(node_fingerprint(&plain), node_fingerprint(&beat));
+        let tainted = node("n1").taint("gpu", "", "NoSchedule").build();
+        assert_ne!(node_fingerprint(&plain), node_fingerprint(&tainted));
+        let labelled = node("n1").labels(&[("disk", "ssd")]).build();
+        assert_ne!(node_fingerprint(&plain), node_fingerprint(&labelled));
+    }
+
+    #[tokio::test]
+    async fn failed_pod_back_off_doubles_per_node() {
+        let client =
+            Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        let (pods, _) = reflector::store::<Pod>();
+        let (nodes, _) = reflector::store::<Node>();
+        let ctx = Context {
+            client,
+            pods,
+            nodes,
+            expectations: Mutex::new(Expectations::default()),
+            failures: Mutex::new(HashMap::new()),
+            failed_pods: Mutex::new(HashMap::new()),
+        };
+        assert_eq!(ctx.backoff_remaining("default/a", "n1", NOW), None);
+        ctx.record_failed_pod("default/a", "n1", NOW);
+        assert_eq!(
+            ctx.backoff_remaining("default/a", "n1", NOW),
+            Some(Duration::from_secs(1))
+        );
+        ctx.record_failed_pod("default/a", "n1", NOW);
+        let later = NOW.checked_add(Duration::from_millis(500)).unwrap();
+        assert_eq!(
+            ctx.backoff_remaining("default/a", "n1", later),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(ctx.backoff_remaining("default/a", "n2", NOW), None);
+        ctx.forget("default/a");
+        assert_eq!(ctx.backoff_remaining("default/a", "n1", NOW), None);
+    }
+}

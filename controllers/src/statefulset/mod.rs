@@ -1,0 +1,187 @@
+//! The StatefulSet controller: pods with stable names `<set>-<ordinal>`,
+//! hostnames and PersistentVolumeClaims, created and removed in order
+//! (OrderedReady) or all at once (Parallel), updated from the highest
+//! ordinal down to the partition (RollingUpdate) or when deleted
+//! (OnDelete), with ControllerRevision history and the status `kubectl
+//! rollout status` reads. Binding the claims is the volume binder's.
+
+#[cfg(test)]
+mod fixtures;
+pub mod identity;
+pub mod plan;
+pub mod status;
+mod sync;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::{Api, Client};
+use parking_lot::Mutex;
+use skiff_apiserver::selectors::LabelSelector;
+
+use crate::history::HistoryError;
+use crate::manager::Controller;
+use crate::replicaset::pods::controller_ref;
+use crate::replicaset::retry_delay;
+
+/// The `statefulset` controller of the controller-manager.
+pub const CONTROLLER: Controller = Controller {
+    name: "statefulset",
+    run: |client, _settings| Box::pin(run(client)),
+};
+
+/// StatefulSets synced at once (`--concurrent-statefulset-syncs`).
+pub const CONCURRENT_SYNCS: u16 = 5;
+
+/// What every sync shares.
+pub struct Context {
+    client: Client,
+    pods: Store<Pod>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    fn record_failure(&self, key: &str) -> u32 {
+        let mut failures = self.failures.lock();
+        let count = failures.entry(key.to_string()).or_insert(0);
+        *count = count.saturating_add(1);
+        *count
+    }
+
+    fn forget_failures(&self, key: &str) {
+        self.failures.lock().remove(key);
+    }
+}
+
+/// Why a sync failed; each is retried with back-off.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "{action} StatefulSet {key}: {}",
+        crate::replicaset::api_message(source)
+    )]
+    Api {
+        key: String,
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("StatefulSet {key}: {source}")]
+    History {
+        key: String,
+        #[source]
+        source: HistoryError,
+    },
+    #[error("StatefulSet {0} has no spec")]
+    NoSpec(String),
+    #[error("the pod cache of the StatefulSet controller stopped")]
+    CacheStopped,
+}
+
+/// `namespace/name`.
+pub fn key_of(set: &StatefulSet) -> String {
+    format!(
+        "{}/{}",
+        set.metadata.namespace.as_deref().unwrap_or_default(),
+        set.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// `spec.selector` as a matcher.
+pub fn selector(set: &StatefulSet) -> Result<LabelSelector, String> {
+    let value =
+        serde_json::to_value(set.spec.as_ref().map(|s| &s.selector)).map_err(|e| e.to_string())?;
+    if value.is_null() {
+        return Err("spec.selector is missing".into());
+    }
+    LabelSelector::from_json(&value).map_err(|e| e.message)
+}
+
+/// Watches StatefulSets and pods and syncs StatefulSets until aborted.
+pub async fn run(client: Client) {
+    let (sets, set_writer) = reflector::store::<StatefulSet>();
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods,
+        failures: Mutex::new(HashMap::new()),
+    });
+    let set_events = watcher(
+        Api::<StatefulSet>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(set_writer)
+    .touched_objects();
+    let pod_events = watcher(Api::<Pod>::all(client), watcher::Config::default())
+        .default_backoff()
+        .reflect(pod_writer)
+        .touched_objects();
+    let queue = futures::stream::select(
+        trigger_self(set_events, ()),
+        trigger_with(pod_events, |pod: Pod| stateful_set_of(&pod)),
+    );
+    let config = Config::default().concurrency(CONCURRENT_SYNCS);
+    applier(
+        |set, ctx| Box::pin(reconcile(set, ctx)),
+        error_policy,
+        ctx,
+        sets,
+        queue,
+        config,
+    )
+    .for_each(|result| async move {
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "statefulset controller");
+        }
+    })
+    .await;
+}
+
+/// The StatefulSet controlling `pod`, if any.
+fn stateful_set_of(pod: &Pod) -> Option<ObjectRef<StatefulSet>> {
+    let owner = controller_ref(pod)?;
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    (owner.kind == "StatefulSet" && owner.api_version == "apps/v1")
+        .then(|| ObjectRef::new(&owner.name).within(namespace))
+}
+
+async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.pods
+        .wait_until_ready()
+        .await
+        .map_err(|_| Error::CacheStopped)?;
+    sync::reconcile(set, ctx).await
+}
+
+fn error_policy(set: Arc<StatefulSet>, err: &Error, ctx: Arc<Context>) -> Action {
+    let key = key_of(&set);
+    let delay = retry_delay(ctx.record_failure(&key));
+    tracing::warn!(statefulset = %key, error = %err, retry_in = ?delay, "StatefulSet sync failed");
+    Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::statefulset::fixtures::member;
+
+    #[test]
+    fn pods_trigger_the_stateful_set_controlling_them() {
+        let pod = member("web", 0, "web-1").build();
+        assert_eq!(
+            stateful_set_of(&pod),
+            Some(ObjectRef::new("web").within("default"))
+        );
+        let other = crate::replicaset::fixtures::pod("x")
+            .controlled_by("ReplicaSet", "web")
+            .build();
+        assert_eq!(stateful_set_of(&other), None);
+    }
+}
