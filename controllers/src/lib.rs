@@ -9,4 +9,8 @@
 pub mod deployment;
 pub mod garbagecollector;
 pub mod manager;
+pub mod namespace;
+pub mod nodelifecycle;
+pub mod podgc;
 pub mod replicaset;
+pub mod tainteviction;

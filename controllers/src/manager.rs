@@ -64,7 +64,11 @@ pub fn all() -> Vec<Controller> {
     vec![
         crate::deployment::CONTROLLER,
         crate::garbagecollector::CONTROLLER,
+        crate::namespace::CONTROLLER,
+        crate::nodelifecycle::CONTROLLER,
+        crate::podgc::CONTROLLER,
         crate::replicaset::CONTROLLER,
+        crate::tainteviction::CONTROLLER,
     ]
 }
 
