@@ -12,6 +12,7 @@ pub mod conversion;
 pub mod crd;
 pub mod discovery;
 pub mod field_validation;
+pub mod namespace;
 pub mod object;
 pub mod openapi;
 pub mod patch;

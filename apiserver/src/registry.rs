@@ -5,6 +5,7 @@
 
 use serde_json::{json, Value};
 
+use crate::namespace;
 use crate::object::{self, metadata_mut};
 use crate::resources::ResourceType;
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -450,6 +451,9 @@ impl Registry {
             }
         }
         default_status(resource, &mut object);
+        if namespace::is_namespace(resource) {
+            namespace::prepare_for_create(&mut object);
+        }
         if is_crd(resource) {
             crate::crd::accept(&mut object);
         } else if resource.custom.is_some() && resource.has_subresource("status") {
@@ -564,6 +568,9 @@ impl Registry {
                 next["status"] = object.get("status").cloned().unwrap_or(Value::Null);
                 next
             }
+            Some("finalize") if namespace::is_namespace(resource) => {
+                namespace::finalize(&current, &object)
+            }
             Some(other) => {
                 return Err(ApiError::not_found(
                     resource.group,
@@ -583,6 +590,9 @@ impl Registry {
                             }
                         }
                     }
+                }
+                if namespace::is_namespace(resource) {
+                    namespace::prepare_for_update(&mut object, &current);
                 }
                 object
             }
@@ -651,7 +661,10 @@ impl Registry {
             return Ok(next);
         }
         let key = resource.key(target.namespace, name);
-        let gone = object::is_deleting(&next) && object::finalizers(&next).is_empty();
+        let gone = match namespace::is_namespace(resource) {
+            true => namespace::may_be_removed(&next),
+            false => object::is_deleting(&next) && object::finalizers(&next).is_empty(),
+        };
         let stored = match gone {
             // The last finalizer is gone: the object goes.
             true => self.storage.delete(&key, revision).await,
@@ -869,7 +882,11 @@ impl Registry {
         };
         self.admission.mutate(self, &mut attrs).await?;
         self.admission.validate(self, &attrs).await?;
-        let key = resource.key(target.namespace, name);
+        if namespace::is_namespace(resource) {
+            return self
+                .delete_namespace(target, name, current, revision, options)
+                .await;
+        }
         let grace = self.grace_period(resource, &current, options);
         let held_by = options.propagation.and_then(Propagation::finalizer);
         let must_wait = !object::finalizers(&current).is_empty() || grace > 0 || held_by.is_some();
@@ -888,25 +905,84 @@ impl Registry {
                 meta.insert("deletionTimestamp".into(), json!(object::now_plus(grace)));
                 meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
             }
-            if resource.kind == "Namespace" && resource.group.is_empty() {
-                // No new content while it waits (NamespaceLifecycle).
-                marked["status"]["phase"] = json!("Terminating");
+            return self
+                .store_marked(target, name, &current, marked, revision, options.dry_run)
+                .await;
+        }
+        self.remove(target, name, current, revision, options.dry_run)
+            .await
+    }
+
+    /// DELETE of a namespace (its own REST storage in kube-apiserver): the
+    /// first request marks it Terminating, so that nothing new is created
+    /// in it (NamespaceLifecycle) while the namespace controller empties
+    /// it; it goes once no finalizer is left, in spec or metadata.
+    async fn delete_namespace(
+        &self,
+        target: &Target<'_>,
+        name: &str,
+        current: Value,
+        revision: i64,
+        options: &DeleteOptions,
+    ) -> ApiResult<Value> {
+        let mut marked = current.clone();
+        if !object::is_deleting(&current) {
+            if let Some(finalizer) = options.propagation.and_then(Propagation::finalizer) {
+                let mut finalizers = object::finalizers(&current);
+                finalizers.retain(|f| f != FOREGROUND_FINALIZER && f != ORPHAN_FINALIZER);
+                finalizers.push(finalizer.to_string());
+                metadata_mut(&mut marked).insert("finalizers".into(), json!(finalizers));
             }
-            if marked == current || options.dry_run {
-                // Already marked as asked.
-                return Ok(marked);
-            }
-            let written = self
-                .storage
-                .update(&key, object::to_stored(&marked), revision)
-                .await
-                .map_err(|err| storage_error(target, name, err))?;
-            metadata_mut(&mut marked).insert("resourceVersion".into(), json!(written.to_string()));
+        }
+        namespace::mark_terminating(&mut marked);
+        if namespace::may_be_removed(&marked) {
+            return self
+                .remove(target, name, marked, revision, options.dry_run)
+                .await;
+        }
+        self.store_marked(target, name, &current, marked, revision, options.dry_run)
+            .await
+    }
+
+    /// Writes `marked` (deletion under way) over `current`, unless it is
+    /// already so.
+    async fn store_marked(
+        &self,
+        target: &Target<'_>,
+        name: &str,
+        current: &Value,
+        mut marked: Value,
+        revision: i64,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        if marked == *current || dry_run {
+            // Already marked as asked.
             return Ok(marked);
         }
-        if options.dry_run {
+        let key = target.resource.key(target.namespace, name);
+        let written = self
+            .storage
+            .update(&key, object::to_stored(&marked), revision)
+            .await
+            .map_err(|err| storage_error(target, name, err))?;
+        metadata_mut(&mut marked).insert("resourceVersion".into(), json!(written.to_string()));
+        Ok(marked)
+    }
+
+    /// Removes the object from the store, if it is still at `revision`.
+    async fn remove(
+        &self,
+        target: &Target<'_>,
+        name: &str,
+        current: Value,
+        revision: i64,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        if dry_run {
             return Ok(current);
         }
+        let resource = target.resource;
+        let key = resource.key(target.namespace, name);
         let deleted = self
             .storage
             .delete(&key, revision)

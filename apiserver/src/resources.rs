@@ -292,7 +292,10 @@ static TABLE: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
     const STATUS: &[&str] = &["status"];
     const NONE: &[&str] = &[];
     vec![
-        entry::<core::v1::Namespace>(&["ns"], NONE, STATUS, "io.k8s.api.core.v1.Namespace"),
+        entry::<core::v1::Namespace>(
+            &["ns"],
+            NONE,
+            &["status", "finalize"], "io.k8s.api.core.v1.Namespace"),
         entry::<core::v1::Pod>(
             &["po"],
             ALL,

@@ -608,7 +608,7 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
             let created = convert::outgoing(served, created);
             Ok(warned_response(StatusCode::CREATED, &created, &warnings))
         }
-        (&Method::PUT, Some(name), sub @ (None | Some("status"))) => {
+        (&Method::PUT, Some(name), sub @ (None | Some("status") | Some("finalize"))) => {
             let object = crate::object::parse_body(body)?;
             let warnings = field_validation::check(served, validation, &object, Some(body))?;
             let object = convert::incoming(served, object)?;

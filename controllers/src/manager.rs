@@ -67,8 +67,12 @@ pub fn all() -> Vec<Controller> {
         crate::deployment::CONTROLLER,
         crate::garbagecollector::CONTROLLER,
         crate::job::CONTROLLER,
+        crate::namespace::CONTROLLER,
+        crate::nodelifecycle::CONTROLLER,
+        crate::podgc::CONTROLLER,
         crate::replicaset::CONTROLLER,
         crate::statefulset::CONTROLLER,
+        crate::tainteviction::CONTROLLER,
         crate::ttlafterfinished::CONTROLLER,
     ]
 }

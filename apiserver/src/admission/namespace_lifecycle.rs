@@ -9,7 +9,7 @@ use crate::registry::Registry;
 use crate::status::{ApiError, ApiResult, Cause};
 
 /// Namespaces that always exist.
-pub const IMMORTAL: &[&str] = &["default", "kube-system", "kube-public"];
+pub const IMMORTAL: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 pub async fn validate(registry: &Registry, attrs: &Attributes) -> ApiResult<()> {
     match attrs.operation {
