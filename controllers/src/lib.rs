@@ -6,7 +6,13 @@
 //!   `kube-system/kube-controller-manager` Lease.
 //! - one module per controller, named as kube-controller-manager names it.
 
+pub mod backoff;
 pub mod deployment;
+pub mod disruption;
+pub mod endpoint;
+pub mod endpointslice;
 pub mod garbagecollector;
 pub mod manager;
+pub mod persistentvolume;
 pub mod replicaset;
+pub mod resourcequota;
