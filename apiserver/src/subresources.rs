@@ -268,8 +268,131 @@ fn resolve(value: &Value, total: usize, round_up: bool) -> Option<usize> {
     } as usize)
 }
 
-/// POST pods/NAME/eviction: deletes the pod unless a disruption budget
-/// covering it would be violated (429).
+/// kube's `canIgnorePDB`: a pod that is not running, or already going,
+/// disrupts nothing.
+fn ignores_budgets(pod: &Value) -> bool {
+    matches!(
+        pod["status"]["phase"].as_str(),
+        Some("Succeeded" | "Failed" | "Pending")
+    ) || object::is_deleting(pod)
+}
+
+/// The 429 an eviction gets when its budget forbids it.
+fn budget_violated(budget: &Value, needed: i64, healthy_now: i64) -> ApiError {
+    let budget_name = object::name(budget);
+    let mut err = ApiError::new(
+        429,
+        "TooManyRequests",
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+    );
+    err.details = Some(Box::new(crate::status::Details {
+        causes: vec![Cause {
+            reason: "DisruptionBudget",
+            message: format!(
+                "The disruption budget {budget_name} needs {needed} healthy pods and has {healthy_now} currently"
+            ),
+            field: String::new(),
+        }],
+        retry_after_seconds: Some(5),
+        ..Default::default()
+    }));
+    err
+}
+
+/// The disruption controller has written the budget's status for its
+/// current spec.
+fn observed(budget: &Value) -> bool {
+    let generation = budget["metadata"]["generation"].as_i64().unwrap_or(0);
+    budget["status"]["observedGeneration"]
+        .as_i64()
+        .is_some_and(|seen| seen >= generation)
+}
+
+/// Without a status from the disruption controller (a cluster running
+/// none): the budget counted from the pods here, as the controller would.
+fn check_uncounted(budget: &Value, pod: &Value, pods: &[Value]) -> ApiResult<()> {
+    let Ok(selector) = LabelSelector::from_json(&budget["spec"]["selector"]) else {
+        return Ok(());
+    };
+    let covered: Vec<&Value> = pods.iter().filter(|p| selector.matches_object(p)).collect();
+    let total = covered.len();
+    let healthy_now = covered.iter().filter(|p| healthy(p)).count();
+    let needed = if let Some(min) = resolve(&budget["spec"]["minAvailable"], total, true) {
+        min
+    } else if let Some(max) = resolve(&budget["spec"]["maxUnavailable"], total, false) {
+        total.saturating_sub(max)
+    } else {
+        return Ok(());
+    };
+    let after = if healthy(pod) {
+        healthy_now.saturating_sub(1)
+    } else {
+        healthy_now
+    };
+    if after < needed {
+        return Err(budget_violated(budget, needed as i64, healthy_now as i64));
+    }
+    Ok(())
+}
+
+/// kube's eviction against a counted budget: an unhealthy pod goes when the
+/// budget is met (or its policy is AlwaysAllow); a healthy one spends one of
+/// `disruptionsAllowed` and is recorded in `disruptedPods`, by
+/// compare-and-swap on the budget, or is refused with 429 when none is left.
+async fn spend(
+    registry: &Registry,
+    pdbs: &Target<'_>,
+    budget: &Value,
+    pod: &Value,
+    dry_run: bool,
+) -> ApiResult<()> {
+    let status = &budget["status"];
+    let current = status["currentHealthy"].as_i64().unwrap_or(0);
+    let desired = status["desiredHealthy"].as_i64().unwrap_or(0);
+    if !healthy(pod) {
+        let always = budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow";
+        return match always || current >= desired {
+            true => Ok(()),
+            false => Err(budget_violated(budget, desired, current)),
+        };
+    }
+    if status["disruptionsAllowed"].as_i64().unwrap_or(0) <= 0 {
+        return Err(budget_violated(budget, desired, current));
+    }
+    if dry_run {
+        return Ok(());
+    }
+    let mut spent = budget.clone();
+    let allowed = status["disruptionsAllowed"].as_i64().unwrap_or(0) - 1;
+    spent["status"]["disruptionsAllowed"] = json!(allowed);
+    if !spent["status"]["disruptedPods"].is_object() {
+        spent["status"]["disruptedPods"] = json!({});
+    }
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or(jiff::Timestamp::now());
+    spent["status"]["disruptedPods"][object::name(pod)] = json!(now.to_string());
+    let write = Write::new("disruption-controller", false);
+    registry
+        .update(pdbs, object::name(budget), spent, Some("status"), &write)
+        .await
+        .map_err(|err| match err.code {
+            // Another eviction spent it first: the client retries.
+            409 => ApiError::new(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+            ),
+            _ => err,
+        })?;
+    Ok(())
+}
+
+/// POST pods/NAME/eviction: deletes the pod unless the PodDisruptionBudget
+/// covering it allows no disruption (429), as kube's eviction does: it
+/// reads and spends the budget's `status.disruptionsAllowed`, which the
+/// disruption controller keeps; a budget it has not counted yet is counted
+/// here from the pods.
 pub async fn evict(
     registry: &Registry,
     target: &Target<'_>,
@@ -278,66 +401,43 @@ pub async fn evict(
 ) -> ApiResult<Value> {
     let pod = registry.get(target, name).await?;
     let namespace = target.namespace.unwrap_or("default");
+    let dry_run = eviction["deleteOptions"]["dryRun"]
+        .as_array()
+        .is_some_and(|d| d.iter().any(|v| v == "All"));
     let pdbs = resources::find("policy", "v1", "poddisruptionbudgets").expect("pdbs are served");
-    let budgets = registry
-        .list(
-            &Target {
-                resource: pdbs,
-                namespace: Some(namespace),
-            },
-            &ListOptions::default(),
-        )
-        .await?;
-    let pods = registry.list(target, &ListOptions::default()).await?;
-    let pods = pods["items"].as_array().cloned().unwrap_or_default();
-    for budget in budgets["items"].as_array().into_iter().flatten() {
-        let Ok(selector) = LabelSelector::from_json(&budget["spec"]["selector"]) else {
-            continue;
-        };
-        if selector.is_empty() || !selector.matches_object(&pod) {
-            continue;
+    let pdbs = Target {
+        resource: pdbs,
+        namespace: Some(namespace),
+    };
+    if !ignores_budgets(&pod) {
+        let budgets = registry.list(&pdbs, &ListOptions::default()).await?;
+        let covering: Vec<&Value> = budgets["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| {
+                LabelSelector::from_json(&b["spec"]["selector"])
+                    .is_ok_and(|s| !s.is_empty() && s.matches_object(&pod))
+            })
+            .collect();
+        if covering.len() > 1 {
+            return Err(ApiError::internal(
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+            ));
         }
-        let covered: Vec<&Value> = pods.iter().filter(|p| selector.matches_object(p)).collect();
-        let total = covered.len();
-        let healthy_now = covered.iter().filter(|p| healthy(p)).count();
-        let needed = if let Some(min) = resolve(&budget["spec"]["minAvailable"], total, true) {
-            min
-        } else if let Some(max) = resolve(&budget["spec"]["maxUnavailable"], total, false) {
-            total.saturating_sub(max)
-        } else {
-            continue;
-        };
-        let after = if healthy(&pod) {
-            healthy_now.saturating_sub(1)
-        } else {
-            healthy_now
-        };
-        if after < needed {
-            let budget_name = object::name(budget);
-            let mut err = ApiError::new(
-                429,
-                "TooManyRequests",
-                "Cannot evict pod as it would violate the pod's disruption budget.",
-            );
-            err.details = Some(Box::new(crate::status::Details {
-                causes: vec![Cause {
-                    reason: "DisruptionBudget",
-                    message: format!(
-                        "The disruption budget {budget_name} needs {needed} healthy pods and has {healthy_now} currently"
-                    ),
-                    field: String::new(),
-                }],
-                retry_after_seconds: Some(5),
-                ..Default::default()
-            }));
-            return Err(err);
+        if let Some(budget) = covering.first() {
+            if observed(budget) {
+                spend(registry, &pdbs, budget, &pod, dry_run).await?;
+            } else {
+                let pods = registry.list(target, &ListOptions::default()).await?;
+                let pods = pods["items"].as_array().cloned().unwrap_or_default();
+                check_uncounted(budget, &pod, &pods)?;
+            }
         }
     }
     let options = DeleteOptions {
         grace_period_seconds: eviction["deleteOptions"]["gracePeriodSeconds"].as_i64(),
-        dry_run: eviction["deleteOptions"]["dryRun"]
-            .as_array()
-            .is_some_and(|d| d.iter().any(|v| v == "All")),
+        dry_run,
         propagation: match eviction["deleteOptions"]["propagationPolicy"].as_str() {
             Some(policy) => Some(Propagation::parse(policy)?),
             None => None,
@@ -382,5 +482,20 @@ mod tests {
         let ready = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
         assert!(healthy(&ready));
         assert!(!healthy(&json!({"status": {"phase": "Pending"}})));
+    }
+
+    #[test]
+    fn pods_not_running_ignore_budgets_and_counted_budgets_are_read() {
+        assert!(ignores_budgets(&json!({"status": {"phase": "Pending"}})));
+        assert!(ignores_budgets(&json!({"status": {"phase": "Succeeded"}})));
+        assert!(!ignores_budgets(&json!({"status": {"phase": "Running"}})));
+        let budget = json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2}});
+        assert!(observed(&budget));
+        assert!(!observed(
+            &json!({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}})
+        ));
+        assert!(!observed(&json!({"metadata": {"generation": 1}})));
+        let err = budget_violated(&json!({"metadata": {"name": "web"}}), 2, 1);
+        assert_eq!(err.code, 429);
     }
 }

@@ -305,6 +305,8 @@ fn printer_for(resource: &ResourceType) -> Printer {
         ("scheduling.k8s.io", "priorityclasses") => (PRIORITY_CLASS_COLUMNS, priority_class_cells),
         ("coordination.k8s.io", "leases") => (LEASE_COLUMNS, lease_cells),
         ("policy", "poddisruptionbudgets") => (PDB_COLUMNS, pdb_cells),
+        ("discovery.k8s.io", "endpointslices") => (ENDPOINT_SLICE_COLUMNS, endpoint_slice_cells),
+        ("storage.k8s.io", "storageclasses") => (STORAGE_CLASS_COLUMNS, storage_class_cells),
         _ => (DEFAULT_COLUMNS, default_cells),
     };
     Printer { columns, cells }
@@ -1211,6 +1213,105 @@ fn service_ports(service: &Value) -> String {
         .join(",")
 }
 
+const ENDPOINT_SLICE_COLUMNS: &[Column] = &[
+    NAME,
+    col(
+        "AddressType",
+        "string",
+        "The type of addresses in the slice (IPv4, IPv6, FQDN).",
+    ),
+    col("Ports", "string", "The ports of the endpoints."),
+    col(
+        "Endpoints",
+        "string",
+        "The first addresses of the endpoints.",
+    ),
+    AGE,
+];
+
+/// kube's printer: ports as `p1,p2` (`<unset>` for a port-less slice), up
+/// to three addresses then ` + N more...`.
+fn endpoint_slice_cells(slice: &Value, now: Timestamp) -> Vec<Value> {
+    let ports = items(slice, "/ports");
+    let ports = match ports.is_empty() {
+        true => "<unset>".to_string(),
+        false => ports
+            .iter()
+            .map(|p| match p.pointer("/port").and_then(Value::as_i64) {
+                Some(port) => port.to_string(),
+                None => "<unset>".to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+    };
+    let addresses: Vec<&str> = items(slice, "/endpoints")
+        .iter()
+        .flat_map(|e| items(e, "/addresses"))
+        .filter_map(Value::as_str)
+        .collect();
+    let shown = match addresses.len() {
+        0 => "<none>".to_string(),
+        n if n > 3 => format!("{} + {} more...", addresses[..3].join(","), n - 3),
+        _ => addresses.join(","),
+    };
+    vec![
+        name_cell(slice),
+        Value::from(text(slice, "/addressType")),
+        Value::from(ports),
+        Value::from(shown),
+        age(slice, now),
+    ]
+}
+
+const STORAGE_CLASS_COLUMNS: &[Column] = &[
+    NAME,
+    col("Provisioner", "string", "The provisioner of the class."),
+    col(
+        "ReclaimPolicy",
+        "string",
+        "What happens to released volumes.",
+    ),
+    col(
+        "VolumeBindingMode",
+        "string",
+        "When volumes are bound and provisioned.",
+    ),
+    col("AllowVolumeExpansion", "string", "Whether claims may grow."),
+    AGE,
+];
+
+/// kube's printer: the default class's name followed by ` (default)`.
+fn storage_class_cells(class: &Value, now: Timestamp) -> Vec<Value> {
+    let name = text(class, "/metadata/name");
+    let annotations = class.pointer("/metadata/annotations");
+    let is_default = [
+        "storageclass.kubernetes.io/is-default-class",
+        "storageclass.beta.kubernetes.io/is-default-class",
+    ]
+    .iter()
+    .any(|k| annotations.and_then(|a| a.get(*k)).and_then(Value::as_str) == Some("true"));
+    let name = match is_default {
+        true => format!("{name} (default)"),
+        false => name.to_string(),
+    };
+    let or = |pointer: &str, default: &str| match text(class, pointer) {
+        "" => default.to_string(),
+        value => value.to_string(),
+    };
+    let expansion = class
+        .pointer("/allowVolumeExpansion")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    vec![
+        Value::from(name),
+        Value::from(text(class, "/provisioner")),
+        Value::from(or("/reclaimPolicy", "Delete")),
+        Value::from(or("/volumeBindingMode", "Immediate")),
+        Value::from(expansion.to_string()),
+        age(class, now),
+    ]
+}
+
 const ENDPOINTS_COLUMNS: &[Column] = &[
     NAME,
     col(
@@ -1848,6 +1949,25 @@ mod tests {
     }
 
     #[test]
+    fn endpoint_slices_and_storage_classes_print_as_kubectl_shows_them() {
+        let slice = json!({"metadata": {"name": "web-abc"}, "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080}],
+            "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"]},
+                          {"addresses": ["10.0.0.3"]}, {"addresses": ["10.0.0.4"]}]});
+        let row = cells("discovery.k8s.io", "endpointslices", slice);
+        assert_eq!(row[1], "IPv4");
+        assert_eq!(row[2], "8080");
+        assert_eq!(row[3], "10.0.0.1,10.0.0.2,10.0.0.3 + 1 more...");
+        let class = json!({"metadata": {"name": "standard",
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": "skiff.dev/host-path"});
+        let row = cells("storage.k8s.io", "storageclasses", class);
+        assert_eq!(row[0], "standard (default)");
+        assert_eq!(row[2], "Delete");
+        assert_eq!(row[3], "Immediate");
+    }
+
+    #[test]
     fn column_sets_are_the_ones_kubectl_users_know() {
         assert_eq!(
             header("", "pods", false),
@@ -1899,6 +2019,14 @@ mod tests {
         );
         assert_eq!(header("", "serviceaccounts", false), "NAME | SECRETS | AGE");
         assert_eq!(header("", "endpoints", false), "NAME | ENDPOINTS | AGE");
+        assert_eq!(
+            header("discovery.k8s.io", "endpointslices", false),
+            "NAME | ADDRESSTYPE | PORTS | ENDPOINTS | AGE"
+        );
+        assert_eq!(
+            header("storage.k8s.io", "storageclasses", false),
+            "NAME | PROVISIONER | RECLAIMPOLICY | VOLUMEBINDINGMODE | ALLOWVOLUMEEXPANSION | AGE"
+        );
         assert_eq!(header("", "limitranges", false), "NAME | CREATED AT");
         assert_eq!(
             header("policy", "poddisruptionbudgets", false),

@@ -6,17 +6,23 @@
 //!   `kube-system/kube-controller-manager` Lease.
 //! - one module per controller, named as kube-controller-manager names it.
 
+pub mod backoff;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
+pub mod endpoint;
+pub mod endpointslice;
 pub mod garbagecollector;
 pub mod history;
 pub mod job;
 pub mod manager;
 pub mod namespace;
 pub mod nodelifecycle;
+pub mod persistentvolume;
 pub mod podgc;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod statefulset;
 pub mod tainteviction;
 pub mod ttlafterfinished;

@@ -39,7 +39,14 @@ pub struct Settings {
     /// Terminated pods kept before the pod garbage collector deletes the
     /// oldest (`--terminated-pod-gc-threshold`); 0 keeps all.
     pub terminated_pod_gc_threshold: usize,
+    /// Where the hostPath provisioner makes its volumes' directories
+    /// (`--host-path-provisioner-dir`; `skiff up` uses `DATA_DIR/volumes`).
+    pub host_path_provisioner_dir: std::path::PathBuf,
 }
+
+/// The hostPath provisioner's default base directory, as kube's hostPath
+/// recycler and provisioner default to `/tmp`.
+pub const DEFAULT_HOST_PATH_PROVISIONER_DIR: &str = "/tmp/skiff-hostpath-provisioner";
 
 impl Default for Settings {
     fn default() -> Self {
@@ -49,6 +56,7 @@ impl Default for Settings {
             node_startup_grace_period: Duration::from_secs(60),
             node_eviction_rate: 0.1,
             terminated_pod_gc_threshold: 12_500,
+            host_path_provisioner_dir: DEFAULT_HOST_PATH_PROVISIONER_DIR.into(),
         }
     }
 }
@@ -65,12 +73,17 @@ pub fn all() -> Vec<Controller> {
         crate::cronjob::CONTROLLER,
         crate::daemonset::CONTROLLER,
         crate::deployment::CONTROLLER,
+        crate::disruption::CONTROLLER,
+        crate::endpoint::CONTROLLER,
+        crate::endpointslice::CONTROLLER,
         crate::garbagecollector::CONTROLLER,
         crate::job::CONTROLLER,
         crate::namespace::CONTROLLER,
         crate::nodelifecycle::CONTROLLER,
+        crate::persistentvolume::CONTROLLER,
         crate::podgc::CONTROLLER,
         crate::replicaset::CONTROLLER,
+        crate::resourcequota::CONTROLLER,
         crate::statefulset::CONTROLLER,
         crate::tainteviction::CONTROLLER,
         crate::ttlafterfinished::CONTROLLER,

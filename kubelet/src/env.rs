@@ -25,6 +25,9 @@ pub struct EnvSources {
     pub config_maps: BTreeMap<String, ConfigMap>,
     pub secrets: BTreeMap<String, Secret>,
     pub node_allocatable: BTreeMap<String, ApiQuantity>,
+    /// persistentVolumeClaim volumes: claim name → its bound volume's
+    /// directory, or why it has none yet.
+    pub claims: BTreeMap<String, crate::volumes::ClaimVolume>,
 }
 
 /// What the pod cannot tell about itself: where it runs and its addresses.

@@ -215,6 +215,11 @@ pub struct ControllerFlags {
     /// Terminated pods kept before the oldest are deleted; 0 keeps all.
     #[arg(long, default_value_t = 12_500)]
     pub terminated_pod_gc_threshold: usize,
+    /// Where the hostPath provisioner (StorageClass provisioner
+    /// skiff.dev/host-path) makes volume directories [default:
+    /// /tmp/skiff-hostpath-provisioner; `skiff up`: DATA_DIR/volumes].
+    #[arg(long)]
+    pub host_path_provisioner_dir: Option<PathBuf>,
 }
 
 impl ControllerFlags {
@@ -233,6 +238,10 @@ impl ControllerFlags {
             node_startup_grace_period: self.node_startup_grace_period,
             node_eviction_rate: self.node_eviction_rate,
             terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
+            host_path_provisioner_dir: self
+                .host_path_provisioner_dir
+                .clone()
+                .unwrap_or_else(|| manager::DEFAULT_HOST_PATH_PROVISIONER_DIR.into()),
         }
     }
 }

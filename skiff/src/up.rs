@@ -78,7 +78,11 @@ impl LocalNode {
     }
 }
 
-pub async fn up(args: UpArgs) -> Result<()> {
+pub async fn up(mut args: UpArgs) -> Result<()> {
+    if args.controllers.host_path_provisioner_dir.is_none() {
+        let volumes = std::path::absolute(args.data_dir.join("volumes"))?;
+        args.controllers.host_path_provisioner_dir = Some(volumes);
+    }
     if !args.store_endpoints.is_empty() {
         return api_only(args).await;
     }

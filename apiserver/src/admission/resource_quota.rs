@@ -209,7 +209,7 @@ async fn count_namespace(
 }
 
 /// The resource a quota name counts.
-fn resource_of(name: &str) -> Option<&'static ResourceType> {
+pub fn resource_of(name: &str) -> Option<&'static ResourceType> {
     let find = |group: &str, plural: &str| {
         crate::resources::all()
             .iter()

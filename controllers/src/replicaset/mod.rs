@@ -89,6 +89,7 @@ pub enum Error {
 
 /// The HTTP status of an API error.
 pub(crate) fn status_code(err: &kube::Error) -> Option<u16> {
+pub fn status_code(err: &kube::Error) -> Option<u16> {
     match err {
         kube::Error::Api(status) => Some(status.code),
         _ => None,
@@ -97,6 +98,7 @@ pub(crate) fn status_code(err: &kube::Error) -> Option<u16> {
 
 /// The apiserver's message for an API error, else the error itself.
 pub(crate) fn api_message(err: &kube::Error) -> String {
+pub fn api_message(err: &kube::Error) -> String {
     match err {
         kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
         other => other.to_string(),
@@ -192,6 +194,9 @@ fn error_policy(rs: Arc<ReplicaSet>, err: &Error, ctx: Arc<Context>) -> Action {
 }
 
 pub(crate) fn retry_delay(failures: u32) -> Duration {
+/// The back-off before retry number `failures` (5ms doubled up to 1000s),
+/// kube-controller-manager's default per-item rate limiter.
+pub fn retry_delay(failures: u32) -> Duration {
     let exponent = failures.saturating_sub(1).min(31);
     RETRY_BASE.saturating_mul(1 << exponent).min(RETRY_MAX)
 }

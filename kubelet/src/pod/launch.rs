@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use kube::{Api, Client};
 use skiff_apiserver::admission::quantity::Quantity;
@@ -50,7 +52,12 @@ impl PodLauncher {
         let prepared = volumes::prepare(&self.pods_dir, pod, &sources)
             .await
             .map_err(|err| NotStarted {
-                reason: "CreateContainerConfigError",
+                // The kubelet keeps such a pod in ContainerCreating until
+                // its claims are bound.
+                reason: match err {
+                    volumes::VolumeError::ClaimNotReady { .. } => "ContainerCreating",
+                    _ => "CreateContainerConfigError",
+                },
                 message: err.to_string(),
             })?;
         let env =
@@ -108,7 +115,43 @@ impl PodLauncher {
                 sources.secrets.insert(name, found);
             }
         }
+        self.claims(pod, namespace, &mut sources).await?;
         Ok(sources)
+    }
+
+    /// Each persistentVolumeClaim the pod names, resolved to its bound
+    /// volume's directory (or why it has none yet).
+    async fn claims(
+        &self,
+        pod: &Pod,
+        namespace: &str,
+        sources: &mut EnvSources,
+    ) -> Result<(), NotStarted> {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        for name in volumes::claim_names(pod) {
+            let claim = claims.get_opt(&name).await.map_err(claim_error)?;
+            let volume_name = claim
+                .as_ref()
+                .and_then(|c| c.spec.as_ref())
+                .and_then(|s| s.volume_name.clone())
+                .filter(|n| !n.is_empty());
+            let volume = match volume_name {
+                Some(volume_name) => volumes.get_opt(&volume_name).await.map_err(claim_error)?,
+                None => None,
+            };
+            let resolved =
+                volumes::resolve_claim(namespace, &name, claim.as_ref(), volume.as_ref());
+            sources.claims.insert(name, resolved);
+        }
+        Ok(())
+    }
+}
+
+fn claim_error(err: kube::Error) -> NotStarted {
+    NotStarted {
+        reason: "ContainerCreating",
+        message: format!("reading the pod's PersistentVolumeClaims: {err}"),
     }
 }
 

@@ -1,8 +1,10 @@
 //! Pod volumes as plain directories, since skiff has no mount namespaces:
-//! emptyDir, configMap, secret, hostPath, downwardAPI and projected, linked
+//! emptyDir, configMap, secret, hostPath, downwardAPI, projected and
+//! persistentVolumeClaim (its bound volume's hostPath or local path), linked
 //! into a per-pod root and announced through env (see [`PreparedVolumes`]).
 
 mod atomic_writer;
+mod claims;
 mod host_path;
 mod mounts;
 mod sources;
@@ -14,6 +16,8 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::env::EnvSources;
+
+pub use claims::{claim_names, resolve_claim, ClaimVolume};
 
 /// Where emptyDir volumes live under the pod directory, as the kubelet names it.
 const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
@@ -71,10 +75,12 @@ pub enum VolumeError {
     MissingUid,
     #[error("pod uid {0:?} cannot name a directory")]
     InvalidUid(String),
-    #[error("unsupported volume type \"{kind}\" (volume \"{volume}\"); skiff runs emptyDir, configMap, secret, hostPath, downwardAPI and projected volumes")]
+    #[error("unsupported volume type \"{kind}\" (volume \"{volume}\"); skiff runs emptyDir, configMap, secret, hostPath, downwardAPI, projected and persistentVolumeClaim volumes")]
     UnsupportedType { volume: String, kind: String },
     #[error("MountVolume.SetUp failed for volume \"{volume}\" : {reason}")]
     SetUp { volume: String, reason: String },
+    #[error("unable to attach or mount volumes: unmounted volumes=[{volume}]: {reason}")]
+    ClaimNotReady { volume: String, reason: String },
     #[error("container \"{container}\" mounts volume \"{volume}\", which the pod does not define")]
     UnknownVolume { container: String, volume: String },
     #[error("container \"{container}\": invalid {field} \"{path}\": {why}")]

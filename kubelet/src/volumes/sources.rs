@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume, VolumeProjection};
 
 use super::atomic_writer::{write_payload, FileEntry, Payload};
-use super::{host_path, set_mode, VolumeError, EMPTY_DIR_PLUGIN};
+use super::{host_path, set_mode, ClaimVolume, VolumeError, EMPTY_DIR_PLUGIN};
 use crate::env::{self, EnvSources, NodeFacts};
 
 /// Kubernetes' default mode for configMap, secret, downwardAPI and projected files.
@@ -89,6 +89,28 @@ fn plan_volume(
     } else if let Some(source) = &volume.host_path {
         let kind = source.type_.clone().unwrap_or_default();
         (PathBuf::from(&source.path), Content::HostPath { kind })
+    } else if let Some(source) = &volume.persistent_volume_claim {
+        match sources.claims.get(&source.claim_name) {
+            Some(ClaimVolume::Bound { path, kind }) => (
+                PathBuf::from(path),
+                Content::HostPath { kind: kind.clone() },
+            ),
+            Some(ClaimVolume::NotReady(reason)) => {
+                return Err(VolumeError::ClaimNotReady {
+                    volume: name,
+                    reason: reason.clone(),
+                })
+            }
+            None => {
+                return Err(VolumeError::ClaimNotReady {
+                    volume: name,
+                    reason: format!(
+                        "persistentvolumeclaim \"{}\" was not looked up",
+                        source.claim_name
+                    ),
+                })
+            }
+        }
     } else if let Some(source) = &volume.downward_api {
         let mode = file_mode(source.default_mode, DEFAULT_MODE);
         let items = source.items.as_deref().unwrap_or_default();

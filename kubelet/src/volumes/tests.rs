@@ -17,6 +17,13 @@ fn pod(spec: serde_json::Value) -> Pod {
 
 fn sources() -> EnvSources {
     let mut sources = EnvSources::default();
+    sources.claims.insert(
+        "data".into(),
+        ClaimVolume::NotReady(
+            "PVC shop/data has non-bound phase (\"Pending\") or empty pvc.Spec.VolumeName (\"\")"
+                .into(),
+        ),
+    );
     let map: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "settings"},
         "data": {"app.conf": "debug=1", "other": "x"},
@@ -261,7 +268,11 @@ async fn bad_volumes_fail_with_what_is_wrong() {
     let cases = [
         (
             json!({"name": "v", "persistentVolumeClaim": {"claimName": "data"}}),
-            "unsupported volume type \"persistentVolumeClaim\"",
+            "unable to attach or mount volumes: unmounted volumes=[v]: PVC shop/data has non-bound phase (\"Pending\")",
+        ),
+        (
+            json!({"name": "v", "nfs": {"server": "nfs", "path": "/"}}),
+            "unsupported volume type \"nfs\"",
         ),
         (
             json!({"name": "v", "configMap": {"name": "missing"}}),
@@ -323,5 +334,44 @@ fn mount_paths_become_env_names() {
     assert_eq!(
         mounts::env_name("/var/lib/my-app.d/"),
         "SKIFF_VOLUME_VAR_LIB_MY_APP_D"
+    );
+}
+
+#[tokio::test]
+async fn a_bound_claim_is_mounted_as_its_volumes_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let volume_dir = tempfile::tempdir().expect("volume dir");
+    let provisioned = volume_dir.path().join("pvc-1");
+    let mut sources = sources();
+    sources.claims.insert(
+        "data".into(),
+        ClaimVolume::Bound {
+            path: provisioned.display().to_string(),
+            kind: "DirectoryOrCreate".into(),
+        },
+    );
+    let pod = pod(json!({
+        "containers": [{"name": "app", "volumeMounts": [{"name": "store", "mountPath": "/data"}]}],
+        "volumes": [{"name": "store", "persistentVolumeClaim": {"claimName": "data"}}],
+    }));
+    let prepared = prepare(dir.path(), &pod, &sources).await.expect("prepared");
+    assert!(
+        provisioned.is_dir(),
+        "DirectoryOrCreate made the volume's directory"
+    );
+    assert_eq!(prepared.volume_path("store"), Some(provisioned.as_path()));
+    let root = prepared.root().expect("root");
+    std::fs::write(root.join("data/f"), "hi").expect("written through the mountPath");
+    assert_eq!(read(&provisioned.join("f")), "hi");
+    let env = prepared.container_env("app");
+    assert!(env.contains(&(
+        "SKIFF_VOLUME_DATA".to_string(),
+        provisioned.display().to_string()
+    )));
+    cleanup(dir.path(), "uid-1").await.expect("cleaned");
+    assert_eq!(
+        read(&provisioned.join("f")),
+        "hi",
+        "the volume outlives the pod"
     );
 }

@@ -1,0 +1,199 @@
+//! The disruption controller: keeps every PodDisruptionBudget's status —
+//! expectedPods, currentHealthy, desiredHealthy, disruptionsAllowed,
+//! observedGeneration, the DisruptionAllowed condition — and clears
+//! `disruptedPods` entries of pods that went or were not deleted in time.
+//! The eviction subresource reads and spends `disruptionsAllowed`.
+
+pub mod plan;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Pod, ReplicationController};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::PostParams;
+use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::{Api, Client, Resource};
+
+use crate::backoff::{key, Failures};
+use crate::manager::Controller;
+use crate::replicaset::{api_message, status_code};
+
+/// The `disruption` controller of the controller-manager.
+pub const CONTROLLER: Controller = Controller {
+    name: "disruption",
+    run: |client, _settings| Box::pin(run(client)),
+};
+
+pub struct Context {
+    client: Client,
+    pods: Store<Pod>,
+    replica_sets: Store<ReplicaSet>,
+    deployments: Store<Deployment>,
+    stateful_sets: Store<StatefulSet>,
+    replication_controllers: Store<ReplicationController>,
+    failures: Failures,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "updating the status of PodDisruptionBudget {key}: {}",
+        api_message(source)
+    )]
+    Api {
+        key: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the caches of the disruption controller stopped")]
+    CacheStopped,
+}
+
+/// A reflector store of `K` and the stream that keeps it.
+fn cache<K>(
+    client: &Client,
+) -> (
+    Store<K>,
+    futures::stream::BoxStream<'static, Result<K, watcher::Error>>,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let events = watcher(Api::<K>::all(client.clone()), Default::default())
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects()
+        .boxed();
+    (store, events)
+}
+
+/// Watches budgets, pods and their controllers and syncs budgets until aborted.
+pub async fn run(client: Client) {
+    let (budgets, budget_events) = cache::<PodDisruptionBudget>(&client);
+    let (pods, pod_events) = cache::<Pod>(&client);
+    let (replica_sets, rs_events) = cache::<ReplicaSet>(&client);
+    let (deployments, deployment_events) = cache::<Deployment>(&client);
+    let (stateful_sets, set_events) = cache::<StatefulSet>(&client);
+    let (replication_controllers, rc_events) = cache::<ReplicationController>(&client);
+    let ctx = Arc::new(Context {
+        client,
+        pods,
+        replica_sets,
+        deployments,
+        stateful_sets,
+        replication_controllers,
+        failures: Failures::default(),
+    });
+    // A controller's scale change concerns the budgets of its namespace.
+    let namespaces = futures::stream::select_all([
+        pod_events
+            .map(|e| e.map(|o| o.metadata.namespace.unwrap_or_default()))
+            .boxed(),
+        rs_events
+            .map(|e| e.map(|o| o.metadata.namespace.unwrap_or_default()))
+            .boxed(),
+        deployment_events
+            .map(|e| e.map(|o| o.metadata.namespace.unwrap_or_default()))
+            .boxed(),
+        set_events
+            .map(|e| e.map(|o| o.metadata.namespace.unwrap_or_default()))
+            .boxed(),
+        rc_events
+            .map(|e| e.map(|o| o.metadata.namespace.unwrap_or_default()))
+            .boxed(),
+    ]);
+    let cached = budgets.clone();
+    let queue = futures::stream::select(
+        trigger_self(budget_events, ()),
+        trigger_with(namespaces, move |namespace: String| {
+            cached
+                .state()
+                .iter()
+                .filter(|b| b.metadata.namespace.as_deref() == Some(namespace.as_str()))
+                .map(|b| ObjectRef::from_obj(b.as_ref()))
+                .collect::<Vec<_>>()
+        }),
+    );
+    applier(
+        |pdb, ctx| Box::pin(reconcile(pdb, ctx)),
+        |pdb, err, ctx| {
+            let delay = ctx.failures.delay(&key(&pdb.metadata));
+            tracing::warn!(pdb = %key(&pdb.metadata), error = %err, retry_in = ?delay, "PodDisruptionBudget sync failed");
+            Action::requeue(delay)
+        },
+        ctx,
+        budgets,
+        queue,
+        Config::default().concurrency(1),
+    )
+    .for_each(|result| async move {
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "disruption controller");
+        }
+    })
+    .await;
+}
+
+async fn reconcile(pdb: Arc<PodDisruptionBudget>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ready = futures::try_join!(
+        ctx.pods.wait_until_ready(),
+        ctx.replica_sets.wait_until_ready(),
+        ctx.deployments.wait_until_ready(),
+        ctx.stateful_sets.wait_until_ready(),
+        ctx.replication_controllers.wait_until_ready(),
+    );
+    ready.map_err(|_| Error::CacheStopped)?;
+    let key = key(&pdb.metadata);
+    let namespace = pdb.metadata.namespace.clone().unwrap_or_default();
+    let in_namespace = |ns: &Option<String>| ns.as_deref() == Some(namespace.as_str());
+    let pods = ctx
+        .pods
+        .state_filter(|p| in_namespace(&p.metadata.namespace));
+    let controllers = plan::Controllers {
+        replica_sets: ctx
+            .replica_sets
+            .state_filter(|r| in_namespace(&r.metadata.namespace)),
+        deployments: ctx
+            .deployments
+            .state_filter(|d| in_namespace(&d.metadata.namespace)),
+        stateful_sets: ctx
+            .stateful_sets
+            .state_filter(|s| in_namespace(&s.metadata.namespace)),
+        replication_controllers: ctx
+            .replication_controllers
+            .state_filter(|r| in_namespace(&r.metadata.namespace)),
+    };
+    let now = jiff::Timestamp::now();
+    let (status, recheck) = plan::status(&pdb, &pods, &controllers, now);
+    if plan::changed(pdb.status.as_ref(), &status) {
+        let mut updated = pdb.as_ref().clone();
+        updated.status = Some(status);
+        let api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &namespace);
+        let name = pdb.metadata.name.as_deref().unwrap_or_default();
+        match api
+            .replace_status(name, &PostParams::default(), &updated)
+            .await
+        {
+            Ok(_) => {}
+            Err(err) if status_code(&err) == Some(404) => {}
+            Err(source) => return Err(Error::Api { key, source }),
+        }
+    }
+    ctx.failures.forget(&key);
+    Ok(match recheck {
+        Some(at) => Action::requeue(Duration::try_from(at.duration_since(now)).unwrap_or_default()),
+        None => Action::await_change(),
+    })
+}

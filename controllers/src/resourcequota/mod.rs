@@ -1,0 +1,198 @@
+//! The ResourceQuota controller: recounts every quota's `status.used` from
+//! the objects of its namespace (every 5 minutes, and soon after an object
+//! it counts changes or goes), with `status.hard` mirroring `spec.hard`.
+//! Admission charges a write to the quotas as it happens and gives usage
+//! back on delete; this controller counts the same way (the apiserver's own
+//! [`usage`] function) and corrects any drift. Not: scopes, scope selectors.
+
+pub mod count;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolumeClaim, Pod, ResourceQuota, Secret, Service,
+};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::ApiResource;
+use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::{Api, Client, Resource};
+use serde_json::Value;
+use skiff_apiserver::admission::resource_quota::{resource_of, usage};
+use skiff_apiserver::resources::ResourceType;
+
+use crate::backoff::{key, Failures};
+use crate::manager::Controller;
+use crate::replicaset::{api_message, status_code};
+
+/// The `resourcequota` controller of the controller-manager.
+pub const CONTROLLER: Controller = Controller {
+    name: "resourcequota",
+    run: |client, _settings| Box::pin(run(client)),
+};
+
+/// How often every quota is recounted (`--resource-quota-sync-period`).
+pub const SYNC_PERIOD: Duration = Duration::from_secs(5 * 60);
+/// Quotas synced at once (`--concurrent-resource-quota-syncs`).
+pub const CONCURRENT_SYNCS: u16 = 5;
+/// Changes to counted objects within this long make one recount.
+const DEBOUNCE: Duration = Duration::from_millis(500);
+
+pub struct Context {
+    client: Client,
+    failures: Failures,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{action} for ResourceQuota {key}: {}", api_message(source))]
+    Api {
+        key: String,
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Watches quotas and the objects quotas usually count, and recounts.
+pub async fn run(client: Client) {
+    let (quotas, quota_writer) = reflector::store::<ResourceQuota>();
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        failures: Failures::default(),
+    });
+    let quota_events = watcher(
+        Api::<ResourceQuota>::all(client.clone()),
+        Default::default(),
+    )
+    .default_backoff()
+    .reflect(quota_writer)
+    .touched_objects();
+    let changes = futures::stream::select_all([
+        namespaces_of::<Pod>(&client),
+        namespaces_of::<Service>(&client),
+        namespaces_of::<ConfigMap>(&client),
+        namespaces_of::<Secret>(&client),
+        namespaces_of::<PersistentVolumeClaim>(&client),
+    ]);
+    let cached = quotas.clone();
+    let queue = futures::stream::select(
+        trigger_self(quota_events, ()),
+        trigger_with(changes, move |namespace: String| {
+            quotas_in(&cached, &namespace)
+        }),
+    );
+    applier(
+        |quota, ctx| Box::pin(reconcile(quota, ctx)),
+        |quota, err, ctx| {
+            let delay = ctx.failures.delay(&key(&quota.metadata));
+            tracing::warn!(quota = %key(&quota.metadata), error = %err, retry_in = ?delay, "ResourceQuota sync failed");
+            Action::requeue(delay)
+        },
+        ctx,
+        quotas,
+        queue,
+        Config::default().concurrency(CONCURRENT_SYNCS).debounce(DEBOUNCE),
+    )
+    .for_each(|result| async move {
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "resourcequota controller");
+        }
+    })
+    .await;
+}
+
+/// The namespace of every changed or deleted object of kind `K`.
+fn namespaces_of<K>(
+    client: &Client,
+) -> futures::stream::BoxStream<'static, Result<String, watcher::Error>>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    watcher(Api::<K>::all(client.clone()), Default::default())
+        .default_backoff()
+        .touched_objects()
+        .map(|object| object.map(|o| o.meta().namespace.clone().unwrap_or_default()))
+        .boxed()
+}
+
+fn quotas_in(quotas: &Store<ResourceQuota>, namespace: &str) -> Vec<ObjectRef<ResourceQuota>> {
+    quotas
+        .state()
+        .iter()
+        .filter(|q| q.metadata.namespace.as_deref() == Some(namespace))
+        .map(|q| ObjectRef::from_obj(q.as_ref()))
+        .collect()
+}
+
+async fn reconcile(quota: Arc<ResourceQuota>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let key = key(&quota.metadata);
+    let namespace = quota.metadata.namespace.clone().unwrap_or_default();
+    let hard = count::hard(&quota);
+    let mut objects: Vec<(&'static ResourceType, Vec<Value>)> = Vec::new();
+    for resource in count::resources(&hard, resource_of) {
+        let listed = list(&ctx.client, resource, &namespace)
+            .await
+            .map_err(|source| Error::Api {
+                key: key.clone(),
+                action: format!("listing {}", resource.plural),
+                source,
+            })?;
+        objects.push((resource, listed));
+    }
+    let used = count::used(&hard, &objects, usage);
+    if let Some(patch) = count::status_patch(&quota, &hard, &used) {
+        let api: Api<ResourceQuota> = Api::namespaced(ctx.client.clone(), &namespace);
+        let name = quota.metadata.name.as_deref().unwrap_or_default();
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => tracing::debug!(quota = %key, "quota usage recounted"),
+            Err(err) if status_code(&err) == Some(404) => {}
+            Err(source) => {
+                return Err(Error::Api {
+                    key,
+                    action: "writing the status".into(),
+                    source,
+                })
+            }
+        }
+    }
+    ctx.failures.forget(&key);
+    Ok(Action::requeue(SYNC_PERIOD))
+}
+
+/// Every object of `resource` in `namespace`, as JSON.
+async fn list(
+    client: &Client,
+    resource: &ResourceType,
+    namespace: &str,
+) -> Result<Vec<Value>, kube::Error> {
+    let api_version = match resource.group {
+        "" => resource.version.to_string(),
+        group => format!("{group}/{}", resource.version),
+    };
+    let api_resource = ApiResource {
+        group: resource.group.into(),
+        version: resource.version.into(),
+        api_version,
+        kind: resource.kind.into(),
+        plural: resource.plural.into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &api_resource);
+    let listed = api.list(&ListParams::default()).await?;
+    Ok(listed
+        .items
+        .into_iter()
+        .filter_map(|o| serde_json::to_value(o).ok())
+        .collect())
+}
