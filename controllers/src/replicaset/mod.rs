@@ -88,7 +88,6 @@ pub enum Error {
 }
 
 /// The HTTP status of an API error.
-pub(crate) fn status_code(err: &kube::Error) -> Option<u16> {
 pub fn status_code(err: &kube::Error) -> Option<u16> {
     match err {
         kube::Error::Api(status) => Some(status.code),
@@ -97,7 +96,6 @@ pub fn status_code(err: &kube::Error) -> Option<u16> {
 }
 
 /// The apiserver's message for an API error, else the error itself.
-pub(crate) fn api_message(err: &kube::Error) -> String {
 pub fn api_message(err: &kube::Error) -> String {
     match err {
         kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
@@ -193,7 +191,6 @@ fn error_policy(rs: Arc<ReplicaSet>, err: &Error, ctx: Arc<Context>) -> Action {
     Action::requeue(delay)
 }
 
-pub(crate) fn retry_delay(failures: u32) -> Duration {
 /// The back-off before retry number `failures` (5ms doubled up to 1000s),
 /// kube-controller-manager's default per-item rate limiter.
 pub fn retry_delay(failures: u32) -> Duration {
