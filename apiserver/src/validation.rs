@@ -630,7 +630,7 @@ fn check_decodes(resource: &ResourceType, object: &Value) -> Result<(), ApiError
 fn validate_kind(resource: &ResourceType, object: &Value, causes: &mut Vec<Cause>) {
     let spec = field(object, "spec");
     match (resource.group, resource.kind) {
-        ("", "Pod") => validate_pod_spec(causes, spec, "spec"),
+        ("", "Pod") => validate_pod_spec(causes, spec, "spec", &[]),
         ("", "Service") => validate_service(causes, spec),
         ("", "ConfigMap") => validate_config_map(causes, object),
         ("", "Secret") => validate_secret(causes, object),
@@ -659,8 +659,10 @@ fn validate_kind(resource: &ResourceType, object: &Value, causes: &mut Vec<Cause
 // Pods and pod templates
 // ---------------------------------------------------------------------------
 
-fn validate_pod_spec(causes: &mut Vec<Cause>, spec: &Value, path: &str) {
-    let mut volumes = HashSet::new();
+/// A pod spec; `claims` are volumes its mounts may name besides
+/// `volumes` (a StatefulSet's volumeClaimTemplates, added to each pod).
+fn validate_pod_spec(causes: &mut Vec<Cause>, spec: &Value, path: &str, claims: &[&str]) {
+    let mut volumes: HashSet<&str> = claims.iter().copied().collect();
     for (i, volume) in items(spec, "volumes").iter().enumerate() {
         let name = text(volume, "name");
         let at = format!("{path}.volumes[{i}].name");
@@ -828,11 +830,16 @@ fn validate_volume_mounts(
 }
 
 /// A pod template: its labels and annotations, then its pod spec.
-fn validate_pod_template(causes: &mut Vec<Cause>, template: &Value, path: &str) {
+fn validate_pod_template(causes: &mut Vec<Cause>, template: &Value, path: &str, claims: &[&str]) {
     let meta = field(template, "metadata");
     validate_labels(causes, meta, "labels", &format!("{path}.labels"));
     validate_annotations(causes, meta, &format!("{path}.annotations"));
-    validate_pod_spec(causes, field(template, "spec"), &format!("{path}.spec"));
+    validate_pod_spec(
+        causes,
+        field(template, "spec"),
+        &format!("{path}.spec"),
+        claims,
+    );
 }
 
 /// The template's restartPolicy, `Always` when unset (Kubernetes' default).
@@ -874,7 +881,12 @@ fn validate_workload(causes: &mut Vec<Cause>, kind: &str, spec: &Value) {
     }
     let template = field(spec, "template");
     check_selector_matches_template(causes, selector, template, "spec");
-    validate_pod_template(causes, template, "spec.template");
+    let claims: Vec<&str> = items(spec, "volumeClaimTemplates")
+        .iter()
+        .map(|claim| text(field(claim, "metadata"), "name"))
+        .filter(|name| !name.is_empty())
+        .collect();
+    validate_pod_template(causes, template, "spec.template", &claims);
     let policy = template_restart_policy(template);
     if policy != "Always" {
         causes.push(not_supported(
@@ -982,7 +994,7 @@ fn validate_job_spec(causes: &mut Vec<Cause>, spec: &Value, path: &str) {
         validate_label_selector(causes, selector, &format!("{path}.selector"));
         check_selector_matches_template(causes, Some(selector), template, path);
     }
-    validate_pod_template(causes, template, &format!("{path}.template"));
+    validate_pod_template(causes, template, &format!("{path}.template"), &[]);
     let policy = template_restart_policy(template);
     if policy != "OnFailure" && policy != "Never" {
         let at = format!("{path}.template.spec.restartPolicy");
@@ -1713,6 +1725,29 @@ mod tests {
         let replicaset = kind("apps/v1", "ReplicaSet");
         let good = json!({"metadata": {"name": "r"}, "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template()}});
         assert_eq!(validate_object(replicaset, &good), Ok(()));
+    }
+
+    /// A StatefulSet's pods mount its volumeClaimTemplates by name, which
+    /// are not among the template's volumes; other names still must be.
+    #[test]
+    fn statefulset_mounts_may_name_its_claim_templates() {
+        let statefulset = kind("apps/v1", "StatefulSet");
+        let with_mounts = |mounts: Value| {
+            let mut template = template();
+            template["spec"]["containers"][0]["volumeMounts"] = mounts;
+            json!({"metadata": {"name": "s"}, "spec": {
+                "selector": {"matchLabels": {"app": "web"}}, "template": template,
+                "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}],
+            }})
+        };
+        let good = with_mounts(json!([{"name": "data", "mountPath": "/data"}]));
+        assert_eq!(validate_object(statefulset, &good), Ok(()));
+        let bad = with_mounts(json!([{"name": "logs", "mountPath": "/logs"}]));
+        assert_eq!(
+            invalid_lines(statefulset, bad),
+            vec!["spec.template.spec.containers[0].volumeMounts[0].name: Not found: \"logs\""]
+        );
     }
 
     #[test]
