@@ -63,7 +63,12 @@ async fn a_deleted_namespace_terminates_empties_and_goes() -> Result<()> {
         return Ok(());
     };
     let kubectl = &node.kubectl;
-    kubectl.ok(&["create", "namespace", "doomed"])?;
+    // (`kubectl create namespace` sends protobuf, which skiff does not read.)
+    apply(
+        kubectl,
+        "namespace.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: doomed}\n",
+    )?;
     ensure!(
         jsonpath(kubectl, "namespace", "doomed", "{.spec.finalizers}")? == "[\"kubernetes\"]",
         "a new namespace carries the kubernetes finalizer"
@@ -95,7 +100,11 @@ async fn a_deleted_namespace_terminates_empties_and_goes() -> Result<()> {
         jsonpath(kubectl, "namespace", "doomed", "{.status.phase}")? == "Terminating",
         "the namespace shows Terminating while its pod stops"
     );
-    let refused = kubectl.fails(&["create", "configmap", "late", "-n", "doomed"])?;
+    kubectl.manifest(
+        "late.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late, namespace: doomed}\n",
+    )?;
+    let refused = kubectl.fails(&["create", "-f", "late.yaml"])?;
     ensure!(
         refused.contains(
             "unable to create new content in namespace doomed because it is being terminated"

@@ -109,8 +109,11 @@ mod tests {
     #[test]
     fn an_unreachable_node_is_tainted_and_the_taints_go_when_it_is_ready() {
         let own = taint("dedicated", NO_SCHEDULE, None);
-        assert_eq!(no_execute_need(&[own.clone()], "Unknown"), NoExecute::Add);
-        let tainted = reconcile(&[own.clone()], "Unknown", true, at(10));
+        assert_eq!(
+            no_execute_need(std::slice::from_ref(&own), "Unknown"),
+            NoExecute::Add
+        );
+        let tainted = reconcile(std::slice::from_ref(&own), "Unknown", true, at(10));
         assert_eq!(
             keys(&tainted),
             [
