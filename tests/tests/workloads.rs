@@ -200,9 +200,8 @@ async fn a_daemon_set_runs_on_every_eligible_node_and_rolls_out() -> Result<()> 
     Ok(())
 }
 
-/// The container mounts no `data` volume: skiff's apiserver rejects a
-/// volumeMount naming a volumeClaimTemplate (Kubernetes accepts it), so
-/// the claim is checked in the pod's volumes instead.
+/// The container mounts its claim `data`, as StatefulSets do: the
+/// apiserver accepts a mount naming a volumeClaimTemplate.
 fn stateful_set(image: &str, replicas: u32, partition: u32) -> String {
     format!(
         "apiVersion: apps/v1
@@ -225,6 +224,7 @@ spec:
       containers:
       - name: web
         image: {image}
+        volumeMounts: [{{name: data, mountPath: /data}}]
   volumeClaimTemplates:
   - metadata: {{name: data}}
     spec:
