@@ -305,6 +305,18 @@ static TABLE: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
         entry::<core::v1::Node>(&["no"], NONE, STATUS, "io.k8s.api.core.v1.Node"),
         entry::<core::v1::Service>(&["svc"], ALL, STATUS, "io.k8s.api.core.v1.Service"),
         entry::<core::v1::Endpoints>(&["ep"], NONE, NONE, "io.k8s.api.core.v1.Endpoints"),
+        entry::<k8s_openapi::api::discovery::v1::EndpointSlice>(
+            NONE,
+            NONE,
+            NONE,
+            "io.k8s.api.discovery.v1.EndpointSlice",
+        ),
+        entry::<k8s_openapi::api::storage::v1::StorageClass>(
+            &["sc"],
+            NONE,
+            NONE,
+            "io.k8s.api.storage.v1.StorageClass",
+        ),
         entry::<core::v1::ConfigMap>(&["cm"], NONE, NONE, "io.k8s.api.core.v1.ConfigMap"),
         entry::<core::v1::Secret>(NONE, NONE, NONE, "io.k8s.api.core.v1.Secret"),
         entry::<core::v1::Event>(&["ev"], NONE, NONE, "io.k8s.api.core.v1.Event"),
@@ -503,7 +515,7 @@ mod tests {
             deploy.collection_path(Some("ns")),
             "/apis/apps/v1/namespaces/ns/deployments"
         );
-        assert_eq!(all().len(), 26);
+        assert_eq!(all().len(), 28);
         assert!(group_versions().contains(&("policy", "v1")));
     }
 

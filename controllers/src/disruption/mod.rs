@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Pod, ReplicationController};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::PostParams;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
@@ -35,7 +35,6 @@ pub struct Context {
     replica_sets: Store<ReplicaSet>,
     deployments: Store<Deployment>,
     stateful_sets: Store<StatefulSet>,
-    replication_controllers: Store<ReplicationController>,
     failures: Failures,
 }
 
@@ -86,14 +85,12 @@ pub async fn run(client: Client) {
     let (replica_sets, rs_events) = cache::<ReplicaSet>(&client);
     let (deployments, deployment_events) = cache::<Deployment>(&client);
     let (stateful_sets, set_events) = cache::<StatefulSet>(&client);
-    let (replication_controllers, rc_events) = cache::<ReplicationController>(&client);
     let ctx = Arc::new(Context {
         client,
         pods,
         replica_sets,
         deployments,
         stateful_sets,
-        replication_controllers,
         failures: Failures::default(),
     });
     // A controller's scale change concerns the budgets of its namespace.
@@ -108,9 +105,6 @@ pub async fn run(client: Client) {
             .map(|e| e.map(|o| o.metadata.namespace.unwrap_or_default()))
             .boxed(),
         set_events
-            .map(|e| e.map(|o| o.metadata.namespace.unwrap_or_default()))
-            .boxed(),
-        rc_events
             .map(|e| e.map(|o| o.metadata.namespace.unwrap_or_default()))
             .boxed(),
     ]);
@@ -152,7 +146,6 @@ async fn reconcile(pdb: Arc<PodDisruptionBudget>, ctx: Arc<Context>) -> Result<A
         ctx.replica_sets.wait_until_ready(),
         ctx.deployments.wait_until_ready(),
         ctx.stateful_sets.wait_until_ready(),
-        ctx.replication_controllers.wait_until_ready(),
     );
     ready.map_err(|_| Error::CacheStopped)?;
     let key = key(&pdb.metadata);
@@ -171,9 +164,8 @@ async fn reconcile(pdb: Arc<PodDisruptionBudget>, ctx: Arc<Context>) -> Result<A
         stateful_sets: ctx
             .stateful_sets
             .state_filter(|s| in_namespace(&s.metadata.namespace)),
-        replication_controllers: ctx
-            .replication_controllers
-            .state_filter(|r| in_namespace(&r.metadata.namespace)),
+        // skiff serves no ReplicationControllers.
+        replication_controllers: Vec::new(),
     };
     let now = jiff::Timestamp::now();
     let (status, recheck) = plan::status(&pdb, &pods, &controllers, now);
