@@ -343,18 +343,34 @@ async fn quota_usage_is_recounted_and_released() -> Result<()> {
         return Ok(());
     };
     let kubectl = &node.kubectl;
-    kubectl.ok(&["create", "namespace", "quota"])?;
-    kubectl.ok(&[
-        "create",
-        "quota",
-        "q",
-        "-n",
-        "quota",
-        "--hard=configmaps=5,services=3,pods=4",
-    ])?;
-    for name in ["a", "b", "c"] {
-        kubectl.ok(&["create", "configmap", name, "-n", "quota"])?;
-    }
+    // `kubectl create namespace|quota|configmap` post protobuf, which skiff
+    // does not read (415); the same objects go in as a manifest.
+    apply(
+        kubectl,
+        "quota.yaml",
+        "apiVersion: v1
+kind: Namespace
+metadata: {name: quota}
+---
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: q, namespace: quota}
+spec:
+  hard: {configmaps: \"5\", services: \"3\", pods: \"4\"}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: a, namespace: quota}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: b, namespace: quota}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: c, namespace: quota}
+",
+    )?;
     let base = described_used(kubectl, "configmaps")?.parse::<u32>()?;
     ensure!(base >= 3, "three configmaps counted, got {base}");
     // Usage written wrongly is recounted from what exists.

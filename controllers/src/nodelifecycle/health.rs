@@ -96,10 +96,10 @@ pub fn condition<'a>(node: &'a Node, type_: &str) -> Option<&'a NodeCondition> {
         .find(|c| c.type_ == type_)
 }
 
-/// The status of the node's Ready condition ("True", "False", "Unknown"),
-/// "Unknown" when it has none.
-pub fn ready_status(node: &Node) -> &str {
-    condition(node, "Ready").map_or("Unknown", |c| c.status.as_str())
+/// The status of the node's Ready condition ("True", "False", "Unknown");
+/// `None` while the node has not posted one (just registered).
+pub fn ready_status(node: &Node) -> Option<&str> {
+    condition(node, "Ready").map(|c| c.status.as_str())
 }
 
 /// The conditions of a silent node: each watched one Unknown
@@ -145,6 +145,15 @@ mod tests {
 
     const MONITOR: Duration = Duration::from_secs(50);
     const STARTUP: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_node_that_posted_no_ready_condition_has_no_ready_status() {
+        assert_eq!(ready_status(&node("n").build()), None);
+        assert_eq!(
+            ready_status(&node("n").ready("False", at(5)).build()),
+            Some("False")
+        );
+    }
 
     #[test]
     fn the_heartbeat_is_the_later_of_lease_and_ready_condition() {

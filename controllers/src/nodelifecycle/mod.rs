@@ -169,7 +169,12 @@ impl Monitor {
                 tracing::info!(node = %name, "node stopped posting status; its conditions are Unknown");
             }
         }
-        let ready = health::ready_status(&node).to_string();
+        // A node that has not posted its Ready condition yet (just
+        // registered) is left alone until it does or its startup grace
+        // runs out, as Kubernetes does.
+        let Some(ready) = health::ready_status(&node).map(str::to_string) else {
+            return Ok(());
+        };
         self.taint(&api, &mut node, &ready, now)
             .await
             .map_err(failed("taint"))?;

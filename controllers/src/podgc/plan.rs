@@ -95,7 +95,7 @@ pub fn terminated(pods: &[Arc<Pod>], threshold: usize) -> Vec<Arc<Pod>> {
 pub fn out_of_service(pods: &[Arc<Pod>], nodes: &[Arc<Node>]) -> Vec<Arc<Pod>> {
     let shut: HashSet<String> = nodes
         .iter()
-        .filter(|n| crate::nodelifecycle::health::ready_status(n) != "True")
+        .filter(|n| crate::nodelifecycle::health::ready_status(n) != Some("True"))
         .filter(|n| {
             n.spec
                 .as_ref()

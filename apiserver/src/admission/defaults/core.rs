@@ -65,17 +65,21 @@ pub fn endpoints(object: &mut Value) {
     });
 }
 
+/// A claim is `Pending` until the binder says otherwise.
 pub fn persistent_volume_claim(object: &mut Value) {
     if let Some(spec) = existing(object, "spec") {
         set(spec, "volumeMode", json!("Filesystem"));
     }
+    set(&mut object["status"], "phase", json!("Pending"));
 }
 
+/// A volume is `Pending` until the binder makes it `Available`.
 pub fn persistent_volume(object: &mut Value) {
     if let Some(spec) = existing(object, "spec") {
         set(spec, "persistentVolumeReclaimPolicy", json!("Retain"));
         set(spec, "volumeMode", json!("Filesystem"));
     }
+    set(&mut object["status"], "phase", json!("Pending"));
 }
 
 /// A Container item's `default` (limits) comes from `max`, and its

@@ -168,3 +168,23 @@ fn qos_classes_as_kubernetes_computes_them() {
         "Guaranteed"
     );
 }
+
+#[test]
+fn claims_and_volumes_start_pending_and_keep_a_phase_they_have() {
+    let claim = defaulted(
+        "",
+        "v1",
+        "persistentvolumeclaims",
+        json!({"metadata": {"name": "c"}, "spec": {"accessModes": ["ReadWriteOnce"]}}),
+    );
+    assert_eq!(claim["status"]["phase"], "Pending");
+    assert_eq!(claim["spec"]["volumeMode"], "Filesystem");
+    let volume = defaulted(
+        "",
+        "v1",
+        "persistentvolumes",
+        json!({"metadata": {"name": "v"}, "spec": {}, "status": {"phase": "Bound"}}),
+    );
+    assert_eq!(volume["status"]["phase"], "Bound");
+    assert_eq!(volume["spec"]["persistentVolumeReclaimPolicy"], "Retain");
+}

@@ -237,7 +237,7 @@ fn a_claim_naming_a_volume_binds_to_it_and_a_bound_claim_can_be_lost() {
         }),
     );
     assert_eq!(
-        claim_action(&bound, &[bound_volume.clone()], &[], &[]),
+        claim_action(&bound, std::slice::from_ref(&bound_volume), &[], &[]),
         ClaimAction::Nothing
     );
     assert_eq!(
@@ -262,7 +262,7 @@ fn volumes_follow_their_claims_and_reclaim_policy() {
     let bound = volume("v", "1Gi", reference.clone());
     let c = claim("data", "1Gi", json!({"spec": {"volumeName": "v"}}));
     assert_eq!(
-        volume_action(&bound, &[c.clone()]),
+        volume_action(&bound, std::slice::from_ref(&c)),
         VolumeAction::Phase("Bound", None)
     );
     assert_eq!(
