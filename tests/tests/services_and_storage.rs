@@ -219,6 +219,9 @@ spec:
     persistentVolumeClaim: {claimName: data}
 ";
     apply(kubectl, "claim.yaml", claim)?;
+    // DefaultStorageClass admission names the default class.
+    let named = jsonpath(kubectl, "pvc", "data", "{.spec.storageClassName}")?;
+    ensure!(named == "standard", "storageClassName {named:?}");
     wait_for(kubectl, "pvc", "data", "{.status.phase}", "Bound").await?;
     let volume = jsonpath(kubectl, "pvc", "data", "{.spec.volumeName}")?;
     let uid = jsonpath(kubectl, "pvc", "data", "{.metadata.uid}")?;
@@ -311,6 +314,14 @@ spec:
     apply(kubectl, "volume.yaml", &volume)?;
     wait_for(kubectl, "pvc", "later", "{.status.phase}", "Bound").await?;
     wait_for(kubectl, "pod", "waiting", "{.status.phase}", "Running").await?;
+    // Waiting for the claim was no restart.
+    let restarts = jsonpath(
+        kubectl,
+        "pod",
+        "waiting",
+        "{.status.containerStatuses[0].restartCount}",
+    )?;
+    ensure!(restarts == "0", "restartCount {restarts}");
     wait_until("the file in the volume", || {
         Ok(dir.path().join("f").exists())
     })

@@ -5,6 +5,7 @@
 //! ResourceQuota charges the namespace's quotas last. Validation of object
 //! shape is not here (`crate::validation`).
 
+pub mod default_storage_class;
 pub mod default_toleration_seconds;
 pub mod defaults;
 pub mod limit_ranger;
@@ -119,7 +120,8 @@ impl Admission {
     }
 
     /// The mutating phase, in Kubernetes' order: defaults, LimitRanger,
-    /// ServiceAccount, DefaultTolerationSeconds, Priority, ResourceQuota
+    /// ServiceAccount, DefaultTolerationSeconds, DefaultStorageClass,
+    /// Priority, ResourceQuota
     /// (a quota's own status), then mutating webhooks (and defaults again
     /// on what they returned).
     pub async fn mutate(&self, registry: &Registry, attrs: &mut Attributes) -> ApiResult<()> {
@@ -129,6 +131,7 @@ impl Admission {
         limit_ranger::admit(registry, attrs).await?;
         service_account::admit(registry, attrs).await?;
         default_toleration_seconds::admit(attrs);
+        default_storage_class::admit(registry, attrs).await?;
         priority::admit(registry, attrs).await?;
         resource_quota::admit(registry, attrs).await?;
         if self.webhooks.mutate(registry, attrs).await? {

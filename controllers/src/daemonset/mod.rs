@@ -27,10 +27,11 @@ use kube::{Api, Client};
 use parking_lot::Mutex;
 use skiff_apiserver::selectors::LabelSelector;
 
+use crate::backoff::Failures;
 use crate::history::HistoryError;
 use crate::manager::Controller;
 use crate::replicaset::pods::controller_ref;
-use crate::replicaset::{retry_delay, Expectations};
+use crate::replicaset::Expectations;
 
 /// The `daemonset` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
@@ -52,23 +53,12 @@ pub struct Context {
     pods: Store<Pod>,
     nodes: Store<Node>,
     expectations: Mutex<Expectations>,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Failures,
     /// Per DaemonSet and node: the current back-off and when it was set.
     failed_pods: Mutex<HashMap<(String, String), (Duration, Timestamp)>>,
 }
 
 impl Context {
-    fn record_failure(&self, key: &str) -> u32 {
-        let mut failures = self.failures.lock();
-        let count = failures.entry(key.to_string()).or_insert(0);
-        *count = count.saturating_add(1);
-        *count
-    }
-
-    fn forget_failures(&self, key: &str) {
-        self.failures.lock().remove(key);
-    }
-
     /// A failed daemon pod on `node` is being replaced: the next one waits longer.
     fn record_failed_pod(&self, key: &str, node: &str, now: Timestamp) {
         let mut failed = self.failed_pods.lock();
@@ -177,7 +167,7 @@ pub async fn run(client: Client) {
         pods,
         nodes,
         expectations: Mutex::new(Expectations::default()),
-        failures: Mutex::new(HashMap::new()),
+        failures: Failures::default(),
         failed_pods: Mutex::new(HashMap::new()),
     });
     let ds_ctx = ctx.clone();
@@ -197,7 +187,7 @@ pub async fn run(client: Client) {
     let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .reflect(pod_writer)
-        .inspect(move |event| observe(&pod_ctx.expectations, event))
+        .inspect(move |event| pod_ctx.expectations.lock().observe_event(event))
         .touched_objects();
     let seen: Mutex<HashMap<String, String>> = Mutex::new(HashMap::new());
     let node_events = watcher(Api::<Node>::all(client), watcher::Config::default())
@@ -261,21 +251,6 @@ fn daemon_set_of(pod: &Pod, _cache: &Store<DaemonSet>) -> Option<ObjectRef<Daemo
         .then(|| ObjectRef::new(&owner.name).within(namespace))
 }
 
-fn observe(
-    expectations: &Mutex<Expectations>,
-    event: &Result<watcher::Event<Pod>, watcher::Error>,
-) {
-    match event {
-        Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
-            expectations
-                .lock()
-                .observe(pod, pod.metadata.deletion_timestamp.is_some());
-        }
-        Ok(watcher::Event::Delete(pod)) => expectations.lock().observe(pod, true),
-        _ => {}
-    }
-}
-
 /// Syncs once the pod and node caches are filled.
 async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.pods
@@ -291,7 +266,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Erro
 
 fn error_policy(ds: Arc<DaemonSet>, err: &Error, ctx: Arc<Context>) -> Action {
     let key = key_of(&ds);
-    let delay = retry_delay(ctx.record_failure(&key));
+    let delay = ctx.failures.delay(&key);
     tracing::warn!(daemonset = %key, error = %err, retry_in = ?delay, "DaemonSet sync failed");
     Action::requeue(delay)
 }
@@ -324,7 +299,7 @@ mod tests {
             pods,
             nodes,
             expectations: Mutex::new(Expectations::default()),
-            failures: Mutex::new(HashMap::new()),
+            failures: Failures::default(),
             failed_pods: Mutex::new(HashMap::new()),
         };
         assert_eq!(ctx.backoff_remaining("default/a", "n1", NOW), None);

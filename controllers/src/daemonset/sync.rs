@@ -27,7 +27,7 @@ pub async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, 
     let key = key_of(&ds);
     let result = sync(&ds, &ctx, &key).await;
     if result.is_ok() {
-        ctx.forget_failures(&key);
+        ctx.failures.forget(&key);
     }
     result
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher;
 
 use super::pods::controller_ref;
 
@@ -69,6 +70,18 @@ impl Expectations {
             pending.deletions.remove(uid);
         }
         self.drop_if_empty(key);
+    }
+
+    /// A pod watch event: a pod applied (deleted if it has a
+    /// deletionTimestamp) or gone.
+    pub fn observe_event(&mut self, event: &Result<watcher::Event<Pod>, watcher::Error>) {
+        match event {
+            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+                self.observe(pod, pod.metadata.deletion_timestamp.is_some());
+            }
+            Ok(watcher::Event::Delete(pod)) => self.observe(pod, true),
+            _ => {}
+        }
     }
 
     /// A pod event from the watch: `deleted` when the pod is gone or

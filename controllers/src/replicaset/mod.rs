@@ -13,7 +13,7 @@ pub mod status;
 mod sync;
 pub mod triggers;
 
-use std::collections::HashMap;
+use crate::backoff::Failures;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,20 +53,7 @@ pub struct Context {
     client: Client,
     pods: Store<Pod>,
     expectations: Mutex<Expectations>,
-    failures: Mutex<HashMap<String, u32>>,
-}
-
-impl Context {
-    fn record_failure(&self, key: &str) -> u32 {
-        let mut failures = self.failures.lock();
-        let count = failures.entry(key.to_string()).or_insert(0);
-        *count = count.saturating_add(1);
-        *count
-    }
-
-    fn forget_failures(&self, key: &str) {
-        self.failures.lock().remove(key);
-    }
+    failures: Failures,
 }
 
 /// Why a sync failed; each is retried with back-off.
@@ -111,7 +98,7 @@ pub async fn run(client: Client) {
         client: client.clone(),
         pods,
         expectations: Mutex::new(Expectations::default()),
-        failures: Mutex::new(HashMap::new()),
+        failures: Failures::default(),
     });
     let rs_ctx = ctx.clone();
     let rs_events = watcher(
@@ -130,7 +117,7 @@ pub async fn run(client: Client) {
     let pod_events = watcher(Api::<Pod>::all(client), watcher::Config::default())
         .default_backoff()
         .reflect(pod_writer)
-        .inspect(move |event| observe(&pod_ctx.expectations, event))
+        .inspect(move |event| pod_ctx.expectations.lock().observe_event(event))
         .touched_objects();
     let cached = replica_sets.clone();
     let queue = futures::stream::select(
@@ -156,22 +143,6 @@ pub async fn run(client: Client) {
     .await;
 }
 
-/// Tells expectations about a pod event from the watch.
-fn observe(
-    expectations: &Mutex<Expectations>,
-    event: &Result<watcher::Event<Pod>, watcher::Error>,
-) {
-    match event {
-        Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
-            expectations
-                .lock()
-                .observe(pod, pod.metadata.deletion_timestamp.is_some());
-        }
-        Ok(watcher::Event::Delete(pod)) => expectations.lock().observe(pod, true),
-        _ => {}
-    }
-}
-
 /// Syncs once the pod cache is filled: before that, every ReplicaSet
 /// would look as if it had no pods.
 async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -186,7 +157,7 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, Err
 /// ReplicaSet (kube-controller-manager's default rate limiter).
 fn error_policy(rs: Arc<ReplicaSet>, err: &Error, ctx: Arc<Context>) -> Action {
     let key = key_of(&rs);
-    let delay = retry_delay(ctx.record_failure(&key));
+    let delay = ctx.failures.delay(&key);
     tracing::warn!(replicaset = %key, error = %err, retry_in = ?delay, "ReplicaSet sync failed");
     Action::requeue(delay)
 }

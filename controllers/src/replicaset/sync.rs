@@ -33,7 +33,7 @@ pub async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action,
     let key = key_of(&rs);
     let result = sync(&rs, &ctx, &key).await;
     if result.is_ok() {
-        ctx.forget_failures(&key);
+        ctx.failures.forget(&key);
     }
     result
 }

@@ -12,7 +12,7 @@ pub mod plan;
 pub mod status;
 mod sync;
 
-use std::collections::HashMap;
+use crate::backoff::Failures;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -22,13 +22,11 @@ use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client};
-use parking_lot::Mutex;
 use skiff_apiserver::selectors::LabelSelector;
 
 use crate::history::HistoryError;
 use crate::manager::Controller;
 use crate::replicaset::pods::controller_ref;
-use crate::replicaset::retry_delay;
 
 /// The `statefulset` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
@@ -43,20 +41,7 @@ pub const CONCURRENT_SYNCS: u16 = 5;
 pub struct Context {
     client: Client,
     pods: Store<Pod>,
-    failures: Mutex<HashMap<String, u32>>,
-}
-
-impl Context {
-    fn record_failure(&self, key: &str) -> u32 {
-        let mut failures = self.failures.lock();
-        let count = failures.entry(key.to_string()).or_insert(0);
-        *count = count.saturating_add(1);
-        *count
-    }
-
-    fn forget_failures(&self, key: &str) {
-        self.failures.lock().remove(key);
-    }
+    failures: Failures,
 }
 
 /// Why a sync failed; each is retried with back-off.
@@ -110,7 +95,7 @@ pub async fn run(client: Client) {
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods,
-        failures: Mutex::new(HashMap::new()),
+        failures: Failures::default(),
     });
     let set_events = watcher(
         Api::<StatefulSet>::all(client.clone()),
@@ -162,7 +147,7 @@ async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Context>) -> Result<Action, E
 
 fn error_policy(set: Arc<StatefulSet>, err: &Error, ctx: Arc<Context>) -> Action {
     let key = key_of(&set);
-    let delay = retry_delay(ctx.record_failure(&key));
+    let delay = ctx.failures.delay(&key);
     tracing::warn!(statefulset = %key, error = %err, retry_in = ?delay, "StatefulSet sync failed");
     Action::requeue(delay)
 }

@@ -25,7 +25,7 @@ pub async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Context>) -> Result<Actio
     let key = key_of(&set);
     let result = sync(&set, &ctx, &key).await;
     if result.is_ok() {
-        ctx.forget_failures(&key);
+        ctx.failures.forget(&key);
     }
     result
 }

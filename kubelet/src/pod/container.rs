@@ -183,14 +183,22 @@ impl ContainerRunner {
         &mut self,
         attempt: u32,
     ) -> Result<(ContainerHandle, probe::ProbeTarget), Option<Ended>> {
-        let launch = match self
-            .context
-            .launcher
-            .launch(&self.pod, &self.container)
-            .await
-        {
-            Ok(launch) => launch,
-            Err(not_started) => return Err(self.wait_not_started(not_started).await),
+        // Until the container can be launched (its claims bound, its
+        // ConfigMaps there…) it waits; such tries are not restarts.
+        let launch = loop {
+            match self
+                .context
+                .launcher
+                .launch(&self.pod, &self.container)
+                .await
+            {
+                Ok(launch) => break launch,
+                Err(not_started) => {
+                    if let Some(ended) = self.wait_not_started(not_started).await {
+                        return Err(Some(ended));
+                    }
+                }
+            }
         };
         let spec = ContainerSpec {
             id: ContainerId {
