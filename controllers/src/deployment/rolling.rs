@@ -2,9 +2,18 @@
 //! the new ReplicaSet within maxSurge, shrink old ones within
 //! maxUnavailable) and Recreate (old pods gone before new ones start).
 
+use k8s_openapi::api::apps::v1::ReplicaSet;
+
 use super::plan::{spec_replicas, Rollout};
 use super::status::{available_replicas, deployment_complete, status_replicas};
 use super::{strategy, PlanError};
+
+/// The available pods a ReplicaSet keeps: its status may still count
+/// pods it was just told to shed (its controller has not caught up), and
+/// those will go.
+fn kept_available(rs: &ReplicaSet) -> i32 {
+    available_replicas(rs).min(spec_replicas(rs))
+}
 
 impl Rollout<'_> {
     pub(super) fn rollout_rolling(&mut self) -> Result<(), PlanError> {
@@ -80,7 +89,7 @@ impl Rollout<'_> {
         let min_available = strategy::replicas(self.d) - strategy::max_unavailable(self.d)?;
         let new_unavailable = self.new.map_or(0, |i| {
             let rs = &self.sets[i].rs;
-            spec_replicas(rs) - available_replicas(rs)
+            spec_replicas(rs) - kept_available(rs)
         });
         let all_pods = self.sum(&self.all(), spec_replicas);
         let max_scaled_down = all_pods - min_available - new_unavailable;
@@ -119,7 +128,7 @@ impl Rollout<'_> {
         old: &[usize],
         min_available: i32,
     ) -> Result<i32, PlanError> {
-        let available = self.sum(&self.all(), available_replicas);
+        let available = self.sum(&self.all(), kept_available);
         if available <= min_available {
             return Ok(0);
         }

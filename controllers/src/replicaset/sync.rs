@@ -2,6 +2,7 @@
 //! what to do, and do it through the API (adopt, release, create, delete,
 //! write status).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,7 +63,18 @@ async fn sync(rs: &ReplicaSet, ctx: &Context, key: &str) -> Result<Action, Error
     release(ctx, rs, &claim.release).await?;
     let failure = match plan::scale(rs, &claimed, satisfied) {
         Scale::Create(count) => create_pods(ctx, rs, key, count).await,
-        Scale::Delete(victims) => delete_pods(ctx, key, &victims).await,
+        Scale::Delete(victims) => {
+            let (deleted, failure) = delete_pods(ctx, key, &victims).await;
+            // Pods now terminating are no longer replicas: the status says
+            // so at once rather than on the next sync.
+            claimed.retain(|p| {
+                p.metadata
+                    .uid
+                    .as_ref()
+                    .is_none_or(|uid| !deleted.contains(uid))
+            });
+            failure
+        }
         Scale::Steady | Scale::AwaitingExpectations => None,
     };
     let computed = compute_status(rs, &claimed, failure.as_ref(), now);
@@ -214,7 +226,13 @@ async fn create_pods(
 }
 
 /// Deletes `victims` (all at once, each on the condition of its UID).
-async fn delete_pods(ctx: &Context, key: &str, victims: &[Arc<Pod>]) -> Option<ManageFailure> {
+/// Deletes `victims`; the UIDs of those deleted (or already gone), and the
+/// first failure.
+async fn delete_pods(
+    ctx: &Context,
+    key: &str,
+    victims: &[Arc<Pod>],
+) -> (HashSet<String>, Option<ManageFailure>) {
     let uids = victims.iter().filter_map(|p| p.metadata.uid.clone());
     ctx.expectations
         .lock()
@@ -234,16 +252,25 @@ async fn delete_pods(ctx: &Context, key: &str, victims: &[Arc<Pod>]) -> Option<M
         async move { api.delete(pod_name(pod), &params).await }
     });
     let mut failure = None;
+    let mut deleted = HashSet::new();
     for (pod, result) in victims.iter().zip(join_all(deletes).await) {
-        let Err(err) = result else { continue };
+        let err = match result {
+            Ok(_) => {
+                deleted.extend(pod.metadata.uid.clone());
+                continue;
+            }
+            Err(err) => err,
+        };
         ctx.expectations
             .lock()
             .deletion_failed(key, pod.metadata.uid.as_deref().unwrap_or_default());
-        if status_code(&err) != Some(404) {
+        if status_code(&err) == Some(404) {
+            deleted.extend(pod.metadata.uid.clone());
+        } else {
             failure.get_or_insert_with(|| ManageFailure::Delete(api_message(&err)));
         }
     }
-    failure
+    (deleted, failure)
 }
 
 /// Writes `status` through the status subresource unless it is current.
