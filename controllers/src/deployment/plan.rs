@@ -311,7 +311,11 @@ impl<'a> Rollout<'a> {
             return Ok(replicas);
         }
         let max_total = replicas + strategy::max_surge(self.d)?;
-        let pods = self.sum(&self.all(), spec_replicas);
+        // Pods a ReplicaSet has not shed yet (its controller has not caught
+        // up with a scale-down) still count against maxSurge.
+        let pods = self.sum(&self.all(), |rs| {
+            spec_replicas(rs).max(super::status::status_replicas(rs))
+        });
         if pods >= max_total {
             return Ok(current);
         }

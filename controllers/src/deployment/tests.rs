@@ -348,7 +348,7 @@ fn a_rolling_update_keeps_within_surge_and_unavailable_at_every_step() {
 /// it is about to delete as available. Those must not be counted, or the
 /// next sync scales down too far.
 #[test]
-fn stale_replica_set_status_does_not_take_availability_below_the_minimum() {
+fn stale_replica_set_status_keeps_the_rollout_within_surge_and_availability() {
     let mut cluster = Cluster::new(deployment(100, rolling(json!("25%"), json!("25%"))));
     cluster.settle(|_| {});
     cluster.set_image("nginx:2");
@@ -362,6 +362,10 @@ fn stale_replica_set_status_does_not_take_availability_below_the_minimum() {
             .map(|rs| available_replicas(rs).min(spec_replicas(rs)))
             .sum();
         assert!(available >= 75, "step {step}: {available} available");
+        // What exists once the new ReplicaSet has grown as told, while the
+        // old ones still have the pods their status counts.
+        let pods = cluster.total(|rs| spec_replicas(rs).max(status_replicas(rs)));
+        assert!(pods <= 125, "step {step}: {pods} pods");
         // The new ReplicaSet's pods come up at once; the old ReplicaSets'
         // statuses catch up every fourth step only, counting meanwhile the
         // pods they were told to shed.
