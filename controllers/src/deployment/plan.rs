@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, ReplicaSet, Repli
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::hash::{pod_template_hash, same_template, POD_TEMPLATE_HASH};
-use super::status::{self, condition, get_condition, set_condition};
+use super::status::{self, condition, get_condition, set_condition, status_replicas};
 use super::{claim, revision, strategy, PlanError};
 
 /// What one sync of a Deployment writes, in order: ReplicaSets, then the
@@ -313,9 +313,7 @@ impl<'a> Rollout<'a> {
         let max_total = replicas + strategy::max_surge(self.d)?;
         // Pods a ReplicaSet has not shed yet (its controller has not caught
         // up with a scale-down) still count against maxSurge.
-        let pods = self.sum(&self.all(), |rs| {
-            spec_replicas(rs).max(super::status::status_replicas(rs))
-        });
+        let pods = self.sum(&self.all(), |rs| spec_replicas(rs).max(status_replicas(rs)));
         if pods >= max_total {
             return Ok(current);
         }

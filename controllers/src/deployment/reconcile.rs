@@ -3,9 +3,7 @@
 //! API right before planning (so a stale cache never creates twice), and
 //! performs the plan's writes.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -14,16 +12,11 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Precon
 use kube::runtime::controller::Action;
 use kube::runtime::{watcher, Controller};
 use kube::{Api, Client, ResourceExt};
-use parking_lot::Mutex;
 use serde_json::json;
 
 use super::plan::{plan, Plan, ReplicaSetWrite};
 use super::{revision, PlanError};
-
-/// First and longest retry delay after a failed sync (kube-controller-manager's
-/// per-item exponential back-off).
-const RETRY_BASE: Duration = Duration::from_millis(5);
-const RETRY_MAX: Duration = Duration::from_secs(1000);
+use crate::backoff::Failures;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
@@ -40,7 +33,7 @@ pub enum SyncError {
 struct Context {
     client: Client,
     /// Consecutive failed syncs per Deployment (namespace/name), for back-off.
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Failures,
 }
 
 /// Runs the Deployment controller until its task is aborted.
@@ -49,7 +42,7 @@ pub async fn run(client: Client) {
     let replica_sets: Api<ReplicaSet> = Api::all(client.clone());
     let context = Arc::new(Context {
         client,
-        failures: Mutex::new(HashMap::new()),
+        failures: Failures::default(),
     });
     Controller::new(deployments, watcher::Config::default())
         .owns(replica_sets, watcher::Config::default())
@@ -78,7 +71,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Sync
     let plan = plan(&d, &listed, now)?;
     let requeue_after = plan.requeue_after;
     perform(&ctx.client, &d, &namespace, plan).await?;
-    ctx.failures.lock().remove(&key(&d));
+    ctx.failures.forget(&key(&d));
     Ok(match requeue_after {
         Some(after) => Action::requeue(after),
         None => Action::await_change(),
@@ -86,12 +79,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Sync
 }
 
 fn error_policy(d: Arc<Deployment>, err: &SyncError, ctx: Arc<Context>) -> Action {
-    let mut failures = ctx.failures.lock();
-    let count = failures.entry(key(&d)).or_insert(0);
-    let delay = RETRY_BASE
-        .saturating_mul(2u32.saturating_pow(*count))
-        .min(RETRY_MAX);
-    *count = count.saturating_add(1);
+    let delay = ctx.failures.delay(&key(&d));
     tracing::debug!(deployment = %key(&d), error = %err, ?delay, "requeueing deployment");
     Action::requeue(delay)
 }

@@ -157,11 +157,10 @@ impl Cluster {
     /// The ReplicaSet controller of the newest revision alone.
     fn run_new_replica_set(&mut self) {
         let newest = self.replica_sets.iter().map(revision::revision).max();
-        let mut others = std::mem::take(&mut self.replica_sets);
-        let (mut new, old): (Vec<_>, Vec<_>) = others
-            .drain(..)
+        let (new, old) = std::mem::take(&mut self.replica_sets)
+            .into_iter()
             .partition(|rs| Some(revision::revision(rs)) == newest);
-        self.replica_sets = std::mem::take(&mut new);
+        self.replica_sets = new;
         self.run_replica_sets();
         self.replica_sets.extend(old);
     }

@@ -21,7 +21,6 @@ pub mod tracking;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -32,6 +31,7 @@ use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client};
 use parking_lot::Mutex;
 
+use crate::backoff::Failures;
 use crate::manager::Controller;
 use crate::replicaset::pods::controller_ref;
 use crate::replicaset::Expectations;
@@ -47,9 +47,6 @@ pub const CONTROLLER: Controller = Controller {
 /// Jobs synced at once (kube-controller-manager's `--concurrent-job-syncs`).
 pub const CONCURRENT_SYNCS: u16 = 5;
 
-const RETRY_BASE: Duration = Duration::from_millis(5);
-const RETRY_MAX: Duration = Duration::from_secs(1000);
-
 /// What every sync shares.
 pub struct Context {
     client: Client,
@@ -59,7 +56,7 @@ pub struct Context {
     /// event shows it gone (kube's finalizer expectations).
     removing_finalizers: Mutex<HashMap<String, HashSet<String>>>,
     backoff: Mutex<HashMap<String, BackoffRecord>>,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Failures,
 }
 
 /// Why a sync failed; each is retried with back-off.
@@ -119,7 +116,7 @@ pub async fn run(client: Client) {
         expectations: Mutex::new(Expectations::default()),
         removing_finalizers: Mutex::new(HashMap::new()),
         backoff: Mutex::new(HashMap::new()),
-        failures: Mutex::new(HashMap::new()),
+        failures: Failures::default(),
     });
     let job_ctx = ctx.clone();
     let job_events = watcher(Api::<Job>::all(client.clone()), watcher::Config::default())
@@ -194,13 +191,6 @@ impl Context {
         self.removing_finalizers.lock().remove(key);
         self.backoff.lock().remove(key);
     }
-
-    fn record_failure(&self, key: &str) -> u32 {
-        let mut failures = self.failures.lock();
-        let count = failures.entry(key.to_string()).or_insert(0);
-        *count = count.saturating_add(1);
-        *count
-    }
 }
 
 async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -211,7 +201,7 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error> {
     let key = key_of(&job);
     let result = sync::sync(&job, &ctx, &key).await;
     if result.is_ok() {
-        ctx.failures.lock().remove(&key);
+        ctx.failures.forget(&key);
     }
     result
 }
@@ -219,10 +209,7 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error> {
 /// Retries a failed sync after 5ms, 10ms, 20ms, … up to 1000s.
 fn error_policy(job: Arc<Job>, err: &Error, ctx: Arc<Context>) -> Action {
     let key = key_of(&job);
-    let failures = ctx.record_failure(&key);
-    let delay = RETRY_BASE
-        .saturating_mul(1 << failures.saturating_sub(1).min(31))
-        .min(RETRY_MAX);
+    let delay = ctx.failures.delay(&key);
     match err {
         Error::Api { source, .. } if status_code(source) == Some(409) => {
             tracing::debug!(job = %key, error = %err, retry_in = ?delay, "Job sync conflicted")

@@ -13,7 +13,6 @@ pub mod status;
 mod sync;
 pub mod triggers;
 
-use crate::backoff::Failures;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +28,7 @@ use parking_lot::Mutex;
 pub use expectations::{Expectations, EXPECTATIONS_TIMEOUT};
 pub use sync::key_of;
 
+use crate::backoff::Failures;
 use crate::manager::Controller;
 use status::ManageFailure;
 

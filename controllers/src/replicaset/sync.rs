@@ -225,9 +225,8 @@ async fn create_pods(
     failure.map(ManageFailure::Create)
 }
 
-/// Deletes `victims` (all at once, each on the condition of its UID).
-/// Deletes `victims`; the UIDs of those deleted (or already gone), and the
-/// first failure.
+/// Deletes `victims` (all at once, each on the condition of its UID): the
+/// UIDs of those now deleted or already gone, and the first failure.
 async fn delete_pods(
     ctx: &Context,
     key: &str,
@@ -254,20 +253,17 @@ async fn delete_pods(
     let mut failure = None;
     let mut deleted = HashSet::new();
     for (pod, result) in victims.iter().zip(join_all(deletes).await) {
-        let err = match result {
-            Ok(_) => {
-                deleted.extend(pod.metadata.uid.clone());
-                continue;
+        if result.is_err() {
+            ctx.expectations
+                .lock()
+                .deletion_failed(key, pod.metadata.uid.as_deref().unwrap_or_default());
+        }
+        match result {
+            Ok(_) => deleted.extend(pod.metadata.uid.clone()),
+            Err(err) if status_code(&err) == Some(404) => deleted.extend(pod.metadata.uid.clone()),
+            Err(err) => {
+                failure.get_or_insert_with(|| ManageFailure::Delete(api_message(&err)));
             }
-            Err(err) => err,
-        };
-        ctx.expectations
-            .lock()
-            .deletion_failed(key, pod.metadata.uid.as_deref().unwrap_or_default());
-        if status_code(&err) == Some(404) {
-            deleted.extend(pod.metadata.uid.clone());
-        } else {
-            failure.get_or_insert_with(|| ManageFailure::Delete(api_message(&err)));
         }
     }
     (deleted, failure)

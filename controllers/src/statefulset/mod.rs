@@ -12,7 +12,6 @@ pub mod plan;
 pub mod status;
 mod sync;
 
-use crate::backoff::Failures;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -24,6 +23,7 @@ use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client};
 use skiff_apiserver::selectors::LabelSelector;
 
+use crate::backoff::Failures;
 use crate::history::HistoryError;
 use crate::manager::Controller;
 use crate::replicaset::pods::controller_ref;
