@@ -12,6 +12,7 @@ pub mod conversion;
 pub mod crd;
 pub mod discovery;
 pub mod field_validation;
+pub mod limits;
 pub mod namespace;
 pub mod object;
 pub mod openapi;
@@ -39,6 +40,7 @@ pub use storage::Storage;
 pub async fn serve(
     listener: tokio::net::TcpListener,
     registry: Registry,
+    limits: limits::Limits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let bootstrap = {
@@ -69,7 +71,11 @@ pub async fn serve(
         tokio::spawn(async move { registry.follow_custom_resources().await })
     };
     let stopping = registry.clone();
-    let served = serving::serve(listener, server::router(registry), async move {
+    let router = server::router(registry).layer(axum::middleware::from_fn_with_state(
+        limits::Limiter::new(limits),
+        limits::enforce,
+    ));
+    let served = serving::serve(listener, router, async move {
         shutdown.await;
         // Open watches end now, so the graceful stop does not wait on them.
         stopping.begin_shutdown();

@@ -1051,16 +1051,32 @@ impl Registry {
         &self,
         target: &Target<'_>,
         options: &ListOptions,
-    ) -> ApiResult<Option<Vec<u8>>> {
+    ) -> ApiResult<Option<ListJson>> {
         let resource = target.resource;
         let Some(cached) = self.cache.list(target, options).await? else {
             return Ok(None);
         };
+        let mut head = b"{\"apiVersion\":".to_vec();
+        head.extend(serde_json::to_vec(&resource.api_version()).unwrap_or_default());
+        head.extend_from_slice(b",\"items\":[");
+        let mut tail = b"],\"kind\":".to_vec();
+        tail.extend(serde_json::to_vec(resource.list_kind).unwrap_or_default());
+        tail.extend_from_slice(b",\"metadata\":");
+        let metadata = list_metadata(cached.revision, cached.next_start.as_deref());
+        tail.extend(serde_json::to_vec(&metadata).unwrap_or_default());
+        tail.push(b'}');
+        if cached.objects.iter().all(|o| o.splices()) {
+            return Ok(Some(ListJson::Chunks(ListChunks {
+                head: Some(head),
+                objects: cached.objects.into_iter(),
+                first: true,
+                tail: Some(tail),
+            })));
+        }
+        // Some object's bytes are not the registry's: parse those.
         let size: usize = cached.objects.iter().map(|o| o.stored.len() + 32).sum();
-        let mut body = Vec::with_capacity(size + 256);
-        body.extend_from_slice(b"{\"apiVersion\":");
-        body.extend(serde_json::to_vec(&resource.api_version()).unwrap_or_default());
-        body.extend_from_slice(b",\"items\":[");
+        let mut body = Vec::with_capacity(head.len() + size + tail.len());
+        body.extend_from_slice(&head);
         for (i, object) in cached.objects.iter().enumerate() {
             if i > 0 {
                 body.push(b',');
@@ -1070,13 +1086,8 @@ impl Registry {
                 body.extend(serde_json::to_vec(&value).unwrap_or_default());
             }
         }
-        body.extend_from_slice(b"],\"kind\":");
-        body.extend(serde_json::to_vec(resource.list_kind).unwrap_or_default());
-        body.extend_from_slice(b",\"metadata\":");
-        let metadata = list_metadata(cached.revision, cached.next_start.as_deref());
-        body.extend(serde_json::to_vec(&metadata).unwrap_or_default());
-        body.push(b'}');
-        Ok(Some(body))
+        body.extend_from_slice(&tail);
+        Ok(Some(ListJson::Whole(body)))
     }
 
     /// GET of a collection: the objects that match, a page at a time.
@@ -1236,6 +1247,52 @@ fn crd_resource() -> &'static ResourceType {
 }
 
 /// A list's metadata: its resourceVersion and, when more follows, where.
+/// The JSON body of a list served by the watch cache.
+pub enum ListJson {
+    /// Written a chunk at a time as the connection takes it.
+    Chunks(ListChunks),
+    Whole(Vec<u8>),
+}
+
+/// Bytes of a list body per chunk: the server copies the next chunk while
+/// the client reads the last, and a list of 100 000 objects never sits in
+/// memory a second time as one buffer.
+const LIST_CHUNK: usize = 256 << 10;
+
+/// A cached list's body, a chunk of about [`LIST_CHUNK`] bytes at a time:
+/// every object's stored bytes with its resourceVersion spliced in.
+pub struct ListChunks {
+    head: Option<Vec<u8>>,
+    objects: std::vec::IntoIter<std::sync::Arc<crate::cache::CachedObject>>,
+    first: bool,
+    tail: Option<Vec<u8>>,
+}
+
+impl Iterator for ListChunks {
+    type Item = bytes::Bytes;
+
+    fn next(&mut self) -> Option<bytes::Bytes> {
+        let mut chunk = self
+            .head
+            .take()
+            .unwrap_or_else(|| Vec::with_capacity(LIST_CHUNK + 4096));
+        for object in self.objects.by_ref() {
+            if !std::mem::take(&mut self.first) {
+                chunk.push(b',');
+            }
+            // Every object splices: `list_json` checked.
+            object.write_served(&mut chunk, object.mod_revision);
+            if chunk.len() >= LIST_CHUNK {
+                return Some(chunk.into());
+            }
+        }
+        if let Some(tail) = self.tail.take() {
+            chunk.extend_from_slice(&tail);
+        }
+        (!chunk.is_empty()).then(|| chunk.into())
+    }
+}
+
 fn list_metadata(revision: i64, next_start: Option<&str>) -> Value {
     let mut metadata = json!({"resourceVersion": revision.to_string()});
     if let Some(start) = next_start {

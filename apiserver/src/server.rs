@@ -17,7 +17,7 @@ use tower::ServiceExt;
 
 use crate::conversion::served as convert;
 use crate::field_validation;
-use crate::registry::{DeleteOptions, ListOptions, Propagation, Registry, Target, Write};
+use crate::registry::{DeleteOptions, ListJson, ListOptions, Propagation, Registry, Target, Write};
 use crate::resources::{self, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
@@ -517,6 +517,12 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
             if plain {
                 // From the watch cache, without parsing each object.
                 if let Some(body) = registry.list_json(&target, &options).await? {
+                    let body = match body {
+                        ListJson::Whole(bytes) => Body::from(bytes),
+                        ListJson::Chunks(chunks) => Body::from_stream(futures::stream::iter(
+                            chunks.map(Ok::<_, std::convert::Infallible>),
+                        )),
+                    };
                     return Ok((
                         StatusCode::OK,
                         [(header::CONTENT_TYPE, "application/json")],

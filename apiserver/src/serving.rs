@@ -11,6 +11,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tower::ServiceExt;
 
 /// kube-apiserver's default `--http2-max-streams-per-connection`.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 1000;
@@ -34,7 +35,7 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(err) => {
@@ -46,7 +47,15 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
+        // Each request carries the connection's remote address, for the
+        // per-client limits.
+        let router = router.clone();
+        let service = TowerToHyperService::new(tower::service_fn(
+            move |mut request: axum::extract::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(crate::limits::Peer(peer));
+                router.clone().oneshot(request)
+            },
+        ));
         let connection = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();

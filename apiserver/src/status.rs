@@ -153,6 +153,16 @@ impl ApiError {
         Self::new(503, "ServiceUnavailable", message)
     }
 
+    /// 429: over a limit; the client may retry after `retry_after` seconds.
+    pub fn too_many_requests(message: impl Into<String>, retry_after: u32) -> Self {
+        let mut err = Self::new(429, "TooManyRequests", message);
+        err.details = Some(Box::new(Details {
+            retry_after_seconds: Some(retry_after),
+            ..Details::default()
+        }));
+        err
+    }
+
     pub fn timeout(message: impl Into<String>) -> Self {
         Self::new(504, "Timeout", message)
     }
@@ -216,7 +226,14 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self.to_status()).unwrap_or_default();
-        (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+        let mut response =
+            (code, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+        if let Some(seconds) = self.details.as_ref().and_then(|d| d.retry_after_seconds) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 

@@ -30,9 +30,9 @@ pub struct Cli {
 pub enum Command {
     /// The embedded default: a store and the Kubernetes API in this process;
     /// writes DATA_DIR/kubeconfig for kubectl.
-    Up(UpArgs),
+    Up(Box<UpArgs>),
     /// One member of a replicated cluster: a store member and the Kubernetes API.
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Run one store member: an etcd replacement serving etcd's v3 gRPC API.
     Store(StoreArgs),
     /// Run a local replicated cluster of store members on this machine.
@@ -44,7 +44,7 @@ pub enum Command {
     Scheduler(SchedulerArgs),
     /// The node agent: registers a Node and runs the pods bound to it as
     /// local processes (or simulates many nodes with --simulate N).
-    Kubelet(KubeletArgs),
+    Kubelet(Box<KubeletArgs>),
     /// The controller-manager alone, for the API of a kubeconfig.
     ControllerManager(ControllerManagerArgs),
 }
@@ -69,13 +69,13 @@ impl Command {
 impl Cli {
     pub async fn run(self) -> anyhow::Result<()> {
         match self.command {
-            Command::Up(args) => crate::up::up(args).await,
-            Command::Server(args) => crate::up::server(args).await,
+            Command::Up(args) => crate::up::up(*args).await,
+            Command::Server(args) => crate::up::server(*args).await,
             Command::Store(args) => crate::store::run(args).await,
             Command::Cluster(command) => command.run().await,
             Command::Member(args) => args.run().await,
             Command::Scheduler(args) => crate::control_plane::scheduler(args).await,
-            Command::Kubelet(args) => crate::kubelet::kubelet(args).await,
+            Command::Kubelet(args) => crate::kubelet::kubelet(*args).await,
             Command::ControllerManager(args) => {
                 crate::control_plane::controller_manager(args).await
             }

@@ -120,6 +120,10 @@ pub struct ApiServing {
     /// controllers.
     pub controller_manager: bool,
     pub controllers: crate::control_plane::ControllerFlags,
+    /// The API's request limits.
+    pub limits: skiff_apiserver::limits::Limits,
+    /// Encryption at rest, if configured.
+    pub encryption: Option<std::sync::Arc<skiff_apiserver::storage::Encryption>>,
 }
 
 /// Runs a store member, and the Kubernetes API over it if `api` is given,
@@ -178,12 +182,16 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
                 .context("reading the API listener's address")?;
             api_addr = Some((addr, api.kubeconfig.clone()));
             crate::kubeconfig::write(&api.kubeconfig, addr)?;
-            let registry =
-                skiff_apiserver::Registry::new(skiff_apiserver::Storage::local(store.clone()));
+            let mut storage = skiff_apiserver::Storage::local(store.clone());
+            if let Some(encryption) = &api.encryption {
+                storage = storage.with_encryption(encryption.clone());
+            }
+            let registry = skiff_apiserver::Registry::new(storage);
             tracing::info!(%addr, kubeconfig = %api.kubeconfig.display(), "serving the Kubernetes API");
             Some(tokio::spawn(skiff_apiserver::serve(
                 listener,
                 registry,
+                api.limits,
                 async move {
                     let _ = api_stopped.await;
                 },

@@ -45,9 +45,28 @@ pub struct UpArgs {
     pub kubelet: bool,
     #[command(flatten)]
     pub node: crate::kubelet::NodeArgs,
+    #[command(flatten)]
+    pub limits: crate::limits::LimitFlags,
+    /// An EncryptionConfiguration file: which resources are encrypted in
+    /// the store, and with which keys [default:
+    /// DATA_DIR/encryption-config.yaml, created with a new AES-GCM key
+    /// for Secrets].
+    #[arg(long)]
+    pub encryption_provider_config: Option<PathBuf>,
 }
 
 impl UpArgs {
+    /// The encryption configuration: the one given, else the data
+    /// directory's (created on first start).
+    fn encryption(&self) -> Result<std::sync::Arc<skiff_apiserver::storage::Encryption>> {
+        let path = match &self.encryption_provider_config {
+            Some(path) => path.clone(),
+            None => crate::encryption::ensure_config(
+                &self.data_dir.join(crate::encryption::DEFAULT_FILE),
+            )?,
+        };
+        crate::encryption::load(&path)
+    }
     /// The kubelet to run beside the API, if any.
     fn local_node(&self) -> Option<LocalNode> {
         self.kubelet.then(|| LocalNode {
@@ -87,6 +106,7 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
         return api_only(args).await;
     }
     let node = args.local_node();
+    let encryption = Some(args.encryption()?);
     let store = StoreArgs {
         name: "default".into(),
         data_dir: args.data_dir.join("store"),
@@ -104,6 +124,8 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
         scheduler: args.scheduler,
         controller_manager: args.controller_manager,
         controllers: args.controllers,
+        limits: args.limits.limits(),
+        encryption,
     };
     run_member(store, Some(api)).await
 }
@@ -115,7 +137,8 @@ async fn api_only(args: UpArgs) -> Result<()> {
         crate::control_plane::scheduler_config(args.scheduler_config.as_deref())?;
     let storage = skiff_apiserver::storage::EtcdStorage::connect(&args.store_endpoints)
         .map_err(|err| anyhow::anyhow!(err))?;
-    let registry = skiff_apiserver::Registry::new(skiff_apiserver::Storage::etcd(storage));
+    let storage = skiff_apiserver::Storage::etcd(storage).with_encryption(args.encryption()?);
+    let registry = skiff_apiserver::Registry::new(storage);
     let mut signals = crate::shutdown::StopSignals::register()?;
     let listener = tokio::net::TcpListener::bind(&args.api_listen)
         .await
@@ -134,9 +157,15 @@ async fn api_only(args: UpArgs) -> Result<()> {
         kubeconfig.display()
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut serving = tokio::spawn(skiff_apiserver::serve(listener, registry, async move {
-        let _ = stopped.await;
-    }));
+    let limits = args.limits.limits();
+    let mut serving = tokio::spawn(skiff_apiserver::serve(
+        listener,
+        registry,
+        limits,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
     let controllers = args.controllers.chosen(args.controller_manager)?;
     let control_plane = crate::control_plane::ControlPlane::start(
         addr,
@@ -198,9 +227,24 @@ pub struct ServerArgs {
     pub controller_manager: bool,
     #[command(flatten)]
     pub controllers: crate::control_plane::ControllerFlags,
+    #[command(flatten)]
+    pub limits: crate::limits::LimitFlags,
+    /// An EncryptionConfiguration file: which resources are encrypted in
+    /// the store, and with which keys. Every member of a cluster needs the
+    /// same one (`skiff cluster up` gives them one). Without it, Secrets
+    /// are stored in plaintext.
+    #[arg(long)]
+    pub encryption_provider_config: Option<PathBuf>,
 }
 
 pub async fn server(args: ServerArgs) -> Result<()> {
+    let encryption = match &args.encryption_provider_config {
+        Some(path) => Some(crate::encryption::load(path)?),
+        None => {
+            tracing::warn!("no --encryption-provider-config: Secrets are stored in plaintext");
+            None
+        }
+    };
     let kubeconfig = args
         .kubeconfig
         .unwrap_or_else(|| args.store.data_dir.join("kubeconfig"));
@@ -212,6 +256,8 @@ pub async fn server(args: ServerArgs) -> Result<()> {
         node: None,
         controller_manager: args.controller_manager,
         controllers: args.controllers,
+        limits: args.limits.limits(),
+        encryption,
     };
     run_member(args.store, Some(api)).await
 }

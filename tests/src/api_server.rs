@@ -272,6 +272,16 @@ impl ApiServer {
         KubeHttp::from_kubeconfig(&self.kubeconfig())
     }
 
+    /// The store's etcd v3 client address (Embedded: the member in `skiff up`).
+    pub fn client_addr(&self) -> std::net::SocketAddr {
+        self.client
+    }
+
+    /// The pid of the `skiff up` process, if one runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(|p| p.pid())
+    }
+
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
     }

@@ -19,6 +19,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct KubeHttp {
     /// `host:port` of the `http://` server.
     authority: String,
+    /// The local address connections come from (any loopback address
+    /// works on Linux), to act as distinct clients.
+    source: Option<std::net::IpAddr>,
 }
 
 #[derive(Debug, Clone)]
@@ -78,7 +81,16 @@ impl KubeHttp {
         };
         Ok(KubeHttp {
             authority: authority.trim_end_matches('/').to_string(),
+            source: None,
         })
+    }
+
+    /// The same server, reached from `source` (e.g. 127.0.0.2).
+    pub fn from_source(&self, source: std::net::IpAddr) -> KubeHttp {
+        KubeHttp {
+            authority: self.authority.clone(),
+            source: Some(source),
+        }
     }
 
     /// One request; `content_type` None sends no Content-Type header.
@@ -168,7 +180,16 @@ impl KubeHttp {
         content_type: Option<&str>,
         body: Option<&[u8]>,
     ) -> Result<BufReader<TcpStream>> {
-        let mut stream = TcpStream::connect(&self.authority)
+        let connect = async {
+            let Some(source) = self.source else {
+                return Ok(TcpStream::connect(&self.authority).await?);
+            };
+            let server: std::net::SocketAddr = self.authority.parse()?;
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind(std::net::SocketAddr::new(source, 0))?;
+            anyhow::Ok(socket.connect(server).await?)
+        };
+        let mut stream = connect
             .await
             .with_context(|| format!("connecting to {}", self.authority))?;
         let mut head = format!(

@@ -20,7 +20,8 @@ impl Filter {
             && self.fields.as_ref().is_none_or(FieldSelector::is_empty)
     }
 
-    fn selected(&self, object: &CachedObject) -> bool {
+    /// Whether the selectors pass `object` (its namespace aside).
+    pub fn selected(&self, object: &CachedObject) -> bool {
         let selectable = object.selectable();
         self.labels
             .as_ref()

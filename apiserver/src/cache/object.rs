@@ -59,6 +59,11 @@ impl CachedObject {
         }
     }
 
+    /// Whether [`CachedObject::write_served`] can write it.
+    pub fn splices(&self) -> bool {
+        self.splice.is_some()
+    }
+
     /// The object as selectors see it (only the fields they read).
     pub fn selectable(&self) -> &Selectable {
         &self.selectable

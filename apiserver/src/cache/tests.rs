@@ -184,6 +184,55 @@ async fn a_list_at_resource_version_0_reads_nothing_from_the_store() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_list_body_is_written_in_chunks_that_join_into_the_list() {
+    let (registry, _dir) = registry().await;
+    // About 600 KiB of pods: the body takes three chunks.
+    for i in 0..150 {
+        let mut pod = pod(&format!("p{i:03}"), "web");
+        pod["metadata"]["annotations"] = json!({"filler": "x".repeat(4000)});
+        registry
+            .create(&in_default(), pod, &Write::new("test", false))
+            .await
+            .expect("created");
+    }
+    let parsed = registry
+        .list(&in_default(), &list_options("0"))
+        .await
+        .unwrap();
+    let Some(crate::registry::ListJson::Chunks(chunks)) = registry
+        .list_json(&in_default(), &list_options("0"))
+        .await
+        .unwrap()
+    else {
+        panic!("the registry's own objects are written without parsing");
+    };
+    let chunks: Vec<bytes::Bytes> = chunks.collect();
+    assert!(chunks.len() >= 3, "{} chunks", chunks.len());
+    assert!(chunks.iter().all(|c| !c.is_empty()));
+    let joined: Vec<u8> = chunks.concat();
+    let listed: Value = serde_json::from_slice(&joined).expect("the chunks join into JSON");
+    assert_eq!(listed, parsed);
+    assert_eq!(names(&listed).len(), 150);
+    // An empty list is one chunk.
+    let empty = Target {
+        resource: pods(),
+        namespace: Some("kube-public"),
+    };
+    let Some(crate::registry::ListJson::Chunks(chunks)) = registry
+        .list_json(&empty, &list_options("0"))
+        .await
+        .unwrap()
+    else {
+        panic!("an empty list is written without parsing");
+    };
+    let chunks: Vec<bytes::Bytes> = chunks.collect();
+    assert_eq!(chunks.len(), 1);
+    let listed: Value = serde_json::from_slice(&chunks[0]).unwrap();
+    assert_eq!(listed["items"], json!([]));
+    assert_eq!(listed["kind"], "PodList");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_carry_the_cache_revision_and_see_writes_just_made() {
     let (registry, _dir) = registry().await;
     create(&registry, "a", "web").await;

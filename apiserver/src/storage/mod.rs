@@ -4,11 +4,13 @@
 //! it: the skiff store in this process, and any etcd v3 endpoint (real etcd
 //! included) over gRPC.
 
+mod encryption;
 mod etcd;
 mod local;
 
 use bytes::Bytes;
 
+pub use encryption::Encryption;
 pub use etcd::EtcdStorage;
 
 /// One key as stored.
@@ -76,6 +78,8 @@ pub type StorageResult<T> = Result<T, StorageError>;
 pub struct Storage {
     backend: Backend,
     requests: std::sync::Arc<requests::Requests>,
+    /// Encryption at rest of the resources it names.
+    encryption: Option<std::sync::Arc<Encryption>>,
 }
 
 #[derive(Clone)]
@@ -87,7 +91,12 @@ enum Backend {
 }
 
 /// A watch's changes, a response (one or more revisions) at a time.
-pub enum ChangeStream {
+pub struct ChangeStream {
+    source: WatchSource,
+    encryption: Option<std::sync::Arc<Encryption>>,
+}
+
+enum WatchSource {
     Local(local::LocalWatch),
     Etcd(etcd::EtcdWatch),
 }
@@ -116,9 +125,30 @@ impl ChangeStream {
 
     /// The next changes or progress notification; `None` when the watch ended.
     pub async fn next_item(&mut self) -> Option<StorageResult<WatchItem>> {
-        match self {
-            ChangeStream::Local(w) => w.next().await,
-            ChangeStream::Etcd(w) => w.next().await,
+        let item = match &mut self.source {
+            WatchSource::Local(w) => w.next().await,
+            WatchSource::Etcd(w) => w.next().await,
+        };
+        match (item, &self.encryption) {
+            (Some(Ok(WatchItem::Changes(mut changes))), Some(encryption)) => {
+                for change in &mut changes {
+                    if change.kind == ChangeKind::Put {
+                        let value = std::mem::take(&mut change.value);
+                        change.value = match encryption.decrypt(&change.key, value) {
+                            Ok(value) => value,
+                            Err(err) => return Some(Err(err)),
+                        };
+                    }
+                    if let Some(prev) = change.prev.take() {
+                        change.prev = match encryption.decrypt(&change.key, prev) {
+                            Ok(prev) => Some(prev),
+                            Err(err) => return Some(Err(err)),
+                        };
+                    }
+                }
+                Some(Ok(WatchItem::Changes(changes)))
+            }
+            (item, _) => item,
         }
     }
 
@@ -127,9 +157,9 @@ impl ChangeStream {
     /// may ignore a request made while the watch is catching up (etcd 3.4
     /// does), so ask again if none comes.
     pub fn request_progress(&self) {
-        match self {
-            ChangeStream::Local(w) => w.request_progress(),
-            ChangeStream::Etcd(w) => w.request_progress(),
+        match &self.source {
+            WatchSource::Local(w) => w.request_progress(),
+            WatchSource::Etcd(w) => w.request_progress(),
         }
     }
 }
@@ -196,6 +226,28 @@ impl Storage {
         Storage {
             backend,
             requests: Default::default(),
+            encryption: None,
+        }
+    }
+
+    /// The same store, with the values of the resources `encryption`
+    /// names encrypted on their way in and decrypted on their way out.
+    pub fn with_encryption(mut self, encryption: std::sync::Arc<Encryption>) -> Storage {
+        self.encryption = Some(encryption);
+        self
+    }
+
+    fn decrypt_kv(&self, mut kv: Kv) -> StorageResult<Kv> {
+        if let Some(encryption) = &self.encryption {
+            kv.value = encryption.decrypt(&kv.key, std::mem::take(&mut kv.value))?;
+        }
+        Ok(kv)
+    }
+
+    fn encrypt(&self, key: &str, value: Vec<u8>) -> StorageResult<Vec<u8>> {
+        match &self.encryption {
+            Some(encryption) => encryption.encrypt(key, value),
+            None => Ok(value),
         }
     }
 
@@ -216,10 +268,11 @@ impl Storage {
 impl Storage {
     pub async fn get(&self, key: &str) -> StorageResult<Option<Kv>> {
         self.requests.count("get");
-        match &self.backend {
+        let kv = match &self.backend {
             Backend::Local(s) => local::get(s, key).await,
             Backend::Etcd(e) => e.get(key).await,
-        }
+        }?;
+        kv.map(|kv| self.decrypt_kv(kv)).transpose()
     }
 
     /// Keys in `[start, end)` at `revision` (0: the newest), at most
@@ -232,15 +285,23 @@ impl Storage {
         limit: i64,
     ) -> StorageResult<Page> {
         self.requests.count("list");
-        match &self.backend {
+        let mut page = match &self.backend {
             Backend::Local(s) => local::list(s, start, end, revision, limit).await,
             Backend::Etcd(e) => e.list(start, end, revision, limit).await,
+        }?;
+        if self.encryption.is_some() {
+            page.kvs = std::mem::take(&mut page.kvs)
+                .into_iter()
+                .map(|kv| self.decrypt_kv(kv))
+                .collect::<StorageResult<_>>()?;
         }
+        Ok(page)
     }
 
     /// Puts `value` at `key` if it does not exist; its revision.
     pub async fn create(&self, key: &str, value: Vec<u8>) -> StorageResult<i64> {
         self.requests.count("create");
+        let value = self.encrypt(key, value)?;
         match &self.backend {
             Backend::Local(s) => local::create(s, key, value).await,
             Backend::Etcd(e) => e.create(key, value).await,
@@ -251,6 +312,7 @@ impl Storage {
     /// revision, or `Conflict`.
     pub async fn update(&self, key: &str, value: Vec<u8>, expected: i64) -> StorageResult<i64> {
         self.requests.count("update");
+        let value = self.encrypt(key, value)?;
         match &self.backend {
             Backend::Local(s) => local::update(s, key, value, expected).await,
             Backend::Etcd(e) => e.update(key, value, expected).await,
@@ -271,10 +333,14 @@ impl Storage {
     /// previous value of each).
     pub async fn watch(&self, start: &str, end: &str, from: i64) -> StorageResult<ChangeStream> {
         self.requests.count_watch(start);
-        match &self.backend {
-            Backend::Local(s) => local::watch(s, start, end, from).map(ChangeStream::Local),
-            Backend::Etcd(e) => e.watch(start, end, from).await.map(ChangeStream::Etcd),
-        }
+        let source = match &self.backend {
+            Backend::Local(s) => local::watch(s, start, end, from).map(WatchSource::Local),
+            Backend::Etcd(e) => e.watch(start, end, from).await.map(WatchSource::Etcd),
+        }?;
+        Ok(ChangeStream {
+            source,
+            encryption: self.encryption.clone(),
+        })
     }
 
     /// The store's newest revision.

@@ -38,6 +38,8 @@ pub struct ApiConnection {
 pub struct Answer {
     pub status: StatusCode,
     pub body: Bytes,
+    /// When the body's last byte was read (before its chunks were joined).
+    pub complete: Instant,
 }
 
 impl Answer {
@@ -96,8 +98,14 @@ impl ApiConnection {
                 .context("the connection to the API closed")?;
             let response = self.sender.send_request(request).await?;
             let status = response.status();
-            let body = response.into_body().collect().await?.to_bytes();
-            anyhow::Ok(Answer { status, body })
+            let collected = response.into_body().collect().await?;
+            let complete = Instant::now();
+            let body = collected.to_bytes();
+            anyhow::Ok(Answer {
+                status,
+                body,
+                complete,
+            })
         };
         tokio::time::timeout(REQUEST_TIMEOUT, exchange)
             .await
@@ -196,7 +204,13 @@ impl WatchStream {
         let status = response.status();
         if status != StatusCode::OK {
             let body = response.into_body().collect().await?.to_bytes();
-            return Err(Answer { status, body }.unexpected(StatusCode::OK, &format!("GET {path}")));
+            let complete = Instant::now();
+            return Err(Answer {
+                status,
+                body,
+                complete,
+            }
+            .unexpected(StatusCode::OK, &format!("GET {path}")));
         }
         Ok(response.into_body())
     }

@@ -73,6 +73,10 @@ impl Members {
         let stderr = log_file
             .try_clone()
             .with_context(|| format!("opening {}", log.display()))?;
+        // One encryption configuration for every member: each must read
+        // what another wrote.
+        let encryption =
+            crate::encryption::ensure_config(&dir.join(crate::encryption::DEFAULT_FILE))?;
         let exe = std::env::current_exe().context("finding the skiff executable")?;
         let mut command = Command::new(exe);
         command
@@ -85,6 +89,8 @@ impl Members {
             .args(["--initial-cluster", initial_cluster])
             .args(["--initial-cluster-state", "new"])
             .args(["--api-listen", &layout.api.to_string()])
+            .arg("--encryption-provider-config")
+            .arg(&encryption)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log_file))
             .stderr(Stdio::from(stderr))

@@ -1,0 +1,427 @@
+//! Limits on what clients may ask of the API server at once, as
+//! kube-apiserver's `--max-requests-inflight`,
+//! `--max-mutating-requests-inflight` and `--request-timeout`, plus a
+//! token bucket per client and a cap on each client's open watches. A
+//! request over a limit is answered at once with 429 TooManyRequests and a
+//! `Retry-After` header (client libraries wait that long and retry), so a
+//! flood costs the server little and never queues without bound.
+//!
+//! A client is its remote IP address. Long-running requests (watches,
+//! followed logs, exec, attach, port-forward, proxy) do not count against
+//! the in-flight caps or the request timeout; watches count against the
+//! per-client watch cap. Health checks (`/healthz`, `/livez`, `/readyz`)
+//! are never limited.
+
+mod rate;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{Method, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+pub use rate::ClientBuckets;
+
+use crate::status::ApiError;
+
+/// The limits, with kube-apiserver's defaults where it has them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Read requests served at once (0: no cap). kube-apiserver: 400.
+    pub max_requests_inflight: usize,
+    /// Writes served at once (0: no cap). kube-apiserver: 200.
+    pub max_mutating_requests_inflight: usize,
+    /// Requests per second each client may make on average (0: no limit).
+    pub client_qps: f64,
+    /// Requests a client may make at once after being idle.
+    pub client_burst: u32,
+    /// Watches each client may hold open (0: no cap).
+    pub max_watches_per_client: usize,
+    /// Longest a request that is not long-running may take; a request's
+    /// own `?timeout=` may shorten it. kube-apiserver: 60 s.
+    pub request_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_requests_inflight: 400,
+            max_mutating_requests_inflight: 200,
+            client_qps: 5000.0,
+            client_burst: 10_000,
+            max_watches_per_client: 20_000,
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What a request is, for the limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    /// Health checks: never limited.
+    Exempt,
+    /// A watch: no in-flight slot or timeout, but the per-client watch cap.
+    Watch,
+    /// Followed logs, exec, attach, port-forward, proxy.
+    LongRunning,
+    Mutating,
+    ReadOnly,
+}
+
+impl RequestKind {
+    pub fn of(method: &Method, uri: &Uri) -> RequestKind {
+        let path = uri.path();
+        if ["/healthz", "/livez", "/readyz"]
+            .iter()
+            .any(|p| path == *p || path.starts_with(&format!("{p}/")))
+        {
+            return RequestKind::Exempt;
+        }
+        let query = uri.query().unwrap_or("");
+        let flag = |name: &str| {
+            query.split('&').any(|pair| {
+                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+                key == name && matches!(value, "true" | "1" | "")
+            })
+        };
+        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        // `/api/v1/watch/…` and `/apis/g/v/watch/…`: the legacy watch paths.
+        let legacy_watch = match segments.first() {
+            Some(&"api") => segments.get(2) == Some(&"watch"),
+            Some(&"apis") => segments.get(3) == Some(&"watch"),
+            _ => false,
+        };
+        if *method == Method::GET && (flag("watch") || legacy_watch) {
+            return RequestKind::Watch;
+        }
+        let last = segments.last().copied().unwrap_or("");
+        let streaming = matches!(last, "exec" | "attach" | "portforward")
+            || segments.contains(&"proxy")
+            || (last == "log" && flag("follow"));
+        if streaming {
+            return RequestKind::LongRunning;
+        }
+        match *method {
+            Method::POST | Method::PUT | Method::PATCH | Method::DELETE => RequestKind::Mutating,
+            _ => RequestKind::ReadOnly,
+        }
+    }
+}
+
+/// The remote address of a connection, put in each request's extensions
+/// by the server.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub SocketAddr);
+
+/// Who a request counts against: its remote IP address.
+fn client_of(request: &Request) -> Option<IpAddr> {
+    request.extensions().get::<Peer>().map(|peer| peer.0.ip())
+}
+
+/// The limits' state, shared by every connection of one server.
+#[derive(Clone)]
+pub struct Limiter {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    limits: Limits,
+    read: Option<Arc<Semaphore>>,
+    mutating: Option<Arc<Semaphore>>,
+    buckets: Option<ClientBuckets>,
+    /// Open watches per client.
+    watches: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl Limiter {
+    pub fn new(limits: Limits) -> Limiter {
+        let semaphore = |n: usize| (n > 0).then(|| Arc::new(Semaphore::new(n)));
+        Limiter {
+            inner: Arc::new(Inner {
+                limits,
+                read: semaphore(limits.max_requests_inflight),
+                mutating: semaphore(limits.max_mutating_requests_inflight),
+                buckets: (limits.client_qps > 0.0)
+                    .then(|| ClientBuckets::new(limits.client_qps, limits.client_burst.max(1))),
+                watches: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.inner.limits
+    }
+
+    /// A slot among the requests in flight of this kind; `Err` when all
+    /// are taken.
+    fn in_flight(&self, kind: RequestKind) -> Result<Option<OwnedSemaphorePermit>, ApiError> {
+        let semaphore = match kind {
+            RequestKind::Mutating => &self.inner.mutating,
+            RequestKind::ReadOnly => &self.inner.read,
+            _ => return Ok(None),
+        };
+        let Some(semaphore) = semaphore else {
+            return Ok(None);
+        };
+        match Arc::clone(semaphore).try_acquire_owned() {
+            Ok(permit) => Ok(Some(permit)),
+            Err(_) => Err(too_many(
+                "Too many requests, please try again later.".into(),
+                1,
+            )),
+        }
+    }
+
+    /// Counts one more watch of `client`; the guard counts it off.
+    fn open_watch(&self, client: IpAddr) -> Result<WatchGuard, ApiError> {
+        let cap = self.inner.limits.max_watches_per_client;
+        let mut watches = self.inner.watches.lock().unwrap_or_else(|e| e.into_inner());
+        let open = watches.entry(client).or_insert(0);
+        if cap > 0 && *open >= cap {
+            return Err(too_many(
+                format!("Too many watches: client {client} already has {cap} open, the most a client may hold"),
+                1,
+            ));
+        }
+        *open += 1;
+        Ok(WatchGuard {
+            limiter: self.clone(),
+            client,
+        })
+    }
+
+    /// Watches `client` has open.
+    pub fn open_watches(&self, client: IpAddr) -> usize {
+        let watches = self.inner.watches.lock().unwrap_or_else(|e| e.into_inner());
+        watches.get(&client).copied().unwrap_or(0)
+    }
+}
+
+/// One open watch, counted until dropped with its response body.
+struct WatchGuard {
+    limiter: Limiter,
+    client: IpAddr,
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        let mut watches = self
+            .limiter
+            .inner
+            .watches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(open) = watches.get_mut(&self.client) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                watches.remove(&self.client);
+            }
+        }
+    }
+}
+
+fn too_many(message: String, retry_after: u32) -> ApiError {
+    ApiError::too_many_requests(message, retry_after)
+}
+
+/// The request's own `?timeout=` (a Go duration such as `30s` or `1m`),
+/// if it has a valid one.
+fn requested_timeout(uri: &Uri) -> Option<Duration> {
+    let query = uri.query()?;
+    let value = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("timeout="))?;
+    parse_go_duration(value)
+}
+
+/// A Go duration of one or more number-unit parts (`1m30s`, `500ms`, `2h`).
+pub fn parse_go_duration(text: &str) -> Option<Duration> {
+    let mut rest = text;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..number_len].parse().ok()?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += number * seconds;
+    }
+    Duration::try_from_secs_f64(total).ok()
+}
+
+/// The middleware: every request passes the limits before the API sees it.
+pub async fn enforce(State(limiter): State<Limiter>, request: Request, next: Next) -> Response {
+    let kind = RequestKind::of(request.method(), request.uri());
+    if kind == RequestKind::Exempt {
+        return next.run(request).await;
+    }
+    let client = client_of(&request);
+    if let (Some(buckets), Some(client)) = (&limiter.inner.buckets, client) {
+        if let Err(wait) = buckets.take(client) {
+            let seconds = wait.as_secs_f64().ceil().max(1.0) as u32;
+            return too_many(
+                format!("Too many requests from {client}, please try again later."),
+                seconds,
+            )
+            .into_response();
+        }
+    }
+    match kind {
+        RequestKind::Watch => {
+            let guard = match client.map(|c| limiter.open_watch(c)).transpose() {
+                Ok(guard) => guard,
+                Err(err) => return err.into_response(),
+            };
+            let response = next.run(request).await;
+            match guard {
+                // The count drops when the response body does, which is
+                // when the watch ends.
+                Some(guard) => response.map(|body| {
+                    Body::from_stream(body.into_data_stream().map(move |chunk| {
+                        let _counted = &guard;
+                        chunk
+                    }))
+                }),
+                None => response,
+            }
+        }
+        RequestKind::LongRunning => next.run(request).await,
+        _ => {
+            let _slot = match limiter.in_flight(kind) {
+                Ok(slot) => slot,
+                Err(err) => return err.into_response(),
+            };
+            let limit = limiter.inner.limits.request_timeout;
+            let timeout = requested_timeout(request.uri()).map_or(limit, |asked| asked.min(limit));
+            match tokio::time::timeout(timeout, next.run(request)).await {
+                Ok(response) => response,
+                Err(_) => ApiError::timeout(format!(
+                    "request did not complete within the allowed duration of {}s",
+                    timeout.as_secs_f64()
+                ))
+                .into_response(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(method: Method, uri: &str) -> RequestKind {
+        RequestKind::of(&method, &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn requests_are_classified_as_kube_apiserver_does() {
+        use RequestKind::*;
+        assert_eq!(kind(Method::GET, "/healthz"), Exempt);
+        assert_eq!(kind(Method::GET, "/readyz/ping"), Exempt);
+        assert_eq!(kind(Method::GET, "/api/v1/pods?watch=true"), Watch);
+        assert_eq!(
+            kind(Method::GET, "/api/v1/pods?watch=1&resourceVersion=5"),
+            Watch
+        );
+        assert_eq!(kind(Method::GET, "/api/v1/pods?watch=false"), ReadOnly);
+        assert_eq!(kind(Method::GET, "/api/v1/watch/namespaces/d/pods"), Watch);
+        assert_eq!(kind(Method::GET, "/apis/apps/v1/watch/deployments"), Watch);
+        assert_eq!(
+            kind(Method::GET, "/api/v1/namespaces/d/pods/p/log?follow=true"),
+            LongRunning
+        );
+        assert_eq!(
+            kind(Method::GET, "/api/v1/namespaces/d/pods/p/log"),
+            ReadOnly
+        );
+        assert_eq!(
+            kind(Method::POST, "/api/v1/namespaces/d/pods/p/exec"),
+            LongRunning
+        );
+        assert_eq!(kind(Method::POST, "/api/v1/namespaces/d/pods"), Mutating);
+        assert_eq!(kind(Method::PATCH, "/api/v1/namespaces/d/pods/p"), Mutating);
+        assert_eq!(
+            kind(Method::DELETE, "/api/v1/namespaces/d/pods/p"),
+            Mutating
+        );
+        assert_eq!(
+            kind(Method::GET, "/api/v1/namespaces/d/pods/watch"),
+            ReadOnly
+        );
+        assert_eq!(kind(Method::GET, "/version"), ReadOnly);
+    }
+
+    #[test]
+    fn go_durations_parse() {
+        assert_eq!(parse_go_duration("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("0s"), Some(Duration::ZERO));
+        assert_eq!(parse_go_duration(""), None);
+        assert_eq!(parse_go_duration("30"), None);
+        assert_eq!(parse_go_duration("5x"), None);
+        assert_eq!(parse_go_duration("-5s"), None);
+    }
+
+    #[test]
+    fn in_flight_slots_are_counted_per_kind_and_given_back() {
+        let limiter = Limiter::new(Limits {
+            max_requests_inflight: 2,
+            max_mutating_requests_inflight: 1,
+            ..Limits::default()
+        });
+        let a = limiter.in_flight(RequestKind::ReadOnly).unwrap();
+        let _b = limiter.in_flight(RequestKind::ReadOnly).unwrap();
+        let refused = limiter.in_flight(RequestKind::ReadOnly).unwrap_err();
+        assert_eq!((refused.code, refused.reason), (429, "TooManyRequests"));
+        let _w = limiter.in_flight(RequestKind::Mutating).unwrap();
+        assert!(limiter.in_flight(RequestKind::Mutating).is_err());
+        drop(a);
+        assert!(limiter.in_flight(RequestKind::ReadOnly).unwrap().is_some());
+        assert!(limiter.in_flight(RequestKind::Watch).unwrap().is_none());
+    }
+
+    #[test]
+    fn watches_are_capped_per_client_and_counted_off_when_they_end() {
+        let limiter = Limiter::new(Limits {
+            max_watches_per_client: 2,
+            ..Limits::default()
+        });
+        let one: IpAddr = "127.0.0.2".parse().unwrap();
+        let other: IpAddr = "127.0.0.3".parse().unwrap();
+        let a = limiter.open_watch(one).unwrap();
+        let _b = limiter.open_watch(one).unwrap();
+        let refused = limiter.open_watch(one).err().unwrap();
+        assert_eq!(refused.code, 429);
+        assert!(refused.message.contains("127.0.0.2"), "{}", refused.message);
+        let _c = limiter.open_watch(other).unwrap();
+        assert_eq!(limiter.open_watches(one), 2);
+        drop(a);
+        assert_eq!(limiter.open_watches(one), 1);
+        let _d = limiter.open_watch(one).unwrap();
+    }
+}

@@ -1,0 +1,263 @@
+//! The API server's request limits against `skiff up` over raw HTTP, each
+//! client a distinct loopback address: a flood of clients over their rate
+//! gets 429 TooManyRequests with Retry-After while a client within its rate
+//! is always served and the server's memory stays bounded; requests over
+//! the in-flight cap are refused at once; a request past the request
+//! timeout is answered 504; a client's watches are capped and a closed
+//! watch frees its place.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use skiff_tests::api_server::ApiServer;
+use skiff_tests::kube_http::{HttpResponse, KubeHttp};
+
+const PODS: &str = "/api/v1/namespaces/default/pods";
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().expect("an IP address")
+}
+
+async fn start(args: &[&str]) -> Result<(ApiServer, KubeHttp)> {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let server = ApiServer::start_scheduling_with(&args).await?;
+    let http = server.http()?;
+    Ok((server, http))
+}
+
+/// A 429 as Kubernetes writes it: a TooManyRequests Status that says when
+/// to retry, in its details and in a Retry-After header.
+fn check_too_many(reply: &HttpResponse) -> Result<()> {
+    ensure!(reply.status == 429, "{} {}", reply.status, reply.text());
+    let status = reply.json()?;
+    ensure!(status["kind"] == "Status", "{status}");
+    ensure!(status["reason"] == "TooManyRequests", "{status}");
+    let retry = reply
+        .header("retry-after")
+        .context("a 429 without Retry-After")?;
+    let seconds: u64 = retry.parse().context("Retry-After is not seconds")?;
+    ensure!(seconds >= 1, "Retry-After {seconds}");
+    ensure!(
+        status["details"]["retryAfterSeconds"].as_u64() == Some(seconds),
+        "{status}"
+    );
+    Ok(())
+}
+
+/// GET that must answer 200, waiting out 429s for up to 20 s (the
+/// scheduler's own lists may hold every slot of a small cap at start).
+async fn get_ok(http: &KubeHttp, path: &str) -> Result<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let reply = http.get(path).await?;
+        if reply.status == 200 {
+            return reply.json();
+        }
+        ensure!(
+            reply.status == 429 && Instant::now() < deadline,
+            "GET {path}: {} {}",
+            reply.status,
+            reply.text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn rss_kib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_over_its_rate_gets_429s_while_a_client_within_it_is_served() -> Result<()> {
+    let (server, http) = start(&["--client-qps", "20", "--client-burst", "20"]).await?;
+    let pid = server.pid().context("skiff up runs")?;
+    // Warm the pods' cache, then note the memory.
+    http.get_json(PODS).await?;
+    let rss_before = rss_kib(pid)?;
+    let flood_for = Duration::from_secs(4);
+    let ok = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let mut flooders = Vec::new();
+    // Eight flooding clients, eight connections each, as fast as answered.
+    for client in 2..10 {
+        let from = http.from_source(ip(&format!("127.0.0.{client}")));
+        for _ in 0..8 {
+            let (from, ok, refused) = (from.clone(), ok.clone(), refused.clone());
+            flooders.push(tokio::spawn(async move {
+                let start = Instant::now();
+                while start.elapsed() < flood_for {
+                    let reply = from.get(PODS).await?;
+                    match reply.status {
+                        200 => ok.fetch_add(1, Ordering::Relaxed),
+                        _ => {
+                            check_too_many(&reply)?;
+                            refused.fetch_add(1, Ordering::Relaxed)
+                        }
+                    };
+                }
+                anyhow::Ok(())
+            }));
+        }
+    }
+    // A well-behaved client: five requests a second, under its 20.
+    let polite = http.from_source(ip("127.0.0.20"));
+    let start = Instant::now();
+    let mut served = 0;
+    while start.elapsed() < flood_for {
+        let reply = polite.get(PODS).await?;
+        ensure!(
+            reply.status == 200,
+            "the client within its rate was refused: {} {}",
+            reply.status,
+            reply.text()
+        );
+        served += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for flooder in flooders {
+        flooder.await??;
+    }
+    let (ok, refused) = (ok.load(Ordering::Relaxed), refused.load(Ordering::Relaxed));
+    ensure!(served >= 15, "the polite client made {served} requests");
+    // Each flooder gets its burst and then 20 a second: at most about
+    // 8 × (20 + 20 × 4) answered.
+    ensure!(ok <= 8 * (20 + 20 * 5), "{ok} flood requests served");
+    ensure!(refused > ok, "{refused} refused, {ok} served");
+    let rss_after = rss_kib(pid)?;
+    ensure!(
+        rss_after < rss_before + 100 * 1024,
+        "RSS grew from {rss_before} KiB to {rss_after} KiB during the flood"
+    );
+    // After a second the flooders' buckets hold tokens again.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let reply = http.from_source(ip("127.0.0.2")).get(PODS).await?;
+    ensure!(reply.status == 200, "{} {}", reply.status, reply.text());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_over_the_in_flight_cap_are_refused_and_slow_ones_time_out() -> Result<()> {
+    let (_server, http) =
+        start(&["--max-requests-inflight", "3", "--request-timeout", "2s"]).await?;
+    let listed = http.get_json(PODS).await?;
+    let revision: u64 = listed["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|r| r.parse().ok())
+        .context("a list without resourceVersion")?;
+    // A list at a revision the store has not reached waits for it: three
+    // of them hold every read slot until the request timeout ends them.
+    let future = format!(
+        "{PODS}?resourceVersion={}&resourceVersionMatch=NotOlderThan",
+        revision + 1_000_000
+    );
+    let mut waiting = Vec::new();
+    for client in 2..5 {
+        let from = http.from_source(ip(&format!("127.0.0.{client}")));
+        let future = future.clone();
+        waiting.push(tokio::spawn(async move {
+            let start = Instant::now();
+            let reply = from.get(&future).await?;
+            anyhow::Ok((reply, start.elapsed()))
+        }));
+    }
+    // Wait until all three are in; a fourth read is refused at once.
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    let fourth = http.from_source(ip("127.0.0.9"));
+    let refused = loop {
+        let reply = fourth.get(PODS).await?;
+        if reply.status == 429 || Instant::now() > deadline {
+            break reply;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    check_too_many(&refused)?;
+    ensure!(
+        refused.json()?["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Too many requests")),
+        "{}",
+        refused.text()
+    );
+    // Writes have their own slots.
+    let created = http
+        .post(
+            "/api/v1/namespaces/default/configmaps",
+            &serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "during"}}),
+        )
+        .await?;
+    ensure!(
+        created.status == 201,
+        "{} {}",
+        created.status,
+        created.text()
+    );
+    for wait in waiting {
+        let (reply, took) = wait.await??;
+        ensure!(reply.status == 504, "{} {}", reply.status, reply.text());
+        let status = reply.json()?;
+        ensure!(status["reason"] == "Timeout", "{status}");
+        ensure!(
+            took >= Duration::from_millis(1900) && took < Duration::from_secs(10),
+            "answered after {took:?}"
+        );
+    }
+    // The slots are free again.
+    get_ok(&fourth, PODS).await?;
+    // A request's own shorter ?timeout= applies.
+    let start = Instant::now();
+    let reply = fourth.get(&format!("{future}&timeout=500ms")).await?;
+    ensure!(reply.status == 504, "{} {}", reply.status, reply.text());
+    ensure!(
+        start.elapsed() < Duration::from_millis(1800),
+        "{:?}",
+        start.elapsed()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_client_may_hold_only_so_many_watches() -> Result<()> {
+    let (_server, http) = start(&["--max-watches-per-client", "3"]).await?;
+    let client = http.from_source(ip("127.0.0.5"));
+    let watch = format!("{PODS}?watch=true");
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(client.watch(&watch).await?);
+    }
+    let reply = client.get(&watch).await?;
+    check_too_many(&reply)?;
+    ensure!(
+        reply.text().contains("Too many watches"),
+        "{}",
+        reply.text()
+    );
+    // Another client is not affected, and lists are not watches.
+    let other = http.from_source(ip("127.0.0.6"));
+    drop(other.watch(&watch).await?);
+    ensure!(client.get(PODS).await?.status == 200);
+    // A closed watch frees its place once the server sees the connection go.
+    drop(open.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.watch(&watch).await {
+            Ok(stream) => {
+                open.push(stream);
+                break;
+            }
+            Err(err) if Instant::now() < deadline => {
+                ensure!(err.to_string().contains("429"), "{err:#}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(err) => return Err(err.context("the closed watch still counts after 10 s")),
+        }
+    }
+    Ok(())
+}
