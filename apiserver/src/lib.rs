@@ -7,6 +7,7 @@
 pub mod accept;
 pub mod admission;
 pub mod apply;
+pub mod audit;
 pub mod cache;
 pub mod conversion;
 pub mod crd;
@@ -28,6 +29,7 @@ pub mod status;
 pub mod storage;
 pub mod subresources;
 pub mod table;
+pub mod user;
 pub mod validation;
 pub mod watch;
 
@@ -37,10 +39,19 @@ pub use storage::Storage;
 /// Serves the API on `listener` until `shutdown` resolves; open watches
 /// are ended then. The default namespaces are created as soon as the store
 /// takes writes (a cluster may still be electing its leader).
+/// How the API is served beyond its registry: request limits and the
+/// audit log.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    pub limits: limits::Limits,
+    /// Audit events go here (None: no audit log).
+    pub audit: Option<audit::Auditor>,
+}
+
 pub async fn serve(
     listener: tokio::net::TcpListener,
     registry: Registry,
-    limits: limits::Limits,
+    options: ServeOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let bootstrap = {
@@ -71,10 +82,14 @@ pub async fn serve(
         tokio::spawn(async move { registry.follow_custom_resources().await })
     };
     let stopping = registry.clone();
-    let router = server::router(registry).layer(axum::middleware::from_fn_with_state(
-        limits::Limiter::new(limits),
+    let mut router = server::router(registry).layer(axum::middleware::from_fn_with_state(
+        limits::Limiter::new(options.limits),
         limits::enforce,
     ));
+    // Outside the limits: a refused request is audited too.
+    if let Some(auditor) = options.audit {
+        router = router.layer(axum::middleware::from_fn_with_state(auditor, audit::record));
+    }
     let served = serving::serve(listener, router, async move {
         shutdown.await;
         // Open watches end now, so the graceful stop does not wait on them.

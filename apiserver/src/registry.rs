@@ -1156,6 +1156,11 @@ impl Registry {
             // later batches and continued pages stay at the first page's.
             if revision == 0 {
                 revision = page.revision;
+                // A list "not older than" a revision the store has not
+                // reached cannot be served (the cache waited for it).
+                if let Some(asked) = newer_than_served(options, revision) {
+                    return Err(too_large_resource_version(asked, revision));
+                }
             }
             let mut last_key = None;
             for kv in &page.kvs {
@@ -1291,6 +1296,34 @@ impl Iterator for ListChunks {
         }
         (!chunk.is_empty()).then(|| chunk.into())
     }
+}
+
+/// The resourceVersion a first page asked not to be older than, if it is
+/// newer than `served`.
+fn newer_than_served(options: &ListOptions, served: i64) -> Option<i64> {
+    if options.continue_token.is_some() || options.resource_version_match == "Exact" {
+        return None;
+    }
+    let asked: i64 = options.resource_version.parse().ok()?;
+    (asked > served).then_some(asked)
+}
+
+/// Kubernetes' answer to a read at a revision still to come: 504 with the
+/// cause ResourceVersionTooLarge, to be retried.
+fn too_large_resource_version(asked: i64, current: i64) -> ApiError {
+    let mut err = ApiError::timeout(format!(
+        "Too large resource version: {asked}, current: {current}"
+    ));
+    err.details = Some(Box::new(crate::status::Details {
+        causes: vec![crate::status::Cause {
+            reason: "ResourceVersionTooLarge",
+            message: "Too large resource version".into(),
+            field: String::new(),
+        }],
+        retry_after_seconds: Some(1),
+        ..Default::default()
+    }));
+    err
 }
 
 fn list_metadata(revision: i64, next_start: Option<&str>) -> Value {

@@ -2,6 +2,7 @@
 //! skiff (`up`, `server`, `store`, `cluster up`, `scheduler`, `kubelet`) or
 //! talk to running members (`member`).
 
+pub mod audit;
 pub mod cli;
 pub mod client;
 pub mod cluster;

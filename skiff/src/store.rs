@@ -120,8 +120,8 @@ pub struct ApiServing {
     /// controllers.
     pub controller_manager: bool,
     pub controllers: crate::control_plane::ControllerFlags,
-    /// The API's request limits.
-    pub limits: skiff_apiserver::limits::Limits,
+    /// The API's request limits and audit log.
+    pub serve: skiff_apiserver::ServeOptions,
     /// Encryption at rest, if configured.
     pub encryption: Option<std::sync::Arc<skiff_apiserver::storage::Encryption>>,
 }
@@ -191,7 +191,7 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
             Some(tokio::spawn(skiff_apiserver::serve(
                 listener,
                 registry,
-                api.limits,
+                api.serve.clone(),
                 async move {
                     let _ = api_stopped.await;
                 },

@@ -47,6 +47,8 @@ pub struct UpArgs {
     pub node: crate::kubelet::NodeArgs,
     #[command(flatten)]
     pub limits: crate::limits::LimitFlags,
+    #[command(flatten)]
+    pub audit: crate::audit::AuditFlags,
     /// An EncryptionConfiguration file: which resources are encrypted in
     /// the store, and with which keys [default:
     /// DATA_DIR/encryption-config.yaml, created with a new AES-GCM key
@@ -124,7 +126,10 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
         scheduler: args.scheduler,
         controller_manager: args.controller_manager,
         controllers: args.controllers,
-        limits: args.limits.limits(),
+        serve: skiff_apiserver::ServeOptions {
+            limits: args.limits.limits(),
+            audit: Some(args.audit.auditor(&args.data_dir)?),
+        },
         encryption,
     };
     run_member(store, Some(api)).await
@@ -157,11 +162,14 @@ async fn api_only(args: UpArgs) -> Result<()> {
         kubeconfig.display()
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let limits = args.limits.limits();
+    let options = skiff_apiserver::ServeOptions {
+        limits: args.limits.limits(),
+        audit: Some(args.audit.auditor(&args.data_dir)?),
+    };
     let mut serving = tokio::spawn(skiff_apiserver::serve(
         listener,
         registry,
-        limits,
+        options,
         async move {
             let _ = stopped.await;
         },
@@ -229,6 +237,8 @@ pub struct ServerArgs {
     pub controllers: crate::control_plane::ControllerFlags,
     #[command(flatten)]
     pub limits: crate::limits::LimitFlags,
+    #[command(flatten)]
+    pub audit: crate::audit::AuditFlags,
     /// An EncryptionConfiguration file: which resources are encrypted in
     /// the store, and with which keys. Every member of a cluster needs the
     /// same one (`skiff cluster up` gives them one). Without it, Secrets
@@ -256,7 +266,10 @@ pub async fn server(args: ServerArgs) -> Result<()> {
         node: None,
         controller_manager: args.controller_manager,
         controllers: args.controllers,
-        limits: args.limits.limits(),
+        serve: skiff_apiserver::ServeOptions {
+            limits: args.limits.limits(),
+            audit: Some(args.audit.auditor(&args.store.data_dir)?),
+        },
         encryption,
     };
     run_member(args.store, Some(api)).await

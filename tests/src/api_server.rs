@@ -345,15 +345,16 @@ impl ApiServer {
             self.api.to_string(),
             "--client-listen".into(),
             self.client.to_string(),
-            format!("--scheduler={}", self.scheduling),
         ];
         // No node and no controllers unless a test asks for them.
         let asks = |flag: &str| self.extra_args.iter().any(|a| a.starts_with(flag));
+        let scheduler = (!asks("--scheduler=")).then(|| format!("--scheduler={}", self.scheduling));
         let no_kubelet = (!asks("--kubelet=")).then(|| "--kubelet=false".to_string());
         let no_controllers =
             (!asks("--controller-manager=")).then(|| "--controller-manager=false".to_string());
         let args = args
             .into_iter()
+            .chain(scheduler)
             .chain(no_kubelet)
             .chain(no_controllers)
             .chain(self.extra_args.iter().cloned());

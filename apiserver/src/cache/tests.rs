@@ -233,6 +233,27 @@ async fn a_cached_list_body_is_written_in_chunks_that_join_into_the_list() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_not_older_than_a_revision_still_to_come_is_a_504_to_retry() {
+    let (registry, _dir) = registry().await;
+    let now = create(&registry, "a", "web").await;
+    let options = ListOptions {
+        resource_version: (now + 1000).to_string(),
+        resource_version_match: "NotOlderThan".into(),
+        ..ListOptions::default()
+    };
+    // The cache waits for the revision, then the store cannot serve it.
+    let err = registry.list(&in_default(), &options).await.unwrap_err();
+    assert_eq!((err.code, err.reason), (504, "Timeout"), "{err}");
+    assert!(err.message.contains("Too large resource version"), "{err}");
+    let status = err.to_status();
+    assert_eq!(
+        status["details"]["causes"][0]["reason"],
+        "ResourceVersionTooLarge"
+    );
+    assert_eq!(status["details"]["retryAfterSeconds"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_carry_the_cache_revision_and_see_writes_just_made() {
     let (registry, _dir) = registry().await;
     create(&registry, "a", "web").await;

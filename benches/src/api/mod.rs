@@ -50,7 +50,7 @@ pub struct ApiArgs {
     #[arg(long, env = "SKIFF_BENCH_API_LIST_PODS")]
     list_pods: Option<usize>,
 
-    /// Timed repetitions of each list [default: 20; --quick: 3]
+    /// Timed repetitions of each list [default: 100; --quick: 3]
     #[arg(long, env = "SKIFF_BENCH_API_LIST_REPS")]
     list_reps: Option<usize>,
 
@@ -117,7 +117,7 @@ impl Plan {
             clients: args.clients.clone(),
             creates: args.creates.unwrap_or(if q { 100 } else { 2000 }),
             list_pods: args.list_pods.unwrap_or(if q { 500 } else { 10_000 }),
-            list_reps: args.list_reps.unwrap_or(if q { 3 } else { 20 }),
+            list_reps: args.list_reps.unwrap_or(if q { 3 } else { 100 }),
             watchers: args.watchers.clone().unwrap_or(if q {
                 vec![1, 50]
             } else {
@@ -261,6 +261,21 @@ async fn measure_backend(
     Ok(measured)
 }
 
+/// Waits until the servers use under a tenth of a core over half a
+/// second (at most 15 s): how long it took, and whether they settled.
+async fn settle(cpu_time: impl Fn() -> Duration) -> (Duration, bool) {
+    const WINDOW: Duration = Duration::from_millis(500);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(15) {
+        let before = cpu_time();
+        tokio::time::sleep(WINDOW).await;
+        if cpu_time().saturating_sub(before) < WINDOW / 10 {
+            return (start.elapsed(), true);
+        }
+    }
+    (start.elapsed(), false)
+}
+
 async fn workloads(server: &ApiServer, plan: &Plan, progress: &Progress) -> Result<Measured> {
     let rss_at_start = server.api_resident_bytes().unwrap_or(0);
     let mut conns = Vec::with_capacity(plan.max_clients());
@@ -280,6 +295,19 @@ async fn workloads(server: &ApiServer, plan: &Plan, progress: &Progress) -> Resu
         next_pod += plan.creates;
     }
     top_up(&mut conns, plan, &mut next_pod, plan.list_pods, progress).await?;
+    // Lists are timed in a steady state, not while the store still digests
+    // the pods just loaded (its log compaction and flushes).
+    progress.step("waiting for the servers to settle after the load".to_string());
+    let settled = settle(|| server.cpu_time()).await;
+    progress.step(format!(
+        "settled in {:.1} s{}",
+        settled.0.as_secs_f64(),
+        if settled.1 {
+            ""
+        } else {
+            " (still busy; timing anyway)"
+        }
+    ));
     let mut lists = Vec::with_capacity(list::ListKind::ALL.len());
     for kind in list::ListKind::ALL {
         progress.step(format!(

@@ -1,0 +1,155 @@
+//! What a request path and method say, as kube-apiserver's RequestInfo:
+//! the verb (get, list, watch, create, update, patch, delete,
+//! deletecollection; a lower-case method for non-resource paths) and, for
+//! API paths, the group, version, resource, subresource, namespace and name.
+
+use axum::http::{Method, Uri};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestInfo {
+    pub verb: String,
+    pub resource: Option<ResourceInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceInfo {
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: Option<String>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+}
+
+impl RequestInfo {
+    pub fn of(method: &Method, uri: &Uri) -> RequestInfo {
+        let non_resource = || RequestInfo {
+            verb: method.as_str().to_ascii_lowercase(),
+            resource: None,
+        };
+        let parts: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
+        let (group, version, mut rest) = match parts.as_slice() {
+            ["api", version, rest @ ..] => ("", *version, rest),
+            ["apis", group, version, rest @ ..] => (*group, *version, rest),
+            _ => return non_resource(),
+        };
+        if rest.is_empty() {
+            return non_resource();
+        }
+        let mut watch_path = false;
+        if rest[0] == "watch" {
+            watch_path = true;
+            rest = &rest[1..];
+        }
+        let mut namespace = None;
+        if rest.first() == Some(&"namespaces") && rest.len() >= 2 {
+            // A namespace itself (and its status and finalize
+            // subresources) has its name as its namespace.
+            namespace = Some(rest[1].to_string());
+            if rest.len() >= 3 && !matches!(rest[2], "status" | "finalize") {
+                rest = &rest[2..];
+            }
+        }
+        let Some(resource) = rest.first() else {
+            return non_resource();
+        };
+        let name = rest.get(1).map(|n| n.to_string());
+        let subresource = rest.get(2).map(|s| s.to_string());
+        let watch_param = uri.query().is_some_and(|q| {
+            q.split('&')
+                .any(|pair| matches!(pair, "watch=true" | "watch=1" | "watch"))
+        });
+        let verb = match *method {
+            Method::GET | Method::HEAD if watch_path || watch_param => "watch",
+            Method::GET | Method::HEAD if name.is_some() => "get",
+            Method::GET | Method::HEAD => "list",
+            Method::POST => "create",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE if name.is_some() => "delete",
+            Method::DELETE => "deletecollection",
+            _ => return non_resource(),
+        };
+        RequestInfo {
+            verb: verb.to_string(),
+            resource: Some(ResourceInfo {
+                group: group.to_string(),
+                version: version.to_string(),
+                resource: resource.to_string(),
+                subresource,
+                namespace,
+                name,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(method: Method, uri: &str) -> RequestInfo {
+        RequestInfo::of(&method, &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn paths_and_methods_read_as_kubernetes_reads_them() {
+        let get = info(Method::GET, "/api/v1/namespaces/default/pods/web");
+        assert_eq!(get.verb, "get");
+        let r = get.resource.unwrap();
+        assert_eq!(
+            (r.group.as_str(), r.version.as_str(), r.resource.as_str()),
+            ("", "v1", "pods")
+        );
+        assert_eq!(
+            (r.namespace.as_deref(), r.name.as_deref()),
+            (Some("default"), Some("web"))
+        );
+        let log = info(Method::GET, "/api/v1/namespaces/d/pods/web/log?follow=true");
+        assert_eq!(log.resource.unwrap().subresource.as_deref(), Some("log"));
+        assert_eq!(info(Method::GET, "/apis/apps/v1/deployments").verb, "list");
+        assert_eq!(
+            info(Method::GET, "/apis/apps/v1/deployments?watch=true").verb,
+            "watch"
+        );
+        assert_eq!(
+            info(Method::GET, "/api/v1/watch/namespaces/d/pods").verb,
+            "watch"
+        );
+        assert_eq!(
+            info(Method::POST, "/api/v1/namespaces/d/pods").verb,
+            "create"
+        );
+        assert_eq!(
+            info(Method::DELETE, "/api/v1/namespaces/d/pods").verb,
+            "deletecollection"
+        );
+        assert_eq!(
+            info(Method::DELETE, "/api/v1/namespaces/d/pods/p").verb,
+            "delete"
+        );
+        let ns = info(Method::PUT, "/api/v1/namespaces/team-a")
+            .resource
+            .unwrap();
+        assert_eq!(
+            (ns.resource.as_str(), ns.name.as_deref()),
+            ("namespaces", Some("team-a"))
+        );
+        let finalize = info(Method::PUT, "/api/v1/namespaces/team-a/finalize");
+        let f = finalize.resource.unwrap();
+        assert_eq!(
+            (f.resource.as_str(), f.name.as_deref()),
+            ("namespaces", Some("team-a"))
+        );
+        assert_eq!(f.subresource.as_deref(), Some("finalize"));
+        let nodes = info(Method::PATCH, "/api/v1/nodes/n1/status");
+        assert_eq!(nodes.verb, "patch");
+        assert_eq!(
+            nodes.resource.unwrap().subresource.as_deref(),
+            Some("status")
+        );
+        let health = info(Method::GET, "/healthz");
+        assert_eq!((health.verb.as_str(), health.resource), ("get", None));
+        assert_eq!(info(Method::GET, "/apis/apps/v1").resource, None);
+    }
+}
