@@ -1,9 +1,35 @@
-//! Core (v1) defaults other than pods: Service, Namespace, Endpoints,
-//! volumes and claims, LimitRange.
+//! Core (v1) defaults other than pods: Service, Namespace, Secret,
+//! Endpoints, volumes and claims, LimitRange.
 
 use serde_json::{json, Map, Value};
 
 use super::{child, each, existing, set};
+
+/// `type: Opaque`, and `stringData` merged into `data` (base64, over any
+/// value of the same key): `stringData` is write-only, never stored.
+pub fn secret(object: &mut Value) {
+    set(object, "type", json!("Opaque"));
+    let Some(map) = object.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = map.remove("stringData") else {
+        return;
+    };
+    use base64::Engine;
+    let data = map.entry("data").or_insert_with(|| json!({}));
+    if data.is_null() {
+        *data = json!({});
+    }
+    let Some(data) = data.as_object_mut() else {
+        return;
+    };
+    for (key, value) in strings {
+        if let Value::String(text) = value {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+            data.insert(key, Value::String(encoded));
+        }
+    }
+}
 
 pub fn service(object: &mut Value) {
     let Some(spec) = child(object, "spec") else {

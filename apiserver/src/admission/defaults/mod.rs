@@ -27,7 +27,7 @@ pub fn apply(resource: &ResourceType, object: &mut Value) {
         }
         ("", "Service") => core::service(object),
         ("", "Namespace") => core::namespace(object),
-        ("", "Secret") => set(object, "type", json!("Opaque")),
+        ("", "Secret") => core::secret(object),
         ("", "Endpoints") => core::endpoints(object),
         ("", "PersistentVolumeClaim") => core::persistent_volume_claim(object),
         ("", "PersistentVolume") => core::persistent_volume(object),

@@ -188,3 +188,30 @@ fn claims_and_volumes_start_pending_and_keep_a_phase_they_have() {
     assert_eq!(volume["status"]["phase"], "Bound");
     assert_eq!(volume["spec"]["persistentVolumeReclaimPolicy"], "Retain");
 }
+
+#[test]
+fn a_secret_stores_its_string_data_as_data() {
+    let secret = defaulted(
+        "",
+        "v1",
+        "secrets",
+        json!({"metadata": {"name": "s"},
+               "data": {"kept": "a2VwdA==", "password": "b2xk"},
+               "stringData": {"password": "new", "user": "admin"}}),
+    );
+    assert_eq!(secret["type"], "Opaque");
+    assert!(secret.get("stringData").is_none(), "{secret}");
+    assert_eq!(
+        secret["data"],
+        json!({"kept": "a2VwdA==", "password": "bmV3", "user": "YWRtaW4="})
+    );
+    let only_strings = defaulted(
+        "",
+        "v1",
+        "secrets",
+        json!({"metadata": {"name": "s"}, "type": "kubernetes.io/basic-auth",
+               "stringData": {"username": "u"}}),
+    );
+    assert_eq!(only_strings["data"], json!({"username": "dQ=="}));
+    assert_eq!(only_strings["type"], "kubernetes.io/basic-auth");
+}
