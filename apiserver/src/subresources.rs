@@ -293,7 +293,9 @@ fn budget_violated(budget: &Value, needed: i64, healthy_now: i64) -> ApiError {
             ),
             field: String::new(),
         }],
-        retry_after_seconds: Some(5),
+        // As Kubernetes: no Retry-After, so clients do not block in their
+        // own retries; `kubectl drain` retries every 5 s itself.
+        retry_after_seconds: None,
         ..Default::default()
     }));
     err
