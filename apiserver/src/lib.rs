@@ -20,6 +20,7 @@ pub mod openapi;
 pub mod patch;
 pub mod pod_logs;
 pub mod registry;
+pub mod request_info;
 pub mod resources;
 pub(crate) mod schema;
 pub mod selectors;

@@ -8,7 +8,6 @@
 //! Long-running requests (watches, followed logs) get a ResponseStarted
 //! event when they start and a ResponseComplete event when they end.
 
-mod attributes;
 mod log;
 pub mod policy;
 
@@ -59,6 +58,7 @@ impl Auditor {
 }
 
 /// The request as an event records it before it is served.
+#[derive(Clone)]
 struct Pending {
     decision: policy::Decision,
     event: Value,
@@ -105,7 +105,7 @@ pub async fn record(State(auditor): State<Auditor>, request: Request, next: Next
         .get::<UserInfo>()
         .cloned()
         .unwrap_or_else(UserInfo::anonymous);
-    let info = attributes::RequestInfo::of(request.method(), request.uri());
+    let info = crate::request_info::RequestInfo::of(request.method(), request.uri());
     let decision = auditor.policy.decide(&policy::Attributes {
         user: &user.name,
         groups: &user.groups,
@@ -187,12 +187,7 @@ pub async fn record(State(auditor): State<Auditor>, request: Request, next: Next
     }
     let status = response.status();
     if matches!(kind, RequestKind::Watch | RequestKind::LongRunning) && status.is_success() {
-        if let Some(started) = (Pending {
-            decision: pending.decision.clone(),
-            event: pending.event.clone(),
-        })
-        .finish("ResponseStarted", status, None)
-        {
+        if let Some(started) = pending.clone().finish("ResponseStarted", status, None) {
             auditor.log.write(&started);
         }
         // ResponseComplete when the stream ends and its body is dropped.

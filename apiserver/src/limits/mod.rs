@@ -29,6 +29,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use rate::ClientBuckets;
 
+use crate::request_info::{query_flag, RequestInfo};
 use crate::status::ApiError;
 
 /// The limits, with kube-apiserver's defaults where it has them.
@@ -78,33 +79,23 @@ pub enum RequestKind {
 impl RequestKind {
     pub fn of(method: &Method, uri: &Uri) -> RequestKind {
         let path = uri.path();
-        if ["/healthz", "/livez", "/readyz"]
-            .iter()
-            .any(|p| path == *p || path.starts_with(&format!("{p}/")))
-        {
+        let exempt = ["/healthz", "/livez", "/readyz"].iter().any(|p| {
+            path.strip_prefix(p)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        });
+        if exempt {
             return RequestKind::Exempt;
         }
-        let query = uri.query().unwrap_or("");
-        let flag = |name: &str| {
-            query.split('&').any(|pair| {
-                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-                key == name && matches!(value, "true" | "1" | "")
-            })
-        };
-        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-        // `/api/v1/watch/…` and `/apis/g/v/watch/…`: the legacy watch paths.
-        let legacy_watch = match segments.first() {
-            Some(&"api") => segments.get(2) == Some(&"watch"),
-            Some(&"apis") => segments.get(3) == Some(&"watch"),
-            _ => false,
-        };
-        if *method == Method::GET && (flag("watch") || legacy_watch) {
+        let info = RequestInfo::of(method, uri);
+        if *method == Method::GET && info.verb == "watch" {
             return RequestKind::Watch;
         }
-        let last = segments.last().copied().unwrap_or("");
-        let streaming = matches!(last, "exec" | "attach" | "portforward")
-            || segments.contains(&"proxy")
-            || (last == "log" && flag("follow"));
+        let streaming = info.resource.as_ref().is_some_and(|r| {
+            let sub = r.subresource.as_deref();
+            matches!(sub, Some("exec" | "attach" | "portforward" | "proxy"))
+                || r.resource == "proxy"
+                || (sub == Some("log") && query_flag(uri, "follow"))
+        });
         if streaming {
             return RequestKind::LongRunning;
         }
@@ -172,8 +163,8 @@ impl Limiter {
         };
         match Arc::clone(semaphore).try_acquire_owned() {
             Ok(permit) => Ok(Some(permit)),
-            Err(_) => Err(too_many(
-                "Too many requests, please try again later.".into(),
+            Err(_) => Err(ApiError::too_many_requests(
+                "Too many requests, please try again later.",
                 1,
             )),
         }
@@ -185,7 +176,7 @@ impl Limiter {
         let mut watches = self.inner.watches.lock().unwrap_or_else(|e| e.into_inner());
         let open = watches.entry(client).or_insert(0);
         if cap > 0 && *open >= cap {
-            return Err(too_many(
+            return Err(ApiError::too_many_requests(
                 format!("Too many watches: client {client} already has {cap} open, the most a client may hold"),
                 1,
             ));
@@ -225,10 +216,6 @@ impl Drop for WatchGuard {
             }
         }
     }
-}
-
-fn too_many(message: String, retry_after: u32) -> ApiError {
-    ApiError::too_many_requests(message, retry_after)
 }
 
 /// The request's own `?timeout=` (a Go duration such as `30s` or `1m`),
@@ -282,7 +269,7 @@ pub async fn enforce(State(limiter): State<Limiter>, request: Request, next: Nex
     if let (Some(buckets), Some(client)) = (&limiter.inner.buckets, client) {
         if let Err(wait) = buckets.take(client) {
             let seconds = wait.as_secs_f64().ceil().max(1.0) as u32;
-            return too_many(
+            return ApiError::too_many_requests(
                 format!("Too many requests from {client}, please try again later."),
                 seconds,
             )

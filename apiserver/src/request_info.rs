@@ -55,10 +55,7 @@ impl RequestInfo {
         };
         let name = rest.get(1).map(|n| n.to_string());
         let subresource = rest.get(2).map(|s| s.to_string());
-        let watch_param = uri.query().is_some_and(|q| {
-            q.split('&')
-                .any(|pair| matches!(pair, "watch=true" | "watch=1" | "watch"))
-        });
+        let watch_param = query_flag(uri, "watch");
         let verb = match *method {
             Method::GET | Method::HEAD if watch_path || watch_param => "watch",
             Method::GET | Method::HEAD if name.is_some() => "get",
@@ -82,6 +79,15 @@ impl RequestInfo {
             }),
         }
     }
+}
+
+/// Whether the query sets boolean parameter `name` (`name=true`, `name=1`
+/// or a bare `name`).
+pub fn query_flag(uri: &Uri, name: &str) -> bool {
+    uri.query().unwrap_or("").split('&').any(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        key == name && matches!(value, "true" | "1" | "")
+    })
 }
 
 #[cfg(test)]
