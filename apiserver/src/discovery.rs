@@ -243,10 +243,19 @@ fn group_json(group: &str, versions: &[&str]) -> Value {
 /// nothing is served at that group-version.
 pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
     let served: Vec<&ResourceType> = served_at(group, version).collect();
-    if served.is_empty() {
+    if served.is_empty() && create_only_at(group, version).next().is_none() {
         return None;
     }
     let mut entries = Vec::new();
+    for (_, _, plural, kind, namespaced) in create_only_at(group, version) {
+        entries.push(json!({
+            "name": plural,
+            "singularName": kind.to_ascii_lowercase(),
+            "namespaced": namespaced,
+            "kind": kind,
+            "verbs": ["create"],
+        }));
+    }
     for r in served {
         let mut entry = json!({
             "name": r.plural,
@@ -314,7 +323,16 @@ fn discovery_group(group: &str, versions: &[&str]) -> Value {
     let versions: Vec<Value> = versions
         .iter()
         .map(|v| {
-            let resources: Vec<Value> = served_at(group, v).map(discovery_resource).collect();
+            let mut resources: Vec<Value> = served_at(group, v).map(discovery_resource).collect();
+            for (group, version, plural, kind, namespaced) in create_only_at(group, v) {
+                resources.push(json!({
+                    "resource": plural,
+                    "responseKind": { "group": group, "version": version, "kind": kind },
+                    "scope": if *namespaced { "Namespaced" } else { "Cluster" },
+                    "singularResource": kind.to_ascii_lowercase(),
+                    "verbs": ["create"],
+                }));
+            }
             json!({ "version": v, "resources": resources, "freshness": "Current" })
         })
         .collect();
@@ -391,6 +409,57 @@ impl Subresource {
     }
 }
 
+/// Resources that take only `create` and store nothing: the access and
+/// identity reviews (`kubectl auth can-i`, `kubectl auth whoami`).
+/// (group, version, plural, kind, namespaced)
+pub const CREATE_ONLY: &[(&str, &str, &str, &str, bool)] = &[
+    (
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+        false,
+    ),
+    (
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectrulesreviews",
+        "SelfSubjectRulesReview",
+        false,
+    ),
+    (
+        "authorization.k8s.io",
+        "v1",
+        "subjectaccessreviews",
+        "SubjectAccessReview",
+        false,
+    ),
+    (
+        "authorization.k8s.io",
+        "v1",
+        "localsubjectaccessreviews",
+        "LocalSubjectAccessReview",
+        true,
+    ),
+    (
+        "authentication.k8s.io",
+        "v1",
+        "selfsubjectreviews",
+        "SelfSubjectReview",
+        false,
+    ),
+];
+
+fn create_only_at<'a>(
+    group: &'a str,
+    version: &'a str,
+) -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str, &'static str, bool)> + 'a
+{
+    CREATE_ONLY
+        .iter()
+        .filter(move |(g, v, ..)| *g == group && *v == version)
+}
+
 fn served_at<'a>(
     group: &'a str,
     version: &'a str,
@@ -411,11 +480,13 @@ fn core_versions() -> Vec<&'static str> {
 /// The non-core groups in table order, each with its versions, preferred first.
 fn served_groups() -> Vec<(&'static str, Vec<&'static str>)> {
     let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
-    for (group, version) in resources::group_versions() {
+    let create_only = CREATE_ONLY.iter().map(|(g, v, ..)| (*g, *v));
+    for (group, version) in resources::group_versions().into_iter().chain(create_only) {
         if group.is_empty() {
             continue;
         }
         match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, versions)) if versions.contains(&version) => {}
             Some((_, versions)) => versions.push(version),
             None => groups.push((group, vec![version])),
         }

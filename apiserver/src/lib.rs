@@ -8,6 +8,8 @@ pub mod accept;
 pub mod admission;
 pub mod apply;
 pub mod audit;
+pub mod authn;
+pub mod authz;
 pub mod cache;
 pub mod conversion;
 pub mod crd;
@@ -37,20 +39,31 @@ pub mod watch;
 pub use registry::Registry;
 pub use storage::Storage;
 
-/// Serves the API on `listener` until `shutdown` resolves; open watches
-/// are ended then. The default namespaces are created as soon as the store
-/// takes writes (a cluster may still be electing its leader).
-/// How the API is served beyond its registry: request limits and the
-/// audit log.
+/// How the API is served beyond its registry: who may call it, request
+/// limits and the audit log.
 #[derive(Debug, Clone, Default)]
 pub struct ServeOptions {
     pub limits: limits::Limits,
     /// Audit events go here (None: no audit log).
     pub audit: Option<audit::Auditor>,
+    /// The bearer tokens accepted beside client certificates.
+    pub authn: std::sync::Arc<authn::Authenticator>,
+    /// RBAC, or every authenticated request allowed.
+    pub authorization: authz::Mode,
 }
 
+/// One address the API is served on: HTTPS with `tls`, else plain HTTP
+/// (the loopback port trusted as the administrator).
+pub struct ApiListener {
+    pub listener: tokio::net::TcpListener,
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+}
+
+/// Serves the API on `listeners` until `shutdown` resolves; open watches
+/// are ended then. The default namespaces are created as soon as the store
+/// takes writes (a cluster may still be electing its leader).
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    listeners: Vec<ApiListener>,
     registry: Registry,
     options: ServeOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -83,20 +96,52 @@ pub async fn serve(
         tokio::spawn(async move { registry.follow_custom_resources().await })
     };
     let stopping = registry.clone();
-    let mut router = server::router(registry).layer(axum::middleware::from_fn_with_state(
-        limits::Limiter::new(options.limits),
-        limits::enforce,
+    let authorizer = std::sync::Arc::new(authz::Authorizer::new(
+        registry.clone(),
+        options.authorization,
     ));
+    let mut router = server::router(registry)
+        .merge(authz::review::router(authorizer.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            authorizer,
+            authz::authorize,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            limits::Limiter::new(options.limits),
+            limits::enforce,
+        ));
     // Outside the limits: a refused request is audited too.
     if let Some(auditor) = options.audit {
         router = router.layer(axum::middleware::from_fn_with_state(auditor, audit::record));
     }
-    let served = serving::serve(listener, router, async move {
-        shutdown.await;
-        // Open watches end now, so the graceful stop does not wait on them.
-        stopping.begin_shutdown();
-    })
-    .await;
+    // Outermost: every layer inside knows the request's user.
+    let router = router.layer(axum::middleware::from_fn_with_state(
+        options.authn,
+        authn::authenticate,
+    ));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut servers = tokio::task::JoinSet::new();
+    for ApiListener { listener, tls } in listeners {
+        let mut stopped = stopped.clone();
+        servers.spawn(serving::serve(listener, router.clone(), tls, async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }));
+    }
+    let mut served = Ok(());
+    tokio::select! {
+        () = shutdown => {}
+        Some(first) = servers.join_next() => {
+            served = first.unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        }
+    }
+    // Open watches end now, so the graceful stop does not wait on them.
+    stopping.begin_shutdown();
+    let _ = stop.send(true);
+    while let Some(done) = servers.join_next().await {
+        if let Ok(Err(err)) = done {
+            served = served.and(Err(err));
+        }
+    }
     bootstrap.abort();
     crds.abort();
     served

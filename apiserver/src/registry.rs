@@ -31,6 +31,8 @@ pub struct Registry {
     pub(crate) cache: crate::cache::WatchCache,
     /// The admission chain every create, update and delete goes through.
     admission: std::sync::Arc<crate::admission::Admission>,
+    /// Set once the default objects have been made.
+    bootstrapped: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Which object or collection a request is about.
@@ -212,6 +214,7 @@ impl Registry {
             storage,
             stopping: std::sync::Arc::new(tokio::sync::watch::channel(false).0),
             admission: std::sync::Arc::new(crate::admission::Admission::new()),
+            bootstrapped: Default::default(),
         }
     }
 
@@ -232,6 +235,9 @@ impl Registry {
     /// Creates the namespaces and system PriorityClasses every cluster
     /// has, where missing.
     pub async fn ensure_default_namespaces(&self) -> ApiResult<()> {
+        // The default roles first: a client that sees the namespaces may
+        // rely on them.
+        crate::authz::bootstrap::ensure(self).await?;
         let resource =
             crate::resources::find("", "v1", "namespaces").expect("namespaces are served");
         let target = Target {
@@ -266,7 +272,15 @@ impl Registry {
                 Err(err) => return Err(err),
             }
         }
-        self.load_custom_resources().await.map(|_| ())
+        self.load_custom_resources().await?;
+        self.bootstrapped
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether the default namespaces, classes and roles exist (readyz).
+    pub fn is_bootstrapped(&self) -> bool {
+        self.bootstrapped.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Serves the custom resources of every stored CRD (at startup);
@@ -518,6 +532,7 @@ impl Registry {
                 return Err(storage_error(target, &name, err));
             }
         };
+        self.admission.written(resource);
         metadata_mut(&mut object).insert("resourceVersion".into(), json!(revision.to_string()));
         if is_crd(resource) {
             crate::crd::register(&object);
@@ -682,6 +697,7 @@ impl Registry {
                 return Err(storage_error(target, name, err));
             }
         };
+        self.admission.written(resource);
         if gone {
             self.admission.removed(self, resource, &next).await;
         }
@@ -988,6 +1004,7 @@ impl Registry {
             .delete(&key, revision)
             .await
             .map_err(|err| storage_error(target, name, err))?;
+        self.admission.written(resource);
         self.admission.removed(self, resource, &current).await;
         if is_crd(resource) {
             self.remove_custom_resource(&current).await;

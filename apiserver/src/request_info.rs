@@ -81,6 +81,15 @@ impl RequestInfo {
     }
 }
 
+/// Whether `path` is a health check: `/healthz`, `/livez`, `/readyz` or
+/// one of their named checks (`/readyz/ping`).
+pub fn is_health_check(path: &str) -> bool {
+    ["/healthz", "/livez", "/readyz"].iter().any(|p| {
+        path.strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
+}
+
 /// Whether the query sets boolean parameter `name` (`name=true`, `name=1`
 /// or a bare `name`).
 pub fn query_flag(uri: &Uri, name: &str) -> bool {

@@ -380,6 +380,25 @@ static TABLE: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
             STATUS,
             "io.k8s.api.policy.v1.PodDisruptionBudget",
         ),
+        entry::<k8s_openapi::api::rbac::v1::Role>(NONE, NONE, NONE, "io.k8s.api.rbac.v1.Role"),
+        entry::<k8s_openapi::api::rbac::v1::ClusterRole>(
+            NONE,
+            NONE,
+            NONE,
+            "io.k8s.api.rbac.v1.ClusterRole",
+        ),
+        entry::<k8s_openapi::api::rbac::v1::RoleBinding>(
+            NONE,
+            NONE,
+            NONE,
+            "io.k8s.api.rbac.v1.RoleBinding",
+        ),
+        entry::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(
+            NONE,
+            NONE,
+            NONE,
+            "io.k8s.api.rbac.v1.ClusterRoleBinding",
+        ),
         entry::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>(
             NONE,
             NONE,
@@ -515,7 +534,7 @@ mod tests {
             deploy.collection_path(Some("ns")),
             "/apis/apps/v1/namespaces/ns/deployments"
         );
-        assert_eq!(all().len(), 28);
+        assert_eq!(all().len(), 32);
         assert!(group_versions().contains(&("policy", "v1")));
     }
 

@@ -96,8 +96,16 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-/// Ready once the store answers a read.
+/// Ready once the store answers a read and the default objects (the
+/// namespaces and RBAC's default roles) exist.
 async fn readyz(State(app): State<App>) -> Response {
+    if !app.registry.is_bootstrapped() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "[-]poststarthook/rbac/bootstrap-roles failed: not finished\nreadyz check failed",
+        )
+            .into_response();
+    }
     match tokio::time::timeout(Duration::from_secs(2), app.registry.storage().revision()).await {
         Ok(Ok(_)) => "ok".into_response(),
         Ok(Err(err)) => (

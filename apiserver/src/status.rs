@@ -59,6 +59,11 @@ impl ApiError {
         self
     }
 
+    /// 403, naming what was refused in the details.
+    pub fn forbidden(group: &str, resource: &str, name: &str, message: impl Into<String>) -> Self {
+        Self::new(403, "Forbidden", message).with(group, resource, name)
+    }
+
     /// `pods "web" not found`
     pub fn not_found(group: &str, resource: &str, name: &str) -> Self {
         Self::new(

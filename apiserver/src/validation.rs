@@ -392,6 +392,8 @@ fn name_messages(resource: &ResourceType, name: &str, prefix: bool) -> Vec<Strin
         ("", "Service") => is_dns1035_label(name),
         // Event names are not checked by Kubernetes beyond being a path segment.
         ("", "Event") => path_segment_messages(name),
+        // RBAC names (`system:kube-scheduler`) need only be path segments.
+        ("rbac.authorization.k8s.io", _) => path_segment_messages(name),
         _ => is_dns1123_subdomain(name),
     }
 }

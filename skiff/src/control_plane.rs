@@ -4,7 +4,6 @@
 //! works at a time. `skiff scheduler` and `skiff controller-manager` run
 //! them alone against any apiserver.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -15,13 +14,19 @@ use skiff_scheduler::config::SchedulerConfig;
 use skiff_scheduler::metrics::Metrics;
 use skiff_scheduler::run::{run, scheduler_lease, RunOptions};
 
-/// A client of the API at `addr` (plain HTTP, as `skiff up` serves it).
-pub fn local_client(addr: SocketAddr) -> Result<kube::Client> {
-    let url = format!("http://{addr}")
-        .parse()
-        .context("the API's address as a URL")?;
-    kube::Client::try_from(kube::Config::new(url)).context("building the API client")
+/// A client from a kubeconfig's text.
+pub async fn client_from_kubeconfig_text(text: &str) -> Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(text).context("reading a kubeconfig")?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .context("using a kubeconfig")?;
+    kube::Client::try_from(config).context("building the API client")
 }
+
+/// The scheduler's user, as kube-scheduler's.
+pub const SCHEDULER_USER: &str = "system:kube-scheduler";
+/// The controller-manager's user, as kube-controller-manager's.
+pub const CONTROLLER_MANAGER_USER: &str = "system:kube-controller-manager";
 
 /// A client from a kubeconfig file.
 pub async fn kubeconfig_client(path: &Path) -> Result<kube::Client> {
@@ -62,10 +67,11 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     /// Starts the scheduler (if configured) and the controllers against
-    /// the API at `addr`, each leader-elected through its own Lease;
+    /// the API, each leader-elected through its own Lease and with its own
+    /// identity (`system:kube-scheduler`, `system:kube-controller-manager`);
     /// `None` when there is nothing to run.
-    pub fn start(
-        addr: SocketAddr,
+    pub async fn start(
+        api: &crate::api::LocalApi,
         name: &str,
         scheduler: Option<SchedulerConfig>,
         controllers: Vec<Controller>,
@@ -74,7 +80,6 @@ impl ControlPlane {
         if scheduler.is_none() && controllers.is_empty() {
             return Ok(None);
         }
-        let client = local_client(addr)?;
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let until_stopped = move || {
             let mut stopped = stopped.clone();
@@ -84,14 +89,16 @@ impl ControlPlane {
         };
         let mut parts = Vec::new();
         if let Some(config) = scheduler {
+            let client = api.client(SCHEDULER_USER, &[]).await?;
             let options = RunOptions {
                 config,
                 lease: Some(scheduler_lease(&identity(name))),
                 metrics: Arc::new(Metrics::default()),
             };
-            parts.push(tokio::spawn(run(client.clone(), options, until_stopped())));
+            parts.push(tokio::spawn(run(client, options, until_stopped())));
         }
         if !controllers.is_empty() {
+            let client = api.client(CONTROLLER_MANAGER_USER, &[]).await?;
             parts.push(tokio::spawn(manager::run(
                 client,
                 controllers,

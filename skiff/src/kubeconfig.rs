@@ -1,20 +1,23 @@
 //! The kubeconfig `skiff up` and `skiff server` write, so that kubectl and
-//! client libraries find the API with no other setup.
+//! client libraries find the API with no other setup: the API's HTTPS
+//! address, the cluster CA to trust, and a client certificate.
 
-use std::net::SocketAddr;
-use std::path::Path;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
 
-use anyhow::{Context, Result};
+use crate::pki::Credentials;
 
-/// The kubeconfig text for an API at `addr`.
-pub fn render(addr: SocketAddr) -> String {
+/// The kubeconfig text for the API at `server` (a URL), trusting `ca_pem`
+/// and presenting `credentials`.
+pub fn render(server: &str, ca_pem: &str, credentials: &Credentials) -> String {
     format!(
         "apiVersion: v1
 kind: Config
 clusters:
 - name: skiff
   cluster:
-    server: http://{addr}
+    server: {server}
+    certificate-authority-data: {ca}
 contexts:
 - name: skiff
   context:
@@ -25,21 +28,14 @@ current-context: skiff
 preferences: {{}}
 users:
 - name: skiff
-  user: {{}}
-"
+  user:
+    client-certificate-data: {cert}
+    client-key-data: {key}
+",
+        ca = STANDARD.encode(ca_pem),
+        cert = STANDARD.encode(&credentials.cert_pem),
+        key = STANDARD.encode(&credentials.key_pem),
     )
-}
-
-/// Writes the kubeconfig for `addr` to `path` (through a temporary file,
-/// so a reader never sees half of it).
-pub fn write(path: &Path, addr: SocketAddr) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let partial = path.with_extension("partial");
-    std::fs::write(&partial, render(addr))
-        .and_then(|()| std::fs::rename(&partial, path))
-        .with_context(|| format!("writing the kubeconfig {}", path.display()))
 }
 
 #[cfg(test)]
@@ -47,15 +43,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_kubeconfig_points_at_the_api() {
-        let text = render("127.0.0.1:6443".parse().unwrap());
-        assert!(text.contains("server: http://127.0.0.1:6443"));
-        assert!(text.contains("current-context: skiff"));
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sub/kubeconfig");
-        write(&path, "127.0.0.1:1".parse().unwrap()).unwrap();
-        assert!(std::fs::read_to_string(path)
-            .unwrap()
-            .contains("127.0.0.1:1"));
+    fn the_kubeconfig_names_the_api_its_ca_and_the_credentials() {
+        let credentials = Credentials {
+            cert_pem: "CERT".into(),
+            key_pem: "KEY".into(),
+        };
+        let text = render("https://127.0.0.1:6443", "CA", &credentials);
+        let config: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let cluster = &config["clusters"][0]["cluster"];
+        assert_eq!(cluster["server"].as_str(), Some("https://127.0.0.1:6443"));
+        let decode = |v: &serde_yaml::Value| STANDARD.decode(v.as_str().unwrap()).unwrap();
+        assert_eq!(decode(&cluster["certificate-authority-data"]), b"CA");
+        let user = &config["users"][0]["user"];
+        assert_eq!(decode(&user["client-certificate-data"]), b"CERT");
+        assert_eq!(decode(&user["client-key-data"]), b"KEY");
+        assert_eq!(config["current-context"].as_str(), Some("skiff"));
     }
 }

@@ -224,9 +224,16 @@ pub struct LocalKubelet {
 }
 
 impl LocalKubelet {
-    pub fn start(api: SocketAddr, args: &NodeArgs, root_dir: &Path) -> Result<LocalKubelet> {
+    /// Starts the kubelet for the API, as the node's user
+    /// (`system:node:NAME` in `system:nodes`).
+    pub async fn start(
+        api: &crate::api::LocalApi,
+        args: &NodeArgs,
+        root_dir: &Path,
+    ) -> Result<LocalKubelet> {
         let config = kubelet_config(args, root_dir)?;
-        let client = crate::control_plane::local_client(api)?;
+        let user = format!("system:node:{}", config.node.name);
+        let client = api.client(&user, &["system:nodes"]).await?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(agent::run(client, config, async move {
             let _ = stopped.await;

@@ -2,16 +2,19 @@
 //! skiff (`up`, `server`, `store`, `cluster up`, `scheduler`, `kubelet`) or
 //! talk to running members (`member`).
 
+pub mod api;
 pub mod audit;
 pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod control_plane;
 pub mod encryption;
+pub mod files;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod limits;
 pub mod member;
+pub mod pki;
 pub mod shutdown;
 pub mod store;
 pub mod up;

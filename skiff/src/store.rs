@@ -124,6 +124,8 @@ pub struct ApiServing {
     pub serve: skiff_apiserver::ServeOptions,
     /// Encryption at rest, if configured.
     pub encryption: Option<std::sync::Arc<skiff_apiserver::storage::Encryption>>,
+    /// TLS, credentials, and the plain-HTTP port if asked for.
+    pub security: crate::api::Security,
 }
 
 /// Runs a store member, and the Kubernetes API over it if `api` is given,
@@ -164,34 +166,29 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
         )
     })?;
 
-    let api_listener = match &api {
-        Some(api) => Some(TcpListener::bind(&api.listen).await.with_context(|| {
-            format!(
-                "cannot listen for the Kubernetes API on {}; is another skiff running there? choose another --api-listen",
-                api.listen
-            )
-        })?),
+    let bound = match &api {
+        Some(api) => Some(crate::api::bind(&api.listen, &api.security).await?),
         None => None,
     };
     let (stop_api, api_stopped) = oneshot::channel::<()>();
-    let mut api_addr = None;
-    let mut api_task = match (api_listener, &api) {
-        (Some(listener), Some(api)) => {
-            let addr = listener
-                .local_addr()
-                .context("reading the API listener's address")?;
-            api_addr = Some((addr, api.kubeconfig.clone()));
-            crate::kubeconfig::write(&api.kubeconfig, addr)?;
+    let mut local_api = None;
+    let mut api_task = match (bound, &api) {
+        (Some((listeners, local)), Some(api)) => {
+            local.write_admin_kubeconfig(&api.kubeconfig)?;
             let mut storage = skiff_apiserver::Storage::local(store.clone());
             if let Some(encryption) = &api.encryption {
                 storage = storage.with_encryption(encryption.clone());
             }
             let registry = skiff_apiserver::Registry::new(storage);
-            tracing::info!(%addr, kubeconfig = %api.kubeconfig.display(), "serving the Kubernetes API");
+            tracing::info!(addr = %local.addr, kubeconfig = %api.kubeconfig.display(), "serving the Kubernetes API");
+            let mut options = api.serve.clone();
+            options.authn = api.security.authn.clone();
+            options.authorization = api.security.authorization;
+            local_api = Some((local, api.kubeconfig.clone()));
             Some(tokio::spawn(skiff_apiserver::serve(
-                listener,
+                listeners,
                 registry,
-                api.serve.clone(),
+                options,
                 async move {
                     let _ = api_stopped.await;
                 },
@@ -214,21 +211,30 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
         ),
         None => (Vec::new(), Default::default()),
     };
-    let control_plane = match &api_addr {
-        Some((addr, _)) => crate::control_plane::ControlPlane::start(
-            *addr,
-            &args.name,
-            scheduler_config,
-            controllers,
-            settings,
-        )?,
+    let control_plane = match &local_api {
+        Some((local, _)) => {
+            crate::control_plane::ControlPlane::start(
+                local,
+                &args.name,
+                scheduler_config,
+                controllers,
+                settings,
+            )
+            .await?
+        }
         None => None,
     };
-    let kubelet = match (&api_addr, api.as_ref().and_then(|a| a.node.as_ref())) {
-        (Some((addr, _)), Some(node)) => node.start(*addr),
+    let kubelet = match (&local_api, api.as_ref().and_then(|a| a.node.as_ref())) {
+        (Some((local, _)), Some(node)) => node.start(local).await,
         _ => None,
     };
-    print_ready(&args.name, &store, client_addr, peer_addr, api_addr);
+    print_ready(
+        &args.name,
+        &store,
+        client_addr,
+        peer_addr,
+        local_api.as_ref(),
+    );
 
     let removed = {
         let store = store.clone();
@@ -295,7 +301,7 @@ fn print_ready(
     store: &Store,
     client: SocketAddr,
     peer: Option<SocketAddr>,
-    api: Option<(SocketAddr, PathBuf)>,
+    api: Option<&(crate::api::LocalApi, PathBuf)>,
 ) {
     let peer = match peer {
         Some(peer) => format!("peer {peer}"),
@@ -308,9 +314,15 @@ fn print_ready(
     );
     if let Some((api, kubeconfig)) = api {
         line.push_str(&format!(
-            "\nKubernetes API: http://{api}; kubectl --kubeconfig {} get namespaces",
+            "\nKubernetes API: {}; kubectl --kubeconfig {} get namespaces",
+            api.url(),
             kubeconfig.display()
         ));
+        if let Some(plain) = api.insecure {
+            line.push_str(&format!(
+                "\nplain HTTP on loopback, no authentication: http://{plain}"
+            ));
+        }
     }
     // A closed stdout must not stop the member.
     use std::io::Write;

@@ -15,7 +15,7 @@ pub struct UpArgs {
     /// Where the store's data and the kubeconfig go (created if absent).
     #[arg(long, env = "SKIFF_DATA_DIR", default_value = "./skiff-data")]
     pub data_dir: PathBuf,
-    /// Address (host:port) of the Kubernetes API (plain HTTP for now).
+    /// Address (host:port) of the Kubernetes API (HTTPS).
     #[arg(long, env = "SKIFF_API_LISTEN", default_value = "127.0.0.1:6443")]
     pub api_listen: String,
     /// Address (host:port) of the store's etcd v3 API, for etcdctl.
@@ -49,6 +49,8 @@ pub struct UpArgs {
     pub limits: crate::limits::LimitFlags,
     #[command(flatten)]
     pub audit: crate::audit::AuditFlags,
+    #[command(flatten)]
+    pub security: crate::api::SecurityFlags,
     /// An EncryptionConfiguration file: which resources are encrypted in
     /// the store, and with which keys [default:
     /// DATA_DIR/encryption-config.yaml, created with a new AES-GCM key
@@ -88,8 +90,8 @@ pub struct LocalNode {
 impl LocalNode {
     /// Starts it for the API at `api`; an error is logged, not fatal: the
     /// API serves without a node.
-    pub fn start(&self, api: std::net::SocketAddr) -> Option<crate::kubelet::LocalKubelet> {
-        match crate::kubelet::LocalKubelet::start(api, &self.args, &self.root_dir) {
+    pub async fn start(&self, api: &crate::api::LocalApi) -> Option<crate::kubelet::LocalKubelet> {
+        match crate::kubelet::LocalKubelet::start(api, &self.args, &self.root_dir).await {
             Ok(kubelet) => Some(kubelet),
             Err(err) => {
                 tracing::error!(error = %crate::one_line(&err), "not starting the kubelet");
@@ -129,15 +131,17 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
         serve: skiff_apiserver::ServeOptions {
             limits: args.limits.limits(),
             audit: Some(args.audit.auditor(&args.data_dir)?),
+            authn: Default::default(),
+            authorization: Default::default(),
         },
         encryption,
+        security: args.security.resolve(&args.data_dir)?,
     };
     run_member(store, Some(api)).await
 }
 
 /// The API alone, over a store reached through etcd's v3 API.
 async fn api_only(args: UpArgs) -> Result<()> {
-    use anyhow::Context;
     let scheduler_config =
         crate::control_plane::scheduler_config(args.scheduler_config.as_deref())?;
     let storage = skiff_apiserver::storage::EtcdStorage::connect(&args.store_endpoints)
@@ -145,19 +149,13 @@ async fn api_only(args: UpArgs) -> Result<()> {
     let storage = skiff_apiserver::Storage::etcd(storage).with_encryption(args.encryption()?);
     let registry = skiff_apiserver::Registry::new(storage);
     let mut signals = crate::shutdown::StopSignals::register()?;
-    let listener = tokio::net::TcpListener::bind(&args.api_listen)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen for the Kubernetes API on {}; choose another --api-listen",
-                args.api_listen
-            )
-        })?;
-    let addr = listener.local_addr()?;
+    let security = args.security.resolve(&args.data_dir)?;
+    let (listeners, local) = crate::api::bind(&args.api_listen, &security).await?;
     let kubeconfig = args.data_dir.join("kubeconfig");
-    crate::kubeconfig::write(&kubeconfig, addr)?;
+    local.write_admin_kubeconfig(&kubeconfig)?;
     println!(
-        "skiff up ready: API http://{addr} over the store at {}; kubeconfig {}",
+        "skiff up ready: API {} over the store at {}; kubeconfig {}",
+        local.url(),
         args.store_endpoints.join(","),
         kubeconfig.display()
     );
@@ -165,9 +163,11 @@ async fn api_only(args: UpArgs) -> Result<()> {
     let options = skiff_apiserver::ServeOptions {
         limits: args.limits.limits(),
         audit: Some(args.audit.auditor(&args.data_dir)?),
+        authn: security.authn.clone(),
+        authorization: security.authorization,
     };
     let mut serving = tokio::spawn(skiff_apiserver::serve(
-        listener,
+        listeners,
         registry,
         options,
         async move {
@@ -176,13 +176,17 @@ async fn api_only(args: UpArgs) -> Result<()> {
     ));
     let controllers = args.controllers.chosen(args.controller_manager)?;
     let control_plane = crate::control_plane::ControlPlane::start(
-        addr,
+        &local,
         "up",
         args.scheduler.then_some(scheduler_config),
         controllers,
         args.controllers.settings(),
-    )?;
-    let kubelet = args.local_node().and_then(|node| node.start(addr));
+    )
+    .await?;
+    let kubelet = match args.local_node() {
+        Some(node) => node.start(&local).await,
+        None => None,
+    };
     tokio::select! {
         name = signals.recv() => tracing::info!(signal = name, "stopping the API"),
         served = &mut serving => {
@@ -214,7 +218,7 @@ async fn api_only(args: UpArgs) -> Result<()> {
 pub struct ServerArgs {
     #[command(flatten)]
     pub store: StoreArgs,
-    /// Address (host:port) of the Kubernetes API (plain HTTP for now).
+    /// Address (host:port) of the Kubernetes API (HTTPS).
     #[arg(long, env = "SKIFF_API_LISTEN", default_value = "127.0.0.1:6443")]
     pub api_listen: String,
     /// Where to write the kubeconfig for this member's API [default:
@@ -239,6 +243,8 @@ pub struct ServerArgs {
     pub limits: crate::limits::LimitFlags,
     #[command(flatten)]
     pub audit: crate::audit::AuditFlags,
+    #[command(flatten)]
+    pub security: crate::api::SecurityFlags,
     /// An EncryptionConfiguration file: which resources are encrypted in
     /// the store, and with which keys. Every member of a cluster needs the
     /// same one (`skiff cluster up` gives them one). Without it, Secrets
@@ -269,8 +275,11 @@ pub async fn server(args: ServerArgs) -> Result<()> {
         serve: skiff_apiserver::ServeOptions {
             limits: args.limits.limits(),
             audit: Some(args.audit.auditor(&args.store.data_dir)?),
+            authn: Default::default(),
+            authorization: Default::default(),
         },
         encryption,
+        security: args.security.resolve(&args.store.data_dir)?,
     };
     run_member(args.store, Some(api)).await
 }

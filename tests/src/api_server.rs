@@ -106,8 +106,27 @@ impl ApiServer {
     /// `skiff up` with its scheduler running and `args` added to its
     /// command line (e.g. `--scheduler-config FILE`).
     pub async fn start_scheduling_with(args: &[String]) -> Result<ApiServer> {
+        Self::start_scheduling_with_addrs(args, free_addrs(2)?).await
+    }
+
+    /// As [`Self::start_scheduling_with`], also serving the API over plain
+    /// HTTP on a loopback port (`--insecure-api-listen`), where every
+    /// request acts as the administrator; a client of that port.
+    pub async fn start_with_plain_port(args: &[String]) -> Result<(ApiServer, KubeHttp)> {
+        // One call, so the three ports differ.
+        let mut addrs = free_addrs(3)?;
+        let plain = addrs.pop().context("a third port")?;
+        let mut args = args.to_vec();
+        args.push(format!("--insecure-api-listen={plain}"));
+        let server = Self::start_scheduling_with_addrs(&args, addrs).await?;
+        Ok((server, KubeHttp::from_plain(&plain.to_string())))
+    }
+
+    async fn start_scheduling_with_addrs(
+        args: &[String],
+        addrs: Vec<std::net::SocketAddr>,
+    ) -> Result<ApiServer> {
         let dir = tempfile::tempdir()?;
-        let addrs = free_addrs(2)?;
         let data_dir = dir.path().join("skiff");
         let mut server = ApiServer {
             process: None,

@@ -1,27 +1,89 @@
 //! A minimal HTTP/1.1 client for the Kubernetes API, found through a
 //! kubeconfig: one connection per request, bodies sent exactly as given
 //! (a missing Content-Type stays missing), chunked replies decoded, and a
-//! watch read one newline-delimited event at a time. Plain `http://` only.
+//! watch read one newline-delimited event at a time. HTTPS with the
+//! kubeconfig's CA and client certificate (or a bearer token, or no
+//! credentials at all), or plain `http://`.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+
+/// A connection, plain or TLS.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+type Reader = BufReader<Box<dyn Io>>;
 
 /// How long any one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The API server a kubeconfig names.
-#[derive(Debug, Clone)]
+/// The API server a kubeconfig names, and who the client is.
+#[derive(Clone)]
 pub struct KubeHttp {
-    /// `host:port` of the `http://` server.
+    /// `host:port` of the server.
     authority: String,
     /// The local address connections come from (any loopback address
     /// works on Linux), to act as distinct clients.
     source: Option<std::net::IpAddr>,
+    /// For `https://`: the CA to trust.
+    ca_pem: Option<String>,
+    /// The client certificate and key (PEM) presented over TLS.
+    client_cert: Option<(String, String)>,
+    /// Sent as `Authorization: Bearer`.
+    token: Option<String>,
+}
+
+/// The parts of a kubeconfig this client uses, from its text.
+struct KubeconfigParts {
+    server: String,
+    ca_pem: Option<String>,
+    client_cert: Option<(String, String)>,
+    token: Option<String>,
+}
+
+fn kubeconfig_parts(text: &str) -> Result<KubeconfigParts> {
+    let config: serde_yaml::Value = serde_yaml::from_str(text).context("not YAML")?;
+    let clusters = config["clusters"].as_sequence().map_or(0, |c| c.len());
+    ensure!(
+        clusters == 1,
+        "it names {clusters} clusters; one was expected"
+    );
+    let cluster = &config["clusters"][0]["cluster"];
+    let user = &config["users"][0]["user"];
+    let decoded = |value: &serde_yaml::Value| -> Result<Option<String>> {
+        value
+            .as_str()
+            .map(|data| {
+                let bytes = STANDARD.decode(data.trim()).context("not base64")?;
+                String::from_utf8(bytes).context("not text")
+            })
+            .transpose()
+    };
+    let client_cert = match (
+        decoded(&user["client-certificate-data"])?,
+        decoded(&user["client-key-data"])?,
+    ) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        _ => None,
+    };
+    Ok(KubeconfigParts {
+        server: cluster["server"]
+            .as_str()
+            .context("the cluster has no server")?
+            .to_string(),
+        ca_pem: decoded(&cluster["certificate-authority-data"])?,
+        client_cert,
+        token: user["token"].as_str().map(String::from),
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -58,38 +120,89 @@ impl HttpResponse {
 
 impl KubeHttp {
     /// The client for the `server:` of the kubeconfig at `path`, which must
-    /// name exactly one cluster.
+    /// name exactly one cluster, with the kubeconfig's credentials.
     pub fn from_kubeconfig(path: &Path) -> Result<KubeHttp> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
-        let servers: Vec<&str> = text
-            .lines()
-            .filter_map(|line| line.trim().strip_prefix("server:"))
-            .map(|s| s.trim().trim_matches('"'))
-            .collect();
-        ensure!(
-            servers.len() == 1,
-            "{} names {} servers; one was expected",
-            path.display(),
-            servers.len()
-        );
-        let Some(authority) = servers[0].strip_prefix("http://") else {
-            bail!(
-                "the kubeconfig's server {} is not plain http://; this test client speaks only that",
-                servers[0]
-            );
+        let parts = kubeconfig_parts(&text).with_context(|| format!("{}", path.display()))?;
+        let (authority, tls) = match parts.server.split_once("://") {
+            Some(("https", rest)) => (rest, true),
+            Some(("http", rest)) => (rest, false),
+            _ => bail!(
+                "the kubeconfig's server {} is not http:// or https://",
+                parts.server
+            ),
         };
+        ensure!(
+            !tls || parts.ca_pem.is_some(),
+            "{}: an https:// server with no certificate-authority-data",
+            path.display()
+        );
         Ok(KubeHttp {
             authority: authority.trim_end_matches('/').to_string(),
             source: None,
+            ca_pem: if tls { parts.ca_pem } else { None },
+            client_cert: parts.client_cert,
+            token: parts.token,
         })
+    }
+
+    /// A plain-HTTP server at `authority` (host:port).
+    pub fn from_plain(authority: &str) -> KubeHttp {
+        KubeHttp {
+            authority: authority.to_string(),
+            source: None,
+            ca_pem: None,
+            client_cert: None,
+            token: None,
+        }
+    }
+
+    /// The same server with no credentials at all.
+    pub fn anonymous(&self) -> KubeHttp {
+        KubeHttp {
+            client_cert: None,
+            token: None,
+            ..self.clone()
+        }
+    }
+
+    /// The same server with only a bearer token.
+    pub fn with_token(&self, token: &str) -> KubeHttp {
+        KubeHttp {
+            client_cert: None,
+            token: Some(token.to_string()),
+            ..self.clone()
+        }
+    }
+
+    /// The same server with only a client certificate (PEM).
+    pub fn with_client_cert(&self, cert_pem: &str, key_pem: &str) -> KubeHttp {
+        KubeHttp {
+            client_cert: Some((cert_pem.to_string(), key_pem.to_string())),
+            token: None,
+            ..self.clone()
+        }
+    }
+
+    /// The same server, trusting `ca_pem` instead of the kubeconfig's CA.
+    pub fn trusting(&self, ca_pem: &str) -> KubeHttp {
+        KubeHttp {
+            ca_pem: Some(ca_pem.to_string()),
+            ..self.clone()
+        }
+    }
+
+    /// `host:port` of the server.
+    pub fn authority(&self) -> &str {
+        &self.authority
     }
 
     /// The same server, reached from `source` (e.g. 127.0.0.2).
     pub fn from_source(&self, source: std::net::IpAddr) -> KubeHttp {
         KubeHttp {
-            authority: self.authority.clone(),
             source: Some(source),
+            ..self.clone()
         }
     }
 
@@ -173,13 +286,23 @@ impl KubeHttp {
             .with_context(|| format!("watch {path}"))
     }
 
+    /// Sends a request without reading the reply: the connection, for a
+    /// test to read (or not) as it likes.
+    pub async fn open(
+        &self,
+        method: &str,
+        path: &str,
+    ) -> Result<impl AsyncRead + Unpin + Send + 'static> {
+        self.send(method, path, None, None).await
+    }
+
     async fn send(
         &self,
         method: &str,
         path: &str,
         content_type: Option<&str>,
         body: Option<&[u8]>,
-    ) -> Result<BufReader<TcpStream>> {
+    ) -> Result<Reader> {
         let connect = async {
             let Some(source) = self.source else {
                 return Ok(TcpStream::connect(&self.authority).await?);
@@ -189,15 +312,37 @@ impl KubeHttp {
             socket.bind(std::net::SocketAddr::new(source, 0))?;
             anyhow::Ok(socket.connect(server).await?)
         };
-        let mut stream = connect
+        let stream = connect
             .await
             .with_context(|| format!("connecting to {}", self.authority))?;
+        let mut stream: Box<dyn Io> = match &self.ca_pem {
+            None => Box::new(stream),
+            Some(ca_pem) => {
+                let connector = tokio_rustls::TlsConnector::from(self.tls_config(ca_pem)?);
+                let host = self
+                    .authority
+                    .rsplit_once(':')
+                    .map_or(self.authority.as_str(), |(host, _)| host)
+                    .trim_matches(|c| c == '[' || c == ']')
+                    .to_string();
+                let name = ServerName::try_from(host)?;
+                Box::new(
+                    connector
+                        .connect(name, stream)
+                        .await
+                        .context("TLS handshake")?,
+                )
+            }
+        };
         let mut head = format!(
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nUser-Agent: skiff-tests\r\nConnection: close\r\n",
             self.authority
         );
         if let Some(content_type) = content_type {
             head.push_str(&format!("Content-Type: {content_type}\r\n"));
+        }
+        if let Some(token) = &self.token {
+            head.push_str(&format!("Authorization: Bearer {token}\r\n"));
         }
         if let Some(body) = body {
             head.push_str(&format!("Content-Length: {}\r\n", body.len()));
@@ -217,9 +362,32 @@ impl KubeHttp {
         stream.flush().await?;
         Ok(BufReader::new(stream))
     }
+
+    fn tls_config(&self, ca_pem: &str) -> Result<Arc<rustls::ClientConfig>> {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+            roots.add(cert.map_err(|e| anyhow!("the CA: {e}"))?)?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots);
+        let config = match &self.client_cert {
+            Some((cert, key)) => {
+                let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| anyhow!("the client certificate: {e}"))?;
+                let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
+                    .map_err(|e| anyhow!("the client key: {e}"))?;
+                builder.with_client_auth_cert(chain, key)?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        Ok(Arc::new(config))
+    }
 }
 
-async fn read_head(reader: &mut BufReader<TcpStream>) -> Result<(u16, Vec<(String, String)>)> {
+async fn read_head(reader: &mut Reader) -> Result<(u16, Vec<(String, String)>)> {
     let mut line = String::new();
     reader.read_line(&mut line).await?;
     let status = line
@@ -250,10 +418,7 @@ fn is_chunked(headers: &[(String, String)]) -> bool {
         .any(|(n, v)| n == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"))
 }
 
-async fn read_body(
-    reader: &mut BufReader<TcpStream>,
-    headers: &[(String, String)],
-) -> Result<Vec<u8>> {
+async fn read_body(reader: &mut Reader, headers: &[(String, String)]) -> Result<Vec<u8>> {
     let mut body = Vec::new();
     if is_chunked(headers) {
         while let Some(chunk) = read_chunk(reader).await? {
@@ -269,7 +434,7 @@ async fn read_body(
 }
 
 /// One chunk of a chunked body; `None` after the last.
-async fn read_chunk(reader: &mut BufReader<TcpStream>) -> Result<Option<Vec<u8>>> {
+async fn read_chunk(reader: &mut Reader) -> Result<Option<Vec<u8>>> {
     let mut line = String::new();
     if reader.read_line(&mut line).await? == 0 {
         // The server went away without the last chunk (it was stopped).
@@ -290,7 +455,7 @@ async fn read_chunk(reader: &mut BufReader<TcpStream>) -> Result<Option<Vec<u8>>
 
 /// An open watch: its events as they arrive.
 pub struct WatchStream {
-    reader: BufReader<TcpStream>,
+    reader: Reader,
     chunked: bool,
     /// Bytes received after the last complete line.
     pending: Vec<u8>,

@@ -102,7 +102,12 @@ rules:
         "{create}"
     );
     ensure!(create["verb"] == "create", "{create}");
-    ensure!(create["user"]["username"] == "system:anonymous", "{create}");
+    // The user the client certificate of the admin's kubeconfig names.
+    ensure!(create["user"]["username"] == "kubernetes-admin", "{create}");
+    ensure!(
+        create["user"]["groups"] == json!(["system:masters", "system:authenticated"]),
+        "{create}"
+    );
     ensure!(create["sourceIPs"] == json!(["127.0.0.1"]), "{create}");
     ensure!(create["userAgent"] == "skiff-tests", "{create}");
     ensure!(

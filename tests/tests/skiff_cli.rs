@@ -359,7 +359,7 @@ fn check_manifest(manifest: &Value, dir: &Path) -> Result<Vec<(String, SocketAdd
             // The cluster's kubeconfig points at the first member's API.
             let kubeconfig = std::fs::read_to_string(dir.join("kubeconfig"))?;
             assert!(
-                kubeconfig.contains(&format!("server: http://{api}")),
+                kubeconfig.contains(&format!("server: https://{api}")),
                 "{kubeconfig}"
             );
         }

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use skiff_tests::api_server::{ApiServer, Backend};
 use skiff_tests::kube_http::KubeHttp;
 use skiff_tests::kubectl::{kubectl_or_skip, Kubectl};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
 const EVENT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -178,28 +178,6 @@ async fn watchers_over_real_etcd_see_every_change_in_order() -> Result<()> {
     many_watchers_see_every_change_in_order(Backend::Etcd, 200).await
 }
 
-/// Opens a watch on a raw connection and never reads it.
-async fn stalled_watch(
-    http_kubeconfig: &std::path::Path,
-    path: &str,
-) -> Result<tokio::net::TcpStream> {
-    let text = std::fs::read_to_string(http_kubeconfig)?;
-    let authority = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server:"))
-        .map(|s| {
-            s.trim()
-                .trim_start_matches("http://")
-                .trim_end_matches('/')
-                .to_string()
-        })
-        .context("a server in the kubeconfig")?;
-    let mut stream = tokio::net::TcpStream::connect(&authority).await?;
-    let head = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: application/json\r\nConnection: close\r\n\r\n");
-    stream.write_all(head.as_bytes()).await?;
-    Ok(stream)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_that_reads_nothing_is_dropped_without_stalling_the_others() -> Result<()> {
     // A short queue, so that the kernel's socket buffers are what fills
@@ -209,7 +187,8 @@ async fn a_watcher_that_reads_nothing_is_dropped_without_stalling_the_others() -
     let http = server.http()?;
     let (_, _, from) = create(&http, "seed", "").await?;
     let path = format!("{PODS}?watch=true&resourceVersion={from}");
-    let mut stalled = stalled_watch(&server.kubeconfig(), &path).await?;
+    // Opened on its own connection and never read.
+    let mut stalled = http.open("GET", &path).await?;
     let mut reading = http.watch(&path).await?;
     let deadline = Instant::now() + Duration::from_secs(20);
     while metric(&http, POD_WATCHERS).await? < 2 {

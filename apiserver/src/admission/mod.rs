@@ -159,6 +159,14 @@ impl Admission {
         resource_quota::validate(registry, attrs).await
     }
 
+    /// A write of `resource` was stored: webhook configurations read
+    /// before it (by requests running meanwhile) are stale.
+    pub fn written(&self, resource: &'static ResourceType) {
+        if resource.group == webhook::GROUP {
+            self.webhooks.forget();
+        }
+    }
+
     /// Gives back what [`Self::validate`] charged to quotas for a write
     /// that was not stored after all.
     pub async fn release(&self, registry: &Registry, attrs: &Attributes) {

@@ -63,6 +63,9 @@ pub struct ResourceCache {
     too_old_watches: AtomicU64,
     store_fallbacks: AtomicU64,
     relists: AtomicU64,
+    /// Bumped whenever the objects change: readers that derive something
+    /// from them (RBAC's rules) know when to derive it again.
+    generation: AtomicU64,
 }
 
 /// Where a new watcher starts.
@@ -138,6 +141,7 @@ impl ResourceCache {
             too_old_watches: AtomicU64::new(0),
             store_fallbacks: AtomicU64::new(0),
             relists: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -155,6 +159,11 @@ impl ResourceCache {
     /// The revision the cache has reached (0 before its first list).
     pub fn revision(&self) -> i64 {
         *self.revision.borrow()
+    }
+
+    /// How many times the objects have changed.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     pub fn is_ready(&self) -> bool {
@@ -188,6 +197,7 @@ impl ResourceCache {
         state.revision = revision;
         state.ready = true;
         drop(state);
+        self.generation.fetch_add(1, Ordering::Release);
         self.revision.send_replace(revision);
     }
 
@@ -209,6 +219,7 @@ impl ResourceCache {
             let Some(event) = self.apply_one(&mut state, change) else {
                 continue;
             };
+            self.generation.fetch_add(1, Ordering::Release);
             newest = newest.max(event.revision);
             state.ring.push(event.clone());
             self.dispatch(&mut state, &event);

@@ -29,7 +29,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use rate::ClientBuckets;
 
-use crate::request_info::{query_flag, RequestInfo};
+use crate::request_info::{is_health_check, query_flag, RequestInfo};
 use crate::status::ApiError;
 
 /// The limits, with kube-apiserver's defaults where it has them.
@@ -79,11 +79,7 @@ pub enum RequestKind {
 impl RequestKind {
     pub fn of(method: &Method, uri: &Uri) -> RequestKind {
         let path = uri.path();
-        let exempt = ["/healthz", "/livez", "/readyz"].iter().any(|p| {
-            path.strip_prefix(p)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        });
-        if exempt {
+        if is_health_check(path) {
             return RequestKind::Exempt;
         }
         let info = RequestInfo::of(method, uri);

@@ -79,7 +79,11 @@ impl ApiServer {
             "up".to_string(),
             "--data-dir".into(),
             dir.join("skiff").display().to_string(),
+            // The API over HTTPS on any port; the bench talks to its plain
+            // loopback port (the administrator, no TLS on the client side).
             "--api-listen".into(),
+            "127.0.0.1:0".into(),
+            "--insecure-api-listen".into(),
             api.to_string(),
             "--client-listen".into(),
             client.to_string(),

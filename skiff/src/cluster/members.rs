@@ -91,6 +91,8 @@ impl Members {
             .args(["--api-listen", &layout.api.to_string()])
             .arg("--encryption-provider-config")
             .arg(&encryption)
+            .arg("--pki-dir")
+            .arg(dir.join(crate::pki::DEFAULT_DIR))
             .stdin(Stdio::null())
             .stdout(Stdio::from(log_file))
             .stderr(Stdio::from(stderr))

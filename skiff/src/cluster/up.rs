@@ -24,6 +24,8 @@ pub async fn run(args: UpArgs) -> Result<()> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating the cluster directory {}", dir.display()))?;
     let layouts = layouts(&args)?;
+    // One CA for every member, made before any starts.
+    let pki = crate::pki::Pki::ensure(&dir.join(crate::pki::DEFAULT_DIR))?;
     let mut signals = StopSignals::register()?;
     let initial_cluster = layout::initial_cluster(&layouts);
     let mut members = Members::new();
@@ -53,7 +55,8 @@ pub async fn run(args: UpArgs) -> Result<()> {
     if let Some(leader) = leader {
         manifest::save(dir, &members.manifest(true))?;
         if let Some(first) = members.processes.first() {
-            crate::kubeconfig::write(&dir.join("kubeconfig"), first.layout.api)?;
+            let url = format!("https://{}", first.layout.api);
+            crate::api::write_admin_kubeconfig(&dir.join("kubeconfig"), &url, &pki)?;
         }
         print_ready(dir, &members, &leader);
         watch_members(&mut members, &mut signals).await;
@@ -181,7 +184,7 @@ fn print_ready(dir: &Path, members: &Members, leader: &str) {
     );
     for p in &members.processes {
         println!(
-            "  {}  pid {}  api http://{}  client {}  peer {}  log {}",
+            "  {}  pid {}  api https://{}  client {}  peer {}  log {}",
             p.layout.name,
             p.pid,
             p.layout.api,

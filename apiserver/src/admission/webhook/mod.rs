@@ -114,7 +114,7 @@ impl Caller {
         Ok(matching)
     }
 
-    fn forget(&self) {
+    pub fn forget(&self) {
         *self
             .configurations
             .lock()

@@ -1,0 +1,196 @@
+//! Authentication: who a request comes from, as kube-apiserver finds it.
+//! In order: the transport (the loopback plain-HTTP port, when asked for,
+//! is trusted as the cluster's administrator, as kube-apiserver's old
+//! insecure port was), a client certificate the cluster CA signed (user
+//! from its CN, groups from its O), then a bearer token (a static token
+//! from `--token-auth-file`, or a ServiceAccount token). Every
+//! authenticated user is also in `system:authenticated`.
+//!
+//! A request with no credentials is `system:anonymous` only on the health
+//! checks and `/version`; anywhere else it is 401 Unauthorized, as is a
+//! request whose token is not valid.
+
+pub mod token_file;
+pub mod x509;
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::header::AUTHORIZATION;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+pub use token_file::TokenFile;
+
+use crate::request_info::is_health_check;
+use crate::status::ApiError;
+use crate::user::UserInfo;
+
+/// The group every authenticated user belongs to.
+pub const AUTHENTICATED: &str = "system:authenticated";
+/// The group whose members may do anything, authorization unasked.
+pub const MASTERS: &str = "system:masters";
+
+/// How a request reached the server, put in its extensions by the
+/// connection that carried it.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    /// The plain-HTTP loopback port: trusted as the administrator.
+    Insecure,
+    /// TLS, with the user of the client certificate if one was presented
+    /// and the cluster CA signed it.
+    Tls { client: Option<Arc<UserInfo>> },
+}
+
+/// The credentials the server accepts beyond client certificates.
+#[derive(Debug, Clone, Default)]
+pub struct Authenticator {
+    pub tokens: TokenFile,
+}
+
+/// Whether anonymous requests may reach `path`: the health checks and
+/// `/version`, which load balancers and probes ask without credentials.
+pub fn anonymous_allowed(path: &str) -> bool {
+    is_health_check(path) || path == "/version" || path == "/version/"
+}
+
+/// The user of the plain-HTTP loopback port.
+pub fn insecure_user() -> UserInfo {
+    UserInfo {
+        name: "system:unsecured".into(),
+        groups: vec![MASTERS.into(), AUTHENTICATED.into()],
+    }
+}
+
+impl Authenticator {
+    /// The user `request` comes from; `Ok(None)` for a request with no
+    /// credentials, `Err` for credentials that are not valid.
+    pub fn authenticate(&self, request: &Request) -> Result<Option<UserInfo>, ApiError> {
+        match request.extensions().get::<Transport>() {
+            Some(Transport::Insecure) => return Ok(Some(insecure_user())),
+            Some(Transport::Tls {
+                client: Some(client),
+            }) => return Ok(Some(with_authenticated(client.as_ref().clone()))),
+            _ => {}
+        }
+        let Some(header) = request.headers().get(AUTHORIZATION) else {
+            return Ok(None);
+        };
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|h| {
+                let (scheme, token) = h.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+            .filter(|t| !t.is_empty());
+        let Some(token) = token else {
+            // Basic authentication and other schemes are not supported.
+            return Err(unauthorized());
+        };
+        match self.tokens.user(token) {
+            Some(user) => Ok(Some(with_authenticated(user.clone()))),
+            None => Err(unauthorized()),
+        }
+    }
+}
+
+fn with_authenticated(mut user: UserInfo) -> UserInfo {
+    if !user.groups.iter().any(|g| g == AUTHENTICATED) {
+        user.groups.push(AUTHENTICATED.into());
+    }
+    user
+}
+
+/// 401, with kube-apiserver's message.
+pub fn unauthorized() -> ApiError {
+    ApiError::new(401, "Unauthorized", "Unauthorized")
+}
+
+/// The middleware: puts the request's [`UserInfo`] in its extensions, or
+/// answers 401.
+pub async fn authenticate(
+    State(authenticator): State<Arc<Authenticator>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let user = match authenticator.authenticate(&request) {
+        Ok(Some(user)) => user,
+        Ok(None) if anonymous_allowed(request.uri().path()) => UserInfo::anonymous(),
+        Ok(None) | Err(_) => return unauthorized().into_response(),
+    };
+    request.extensions_mut().insert(user);
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+
+    fn request(path: &str, token: Option<&str>, transport: Option<Transport>) -> Request {
+        let mut builder = axum::http::Request::builder().uri(path);
+        if let Some(token) = token {
+            builder = builder.header(AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let mut request = builder.body(Body::empty()).unwrap();
+        if let Some(transport) = transport {
+            request.extensions_mut().insert(transport);
+        }
+        request
+    }
+
+    fn authenticator() -> Authenticator {
+        Authenticator {
+            tokens: TokenFile::parse("s3cret,alice,1001,\"dev,ops\"\n").unwrap(),
+        }
+    }
+
+    #[test]
+    fn tokens_certificates_and_the_insecure_port_each_name_a_user() {
+        let auth = authenticator();
+        let alice = auth
+            .authenticate(&request("/api", Some("s3cret"), None))
+            .unwrap()
+            .unwrap();
+        assert_eq!(alice.name, "alice");
+        assert_eq!(alice.groups, ["dev", "ops", AUTHENTICATED]);
+
+        let cert_user = Arc::new(UserInfo {
+            name: "bob".into(),
+            groups: vec!["qa".into()],
+        });
+        let tls = Transport::Tls {
+            client: Some(cert_user),
+        };
+        let bob = auth
+            .authenticate(&request("/api", None, Some(tls)))
+            .unwrap()
+            .unwrap();
+        assert_eq!((bob.name.as_str(), bob.groups.len()), ("bob", 2));
+
+        let admin = auth
+            .authenticate(&request("/api", None, Some(Transport::Insecure)))
+            .unwrap()
+            .unwrap();
+        assert!(admin.groups.iter().any(|g| g == MASTERS));
+    }
+
+    #[test]
+    fn a_wrong_token_is_refused_and_no_credentials_is_nobody() {
+        let auth = authenticator();
+        let wrong = auth.authenticate(&request("/api", Some("guess"), None));
+        assert_eq!(wrong.unwrap_err().code, 401);
+        let none = auth.authenticate(&request(
+            "/api",
+            None,
+            Some(Transport::Tls { client: None }),
+        ));
+        assert_eq!(none.unwrap(), None);
+        assert!(anonymous_allowed("/healthz"));
+        assert!(anonymous_allowed("/readyz/ping"));
+        assert!(anonymous_allowed("/version"));
+        assert!(!anonymous_allowed("/api"));
+        assert!(!anonymous_allowed("/healthzfoo"));
+    }
+}

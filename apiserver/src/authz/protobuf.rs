@@ -1,0 +1,169 @@
+//! Just enough of Kubernetes' protobuf encoding to read the reviews that
+//! kubectl's typed client sends as protobuf (`kubectl auth can-i` posts a
+//! SelfSubjectAccessReview that way): the `k8s\0` envelope
+//! (runtime.Unknown: typeMeta = 1 {apiVersion = 1, kind = 2}, raw = 2)
+//! and the fields of the review specs, read into the same JSON a client
+//! sending JSON would have sent. The replies are JSON, which client-go
+//! accepts.
+
+use serde_json::{json, Map, Value};
+
+/// The prefix of every Kubernetes protobuf body.
+pub const MAGIC: &[u8] = b"k8s\0";
+
+/// One length-delimited field of a message: its number and its bytes
+/// (the other wire types are skipped; the reviews' fields are strings and
+/// messages).
+enum Field<'a> {
+    Bytes(u64, &'a [u8]),
+}
+
+fn varint(data: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let (&byte, rest) = data.split_first()?;
+        *data = rest;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// The fields of one message, in order; `None` if it is malformed.
+fn fields(mut data: &[u8]) -> Option<Vec<Field<'_>>> {
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        let key = varint(&mut data)?;
+        let number = key >> 3;
+        match key & 7 {
+            0 => {
+                varint(&mut data)?;
+            }
+            2 => {
+                let len = usize::try_from(varint(&mut data)?).ok()?;
+                if len > data.len() {
+                    return None;
+                }
+                let (bytes, rest) = data.split_at(len);
+                out.push(Field::Bytes(number, bytes));
+                data = rest;
+            }
+            1 => data = data.get(8..)?,
+            5 => data = data.get(4..)?,
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+fn bytes_of<'a>(fields: &[Field<'a>], number: u64) -> Option<&'a [u8]> {
+    fields
+        .iter()
+        .find_map(|Field::Bytes(n, b)| (*n == number).then_some(*b))
+}
+
+/// The string fields of a message, by number, as JSON fields by name.
+fn strings(data: &[u8], names: &[(u64, &str)]) -> Option<Value> {
+    let fields = fields(data)?;
+    let mut out = Map::new();
+    for (number, name) in names {
+        if let Some(bytes) = bytes_of(&fields, *number) {
+            out.insert(
+                name.to_string(),
+                json!(String::from_utf8_lossy(bytes).into_owned()),
+            );
+        }
+    }
+    Some(Value::Object(out))
+}
+
+/// ResourceAttributes (namespace 1, verb 2, group 3, version 4, resource
+/// 5, subresource 6, name 7) and NonResourceAttributes (path 1, verb 2).
+const RESOURCE_ATTRIBUTES: &[(u64, &str)] = &[
+    (1, "namespace"),
+    (2, "verb"),
+    (3, "group"),
+    (4, "version"),
+    (5, "resource"),
+    (6, "subresource"),
+    (7, "name"),
+];
+const NON_RESOURCE_ATTRIBUTES: &[(u64, &str)] = &[(1, "path"), (2, "verb")];
+
+/// The review in a protobuf body as JSON; an error says what is wrong.
+pub fn review(body: &[u8]) -> Result<Value, String> {
+    let malformed = || "the protobuf body is malformed".to_string();
+    let envelope = body
+        .strip_prefix(MAGIC)
+        .ok_or("the body is not Kubernetes protobuf")?;
+    let envelope = fields(envelope).ok_or_else(malformed)?;
+    let type_meta = strings(
+        bytes_of(&envelope, 1).unwrap_or_default(),
+        &[(1, "apiVersion"), (2, "kind")],
+    )
+    .ok_or_else(malformed)?;
+    let kind = type_meta["kind"].as_str().unwrap_or("").to_string();
+    let raw = fields(bytes_of(&envelope, 2).unwrap_or_default()).ok_or_else(malformed)?;
+    let spec_bytes = bytes_of(&raw, 2).unwrap_or_default();
+    let mut review = json!({
+        "apiVersion": type_meta["apiVersion"],
+        "kind": kind,
+        "metadata": {},
+    });
+    review["spec"] = match kind.as_str() {
+        "SelfSubjectAccessReview" => {
+            let spec = fields(spec_bytes).ok_or_else(malformed)?;
+            let mut out = json!({});
+            if let Some(r) = bytes_of(&spec, 1) {
+                out["resourceAttributes"] =
+                    strings(r, RESOURCE_ATTRIBUTES).ok_or_else(malformed)?;
+            }
+            if let Some(n) = bytes_of(&spec, 2) {
+                out["nonResourceAttributes"] =
+                    strings(n, NON_RESOURCE_ATTRIBUTES).ok_or_else(malformed)?;
+            }
+            out
+        }
+        "SelfSubjectRulesReview" => {
+            strings(spec_bytes, &[(1, "namespace")]).ok_or_else(malformed)?
+        }
+        "SelfSubjectReview" => json!({}),
+        other => return Err(format!("{other} is not accepted as protobuf; send JSON")),
+    };
+    Ok(review)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(number: u64, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![(number << 3 | 2) as u8];
+        out.push(bytes.len() as u8);
+        out.extend_from_slice(bytes);
+        out
+    }
+
+    #[test]
+    fn a_self_subject_access_review_reads_as_its_json() {
+        let attributes = [field(1, b"team"), field(2, b"delete"), field(5, b"pods")].concat();
+        let spec = field(1, &attributes);
+        let raw = [field(1, b""), field(2, &spec)].concat();
+        let type_meta = [
+            field(1, b"authorization.k8s.io/v1"),
+            field(2, b"SelfSubjectAccessReview"),
+        ]
+        .concat();
+        let body = [MAGIC.to_vec(), field(1, &type_meta), field(2, &raw)].concat();
+        let review = review(&body).unwrap();
+        assert_eq!(review["kind"], "SelfSubjectAccessReview");
+        assert_eq!(
+            review["spec"]["resourceAttributes"],
+            json!({"namespace": "team", "verb": "delete", "resource": "pods"})
+        );
+        assert!(super::review(b"k8s\0\x0a\xff").is_err());
+        assert!(super::review(b"{}").is_err());
+    }
+}

@@ -1,0 +1,312 @@
+//! The cluster's certificates: a CA made on first start, the API's
+//! serving certificate, and client certificates that name a user (CN) and
+//! its groups (O), as kubeadm lays them out. The CA's key and the admin's
+//! credentials stay in the PKI directory (mode 0600); serving and
+//! component certificates are issued afresh at each start.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context, Result};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// The directory's name inside a data directory.
+pub const DEFAULT_DIR: &str = "pki";
+/// The administrator's user and group, as kubeadm's admin.conf.
+pub const ADMIN_USER: &str = "kubernetes-admin";
+pub const ADMIN_GROUP: &str = "system:masters";
+
+const CA_CERT: &str = "ca.crt";
+const CA_KEY: &str = "ca.key";
+const ADMIN_CERT: &str = "admin.crt";
+const ADMIN_KEY: &str = "admin.key";
+const CA_DAYS: i64 = 3650;
+const CERT_DAYS: i64 = 365;
+
+/// A certificate and its private key, both PEM.
+#[derive(Clone)]
+pub struct Credentials {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// The cluster CA, able to issue certificates.
+pub struct Pki {
+    dir: PathBuf,
+    ca_pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl std::fmt::Debug for Pki {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pki").field("dir", &self.dir).finish()
+    }
+}
+
+impl Pki {
+    /// The CA in `dir`, made (with a new key) if `dir` has none yet.
+    pub fn ensure(dir: &Path) -> Result<Arc<Pki>> {
+        let cert_path = dir.join(CA_CERT);
+        let key_path = dir.join(CA_KEY);
+        if !cert_path.exists() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("making {} private", dir.display()))?;
+            let key = KeyPair::generate().context("making the CA's key")?;
+            let mut params = CertificateParams::new(Vec::<String>::new())?;
+            params
+                .distinguished_name
+                .push(DnType::CommonName, "skiff-ca");
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params.key_usages = vec![
+                KeyUsagePurpose::KeyCertSign,
+                KeyUsagePurpose::CrlSign,
+                KeyUsagePurpose::DigitalSignature,
+            ];
+            valid_for(&mut params, CA_DAYS);
+            let cert = params.self_signed(&key).context("signing the CA")?;
+            crate::files::write_private(&key_path, key.serialize_pem().as_bytes())?;
+            crate::files::write_private(&cert_path, cert.pem().as_bytes())?;
+            tracing::info!(dir = %dir.display(), "created the cluster CA");
+        }
+        let ca_pem = std::fs::read_to_string(&cert_path)
+            .with_context(|| format!("reading {}", cert_path.display()))?;
+        let key_pem = std::fs::read_to_string(&key_path)
+            .with_context(|| format!("reading {}", key_path.display()))?;
+        let key = KeyPair::from_pem(&key_pem)
+            .with_context(|| format!("{} is not a private key", key_path.display()))?;
+        let issuer = Issuer::from_ca_cert_pem(&ca_pem, key)
+            .with_context(|| format!("{} is not a CA certificate", cert_path.display()))?;
+        Ok(Arc::new(Pki {
+            dir: dir.to_path_buf(),
+            ca_pem,
+            issuer,
+        }))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The CA certificate, PEM.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// A client certificate for `user` in `groups`.
+    pub fn issue_client(&self, user: &str, groups: &[&str]) -> Result<Credentials> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, user);
+        for group in groups {
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, *group);
+        }
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(params)
+    }
+
+    /// A serving certificate for the names and addresses in `sans`.
+    pub fn issue_server(&self, common_name: &str, sans: &[String]) -> Result<Credentials> {
+        let mut params = CertificateParams::new(sans.to_vec())
+            .map_err(|e| anyhow!("a certificate cannot name {sans:?}: {e}"))?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.sign(params)
+    }
+
+    fn sign(&self, mut params: CertificateParams) -> Result<Credentials> {
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.use_authority_key_identifier_extension = true;
+        valid_for(&mut params, CERT_DAYS);
+        let key = KeyPair::generate()?;
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .context("signing a certificate with the cluster CA")?;
+        Ok(Credentials {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    /// The administrator's credentials (`kubernetes-admin` in
+    /// `system:masters`), kept in the directory so that every kubeconfig
+    /// written carries the same ones.
+    pub fn admin(&self) -> Result<Credentials> {
+        let cert_path = self.dir.join(ADMIN_CERT);
+        let key_path = self.dir.join(ADMIN_KEY);
+        if let (Ok(cert_pem), Ok(key_pem)) = (
+            std::fs::read_to_string(&cert_path),
+            std::fs::read_to_string(&key_path),
+        ) {
+            return Ok(Credentials { cert_pem, key_pem });
+        }
+        let credentials = self.issue_client(ADMIN_USER, &[ADMIN_GROUP])?;
+        crate::files::write_private(&key_path, credentials.key_pem.as_bytes())?;
+        crate::files::write_private(&cert_path, credentials.cert_pem.as_bytes())?;
+        Ok(credentials)
+    }
+
+    /// The API's TLS configuration: a serving certificate for `sans`, and
+    /// client certificates verified against the CA when a client offers
+    /// one (a client without one may still send a bearer token).
+    pub fn api_tls(&self, sans: &[String]) -> Result<Arc<rustls::ServerConfig>> {
+        let serving = self.issue_server("kube-apiserver", sans)?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in pem_certs(&self.ca_pem)? {
+            roots.add(cert).context("the CA certificate")?;
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .allow_unauthenticated()
+        .build()
+        .context("the client certificate verifier")?;
+        let key = PrivateKeyDer::from_pem_slice(serving.key_pem.as_bytes())
+            .map_err(|e| anyhow!("the serving key: {e}"))?;
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("TLS protocol versions")?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(pem_certs(&serving.cert_pem)?, key)
+            .context("the serving certificate")?;
+        Ok(Arc::new(config))
+    }
+}
+
+fn pem_certs(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow!("reading a PEM certificate: {e}"))
+}
+
+fn valid_for(params: &mut CertificateParams, days: i64) {
+    let now = time::OffsetDateTime::now_utc();
+    // An hour of slack for clocks a little behind.
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(days);
+}
+
+/// The names a serving certificate for an API listening on `listen`
+/// carries: loopback, this host's name, the in-cluster names of the
+/// `kubernetes` Service, the listening address if it is a specific one,
+/// and `extra` (`--tls-san`).
+pub fn serving_names(listen: &std::net::SocketAddr, extra: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = [
+        "localhost",
+        "127.0.0.1",
+        "::1",
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if let Ok(host) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        let host = host.trim();
+        if !host.is_empty() {
+            names.push(host.to_string());
+        }
+    }
+    let ip: IpAddr = listen.ip();
+    if !ip.is_unspecified() {
+        names.push(ip.to_string());
+    }
+    names.extend(extra.iter().cloned());
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ca_is_made_once_and_signs_what_it_issues() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::ensure(dir.path()).unwrap();
+        let again = Pki::ensure(dir.path()).unwrap();
+        assert_eq!(pki.ca_pem(), again.ca_pem());
+        let admin = pki.admin().unwrap();
+        assert_eq!(admin.cert_pem, again.admin().unwrap().cert_pem);
+        use std::os::unix::fs::PermissionsExt;
+        for file in [CA_KEY, ADMIN_KEY] {
+            let mode = std::fs::metadata(dir.path().join(file))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{file}");
+        }
+        // The client certificate chains to the CA and names its user.
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(pem_certs(pki.ca_pem()).unwrap().remove(0))
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .unwrap();
+        let cert = pem_certs(&admin.cert_pem).unwrap().remove(0);
+        verifier
+            .verify_client_cert(&cert, &[], rustls::pki_types::UnixTime::now())
+            .unwrap();
+        let user = skiff_apiserver::authn::x509::user_of(&cert).unwrap();
+        assert_eq!(user.name, ADMIN_USER);
+        assert_eq!(user.groups, [ADMIN_GROUP]);
+        // A CA from elsewhere does not vouch for it.
+        let other = tempfile::tempdir().unwrap();
+        let other = Pki::ensure(other.path()).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(pem_certs(other.ca_pem()).unwrap().remove(0))
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .unwrap();
+        assert!(verifier
+            .verify_client_cert(&cert, &[], rustls::pki_types::UnixTime::now())
+            .is_err());
+        assert!(pki
+            .api_tls(&serving_names(&"127.0.0.1:6443".parse().unwrap(), &[]))
+            .is_ok());
+    }
+
+    #[test]
+    fn serving_names_cover_loopback_and_the_listening_address() {
+        let names = serving_names(&"10.1.2.3:6443".parse().unwrap(), &["api.example".into()]);
+        for name in [
+            "localhost",
+            "127.0.0.1",
+            "10.1.2.3",
+            "api.example",
+            "kubernetes.default.svc",
+        ] {
+            assert!(
+                names.iter().any(|n| n == name),
+                "{name} missing from {names:?}"
+            );
+        }
+        let any = serving_names(&"0.0.0.0:6443".parse().unwrap(), &[]);
+        assert!(!any.iter().any(|n| n == "0.0.0.0"));
+    }
+}

@@ -1,0 +1,315 @@
+//! The API is secure by default: HTTPS with the cluster CA, a client
+//! certificate or a token names the user, RBAC decides what the user may
+//! do. With the real kubectl: no credentials is 401, a user bound to the
+//! `view` ClusterRole lists pods but cannot delete them (403 with
+//! Kubernetes' message), `kubectl auth can-i` and `kubectl auth whoami`
+//! answer for several users, and a client that trusts another CA cannot
+//! talk to the server at all.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{ensure, Context, Result};
+use serde_json::json;
+use skiff_tests::api_server::ApiServer;
+use skiff_tests::kube_http::expect_status;
+use skiff_tests::kubectl::{kubectl_or_skip, Kubectl};
+
+const TOKENS: &str = "\
+viewer-token,vera,1001,\"qa\"
+plain-token,paul,1002
+";
+
+const PODS: &str = "/api/v1/namespaces/default/pods";
+
+/// `skiff up` with the token file above.
+async fn server() -> Result<(ApiServer, tempfile::TempDir)> {
+    let dir = tempfile::tempdir()?;
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, TOKENS)?;
+    let server =
+        ApiServer::start_scheduling_with(&[format!("--token-auth-file={}", tokens.display())])
+            .await?;
+    Ok((server, dir))
+}
+
+/// A copy of `base` (the admin's kubeconfig) whose user has only `token`.
+fn token_kubeconfig(base: &Path, token: &str, out: &Path) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(base)?;
+    let mut config: serde_yaml::Value = serde_yaml::from_str(&text)?;
+    config["users"][0]["user"] = serde_yaml::to_value(json!({ "token": token }))?;
+    let path = out.join(format!("{token}.kubeconfig"));
+    std::fs::write(&path, serde_yaml::to_string(&config)?)?;
+    Ok(path)
+}
+
+fn pod(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+           "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}]}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_credentials_is_401_and_a_viewer_lists_pods_but_cannot_delete_them() -> Result<()> {
+    let (server, dir) = server().await?;
+    let admin = server.http()?;
+    expect_status(
+        &admin.post(PODS, &pod("web")).await?,
+        201,
+        "the admin creates a pod",
+    )?;
+
+    // No credentials: only the health checks and /version answer.
+    let nobody = admin.anonymous();
+    let refused = expect_status(&nobody.get(PODS).await?, 401, "an anonymous list")?;
+    assert_eq!(refused["reason"], "Unauthorized");
+    for open in ["/healthz", "/readyz", "/livez", "/version"] {
+        ensure!(
+            nobody.get(open).await?.status == 200,
+            "{open} refused anonymously"
+        );
+    }
+    // A token that is not in the file is refused the same way.
+    expect_status(
+        &admin.with_token("guess").get(PODS).await?,
+        401,
+        "a wrong token",
+    )?;
+
+    // A known user with no role may not list.
+    let vera = admin.with_token("viewer-token");
+    let denied = expect_status(
+        &vera.get(PODS).await?,
+        403,
+        "vera's list before any binding",
+    )?;
+    assert_eq!(
+        denied["message"],
+        "pods is forbidden: User \"vera\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+    );
+
+    // Bound to `view` (through her group), she may list but not delete,
+    // at once: the binding just written is honoured by the next request.
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "qa-view"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "qa"}]
+    });
+    expect_status(
+        &admin
+            .post(
+                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                &binding,
+            )
+            .await?,
+        201,
+        "the binding",
+    )?;
+    let list = expect_status(&vera.get(PODS).await?, 200, "vera's list")?;
+    assert_eq!(list["items"][0]["metadata"]["name"], "web");
+    let denied = expect_status(
+        &vera.delete(&format!("{PODS}/web")).await?,
+        403,
+        "vera's delete",
+    )?;
+    assert_eq!(
+        denied["message"],
+        "pods \"web\" is forbidden: User \"vera\" cannot delete resource \"pods\" in API group \"\" in the namespace \"default\""
+    );
+    assert_eq!(denied["details"]["kind"], "pods");
+    // `view` does not reach Secrets.
+    expect_status(
+        &vera.get("/api/v1/namespaces/default/secrets").await?,
+        403,
+        "secrets",
+    )?;
+
+    let Some(binary) =
+        kubectl_or_skip("no_credentials_is_401_and_a_viewer_lists_pods_but_cannot_delete_them")
+    else {
+        return Ok(());
+    };
+    let kubectl = Kubectl::new(
+        binary,
+        &token_kubeconfig(&server.kubeconfig(), "viewer-token", dir.path())?,
+    )?;
+    let listed = kubectl.ok(&["get", "pods", "-o", "name"])?;
+    assert_eq!(listed.trim(), "pod/web");
+    let refused = kubectl.fails(&["delete", "pod", "web"])?;
+    assert!(
+        refused.contains("Error from server (Forbidden): pods \"web\" is forbidden: User \"vera\" cannot delete resource \"pods\" in API group \"\" in the namespace \"default\""),
+        "{refused}"
+    );
+    // kubectl with a token the server does not know.
+    let unknown = token_kubeconfig(&server.kubeconfig(), "guess", dir.path())?;
+    let refused = kubectl.with_kubeconfig(&unknown)?.fails(&["get", "pods"])?;
+    assert!(
+        refused.contains("the server has asked for the client to provide credentials"),
+        "{refused}"
+    );
+    // The pod is still there.
+    expect_status(&admin.get(&format!("{PODS}/web")).await?, 200, "the pod")?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_auth_can_i_and_whoami_answer_for_each_user() -> Result<()> {
+    let Some(binary) = kubectl_or_skip("kubectl_auth_can_i_and_whoami_answer_for_each_user") else {
+        return Ok(());
+    };
+    let (server, dir) = server().await?;
+    let admin = Kubectl::new(binary, &server.kubeconfig())?;
+    let manifest = admin.manifest(
+        "team.yaml",
+        "apiVersion: v1
+kind: Namespace
+metadata: {name: team}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: paul-edit, namespace: team}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: paul}]
+",
+    )?;
+    admin.ok(&["apply", "-f", manifest.to_str().context("a path")?])?;
+
+    let can = |kubectl: &Kubectl, args: &[&str]| -> Result<bool> {
+        let mut full = vec!["auth", "can-i"];
+        full.extend_from_slice(args);
+        let output = kubectl.run(&full)?;
+        match (output.code, output.stdout.trim()) {
+            (Some(0), "yes") => Ok(true),
+            (Some(1), "no") => Ok(false),
+            _ => anyhow::bail!(
+                "kubectl {}: {:?} {} {}",
+                full.join(" "),
+                output.code,
+                output.stdout,
+                output.stderr
+            ),
+        }
+    };
+    // The administrator may do anything.
+    assert!(can(&admin, &["*", "*"])?);
+    assert!(can(&admin, &["delete", "nodes"])?);
+    // Paul (edit in team only), through his own token.
+    let paul = admin.with_kubeconfig(&token_kubeconfig(
+        &server.kubeconfig(),
+        "plain-token",
+        dir.path(),
+    )?)?;
+    assert!(can(&paul, &["create", "deployments", "-n", "team"])?);
+    assert!(can(&paul, &["delete", "pods", "-n", "team"])?);
+    assert!(!can(&paul, &["delete", "pods", "-n", "default"])?);
+    assert!(!can(&paul, &["create", "rolebindings", "-n", "team"])?);
+    assert!(!can(&paul, &["list", "nodes"])?);
+    // Vera (no binding), and the admin asking for others with --as.
+    let vera = admin.with_kubeconfig(&token_kubeconfig(
+        &server.kubeconfig(),
+        "viewer-token",
+        dir.path(),
+    )?)?;
+    assert!(!can(&vera, &["get", "pods", "-n", "team"])?);
+    assert!(can(
+        &admin,
+        &["get", "secrets", "-n", "team", "--as", "paul"]
+    )?);
+    assert!(!can(
+        &admin,
+        &["get", "secrets", "-n", "default", "--as", "paul"]
+    )?);
+    assert!(can(
+        &admin,
+        &["watch", "nodes", "--as", "system:kube-scheduler"]
+    )?);
+    // Only those allowed to impersonate may.
+    let refused = paul.fails(&["get", "pods", "-n", "team", "--as", "vera"])?;
+    assert!(
+        refused.contains("cannot impersonate resource \"users\""),
+        "{refused}"
+    );
+    // The rules paul holds in team, as `can-i --list` shows them.
+    let listed = paul.ok(&["auth", "can-i", "--list", "-n", "team"])?;
+    assert!(
+        listed.lines().any(|l| l.starts_with("deployments.apps")),
+        "{listed}"
+    );
+    // Who each one is.
+    let whoami = paul.ok(&["auth", "whoami", "-o", "json"])?;
+    let whoami: serde_json::Value = serde_json::from_str(&whoami)?;
+    assert_eq!(whoami["status"]["userInfo"]["username"], "paul");
+    let admin_whoami = admin.ok(&["auth", "whoami"])?;
+    assert!(
+        admin_whoami.contains("kubernetes-admin") && admin_whoami.contains("system:masters"),
+        "{admin_whoami}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_fails_for_a_client_of_another_ca() -> Result<()> {
+    let server = ApiServer::start().await?;
+    let admin = server.http()?;
+    expect_status(&admin.get(PODS).await?, 200, "the admin over TLS")?;
+
+    // A client that trusts another CA refuses the server's certificate.
+    let other_ca = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
+    let distrusting = admin.trusting(&other_ca.cert.pem());
+    let err = distrusting
+        .get(PODS)
+        .await
+        .err()
+        .context("a TLS handshake with the wrong CA succeeded")?;
+    ensure!(format!("{err:#}").contains("certificate"), "{err:#}");
+
+    // A client certificate from another CA is refused by the server.
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "mallory");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:masters");
+    let key = rcgen::KeyPair::generate()?;
+    let forged = params.self_signed(&key)?;
+    let forger = admin.with_client_cert(&forged.pem(), &key.serialize_pem());
+    match forger.get(PODS).await {
+        Err(_) => {}
+        Ok(reply) => anyhow::bail!("a forged certificate got {} {}", reply.status, reply.text()),
+    }
+
+    // kubectl with the wrong CA in its kubeconfig fails the same way.
+    if let Some(binary) = kubectl_or_skip("tls_fails_for_a_client_of_another_ca") {
+        use base64::Engine;
+        let mut config: serde_yaml::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(server.kubeconfig())?)?;
+        config["clusters"][0]["cluster"]["certificate-authority-data"] = serde_yaml::Value::String(
+            base64::engine::general_purpose::STANDARD.encode(other_ca.cert.pem()),
+        );
+        let dir = tempfile::tempdir()?;
+        let wrong = dir.path().join("wrong-ca.kubeconfig");
+        std::fs::write(&wrong, serde_yaml::to_string(&config)?)?;
+        let refused = Kubectl::new(binary, &wrong)?.fails(&["get", "pods"])?;
+        assert!(
+            refused.contains("certificate signed by unknown authority"),
+            "{refused}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plain_http_port_is_loopback_only_and_acts_as_the_administrator() -> Result<()> {
+    let (server, http) = ApiServer::start_with_plain_port(&[]).await?;
+    let list = expect_status(&http.get(PODS).await?, 200, "a list over plain HTTP")?;
+    assert_eq!(list["kind"], "PodList");
+    drop(server);
+    // Anywhere but loopback is refused before anything starts.
+    let output = std::process::Command::new(skiff_tests::skiff_bin::skiff_bin())
+        .args(["up", "--insecure-api-listen", "0.0.0.0:18080"])
+        .output()?;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("is not a loopback address"), "{stderr}");
+    Ok(())
+}
