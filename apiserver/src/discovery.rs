@@ -399,6 +399,7 @@ impl Subresource {
             // kubectl drain looks for exactly this entry to evict instead of delete.
             "eviction" => other("policy", "v1", "Eviction", &["create"]),
             "binding" => other("", "v1", "Binding", &["create"]),
+            "token" => other("authentication.k8s.io", "v1", "TokenRequest", &["create"]),
             "finalize" => own(&["update"]),
             "log" => other("", "v1", "Pod", &["get"]),
             "exec" => other("", "v1", "PodExecOptions", &["create", "get"]),

@@ -21,6 +21,7 @@ pub mod object;
 pub mod openapi;
 pub mod patch;
 pub mod pod_logs;
+pub mod protobuf;
 pub mod registry;
 pub mod request_info;
 pub mod resources;
@@ -96,6 +97,7 @@ pub async fn serve(
         tokio::spawn(async move { registry.follow_custom_resources().await })
     };
     let stopping = registry.clone();
+    let registry_for_tokens = registry.clone();
     let authorizer = std::sync::Arc::new(authz::Authorizer::new(
         registry.clone(),
         options.authorization,
@@ -115,8 +117,15 @@ pub async fn serve(
         router = router.layer(axum::middleware::from_fn_with_state(auditor, audit::record));
     }
     // Outermost: every layer inside knows the request's user.
+    let mut authenticator = (*options.authn).clone();
+    if let Some(issuer) = registry_for_tokens.token_issuer() {
+        authenticator.service_accounts = Some(authn::ServiceAccountTokens {
+            issuer: issuer.clone(),
+            registry: registry_for_tokens.clone(),
+        });
+    }
     let router = router.layer(axum::middleware::from_fn_with_state(
-        options.authn,
+        std::sync::Arc::new(authenticator),
         authn::authenticate,
     ));
     let (stop, stopped) = tokio::sync::watch::channel(false);

@@ -33,6 +33,8 @@ pub struct Registry {
     admission: std::sync::Arc<crate::admission::Admission>,
     /// Set once the default objects have been made.
     bootstrapped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Signs ServiceAccount tokens (TokenRequest), if the server has a key.
+    token_issuer: Option<std::sync::Arc<crate::authn::service_account::TokenIssuer>>,
 }
 
 /// Which object or collection a request is about.
@@ -215,6 +217,7 @@ impl Registry {
             stopping: std::sync::Arc::new(tokio::sync::watch::channel(false).0),
             admission: std::sync::Arc::new(crate::admission::Admission::new()),
             bootstrapped: Default::default(),
+            token_issuer: None,
         }
     }
 
@@ -276,6 +279,21 @@ impl Registry {
         self.bootstrapped
             .store(true, std::sync::atomic::Ordering::Release);
         Ok(())
+    }
+
+    /// The registry, issuing ServiceAccount tokens with `issuer`.
+    pub fn with_token_issuer(
+        mut self,
+        issuer: std::sync::Arc<crate::authn::service_account::TokenIssuer>,
+    ) -> Registry {
+        self.token_issuer = Some(issuer);
+        self
+    }
+
+    pub fn token_issuer(
+        &self,
+    ) -> Option<&std::sync::Arc<crate::authn::service_account::TokenIssuer>> {
+        self.token_issuer.as_ref()
     }
 
     /// Whether the default namespaces, classes and roles exist (readyz).

@@ -320,7 +320,12 @@ static TABLE: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
         entry::<core::v1::ConfigMap>(&["cm"], NONE, NONE, "io.k8s.api.core.v1.ConfigMap"),
         entry::<core::v1::Secret>(NONE, NONE, NONE, "io.k8s.api.core.v1.Secret"),
         entry::<core::v1::Event>(&["ev"], NONE, NONE, "io.k8s.api.core.v1.Event"),
-        entry::<core::v1::ServiceAccount>(&["sa"], NONE, NONE, "io.k8s.api.core.v1.ServiceAccount"),
+        entry::<core::v1::ServiceAccount>(
+            &["sa"],
+            NONE,
+            &["token"],
+            "io.k8s.api.core.v1.ServiceAccount",
+        ),
         entry::<core::v1::PersistentVolume>(
             &["pv"],
             NONE,

@@ -586,6 +586,17 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
                 crate::subresources::bind(registry, &target, name, binding, &write()?).await?;
             Ok(json_response(StatusCode::CREATED, &status))
         }
+        (&Method::POST, Some(name), Some("token")) if resource.kind == "ServiceAccount" => {
+            let request = if body.starts_with(crate::protobuf::MAGIC) {
+                crate::protobuf::object(body).map_err(ApiError::bad_request)?
+            } else {
+                crate::object::parse_body(body)?
+            };
+            let namespace = route.namespace.as_deref().unwrap_or("default");
+            let token =
+                crate::authn::token_request::create(registry, namespace, name, request).await?;
+            Ok(json_response(StatusCode::CREATED, &token))
+        }
         (&Method::POST, Some(name), Some("eviction")) => {
             let eviction = crate::object::parse_body(body)?;
             let status = crate::subresources::evict(registry, &target, name, eviction).await?;

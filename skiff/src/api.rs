@@ -84,7 +84,10 @@ impl SecurityFlags {
         Ok(Security {
             pki,
             tls_sans: self.tls_san.clone(),
-            authn: Arc::new(Authenticator { tokens }),
+            authn: Arc::new(Authenticator {
+                tokens,
+                service_accounts: None,
+            }),
             insecure_listen: self.insecure_api_listen,
             authorization: self.authorization_mode,
         })

@@ -26,6 +26,7 @@ const CA_CERT: &str = "ca.crt";
 const CA_KEY: &str = "ca.key";
 const ADMIN_CERT: &str = "admin.crt";
 const ADMIN_KEY: &str = "admin.key";
+const SERVICE_ACCOUNT_KEY: &str = "sa.key";
 const CA_DAYS: i64 = 3650;
 const CERT_DAYS: i64 = 365;
 
@@ -157,6 +158,34 @@ impl Pki {
         crate::files::write_private(&key_path, credentials.key_pem.as_bytes())?;
         crate::files::write_private(&cert_path, credentials.cert_pem.as_bytes())?;
         Ok(credentials)
+    }
+
+    /// The key that signs ServiceAccount tokens (PKCS#8 DER), made on
+    /// first use and kept in the directory, so every member of a cluster
+    /// signs and verifies with the same one.
+    pub fn service_account_key(&self) -> Result<Vec<u8>> {
+        let path = self.dir.join(SERVICE_ACCOUNT_KEY);
+        let pem = match std::fs::read_to_string(&path) {
+            Ok(pem) => pem,
+            Err(_) => {
+                let pem = KeyPair::generate()?.serialize_pem();
+                crate::files::write_private(&path, pem.as_bytes())?;
+                pem
+            }
+        };
+        let key = KeyPair::from_pem(&pem)
+            .with_context(|| format!("{} is not a private key", path.display()))?;
+        Ok(key.serialized_der().to_vec())
+    }
+
+    /// The ServiceAccount token issuer of the directory's key.
+    pub fn token_issuer(
+        &self,
+    ) -> Result<Arc<skiff_apiserver::authn::service_account::TokenIssuer>> {
+        let der = self.service_account_key()?;
+        skiff_apiserver::authn::service_account::TokenIssuer::from_pkcs8(&der)
+            .map(Arc::new)
+            .map_err(|e| anyhow!(e))
     }
 
     /// The API's TLS configuration: a serving certificate for `sans`, and

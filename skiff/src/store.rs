@@ -179,7 +179,8 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
             if let Some(encryption) = &api.encryption {
                 storage = storage.with_encryption(encryption.clone());
             }
-            let registry = skiff_apiserver::Registry::new(storage);
+            let registry = skiff_apiserver::Registry::new(storage)
+                .with_token_issuer(api.security.pki.token_issuer()?);
             tracing::info!(addr = %local.addr, kubeconfig = %api.kubeconfig.display(), "serving the Kubernetes API");
             let mut options = api.serve.clone();
             options.authn = api.security.authn.clone();

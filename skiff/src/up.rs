@@ -147,9 +147,10 @@ async fn api_only(args: UpArgs) -> Result<()> {
     let storage = skiff_apiserver::storage::EtcdStorage::connect(&args.store_endpoints)
         .map_err(|err| anyhow::anyhow!(err))?;
     let storage = skiff_apiserver::Storage::etcd(storage).with_encryption(args.encryption()?);
-    let registry = skiff_apiserver::Registry::new(storage);
-    let mut signals = crate::shutdown::StopSignals::register()?;
     let security = args.security.resolve(&args.data_dir)?;
+    let registry =
+        skiff_apiserver::Registry::new(storage).with_token_issuer(security.pki.token_issuer()?);
+    let mut signals = crate::shutdown::StopSignals::register()?;
     let (listeners, local) = crate::api::bind(&args.api_listen, &security).await?;
     let kubeconfig = args.data_dir.join("kubeconfig");
     local.write_admin_kubeconfig(&kubeconfig)?;

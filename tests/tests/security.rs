@@ -7,6 +7,7 @@
 //! talk to the server at all.
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use anyhow::{ensure, Context, Result};
 use serde_json::json;
@@ -37,7 +38,10 @@ fn token_kubeconfig(base: &Path, token: &str, out: &Path) -> Result<PathBuf> {
     let text = std::fs::read_to_string(base)?;
     let mut config: serde_yaml::Value = serde_yaml::from_str(&text)?;
     config["users"][0]["user"] = serde_yaml::to_value(json!({ "token": token }))?;
-    let path = out.join(format!("{token}.kubeconfig"));
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    token.hash(&mut hasher);
+    let path = out.join(format!("{:x}.kubeconfig", hasher.finish()));
     std::fs::write(&path, serde_yaml::to_string(&config)?)?;
     Ok(path)
 }
@@ -311,5 +315,252 @@ async fn the_plain_http_port_is_loopback_only_and_acts_as_the_administrator() ->
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("is not a loopback address"), "{stderr}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_account_token_works_until_its_account_or_pod_is_gone() -> Result<()> {
+    let server = ApiServer::start().await?;
+    let admin = server.http()?;
+    let accounts = "/api/v1/namespaces/default/serviceaccounts";
+    let account =
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bot"}});
+    expect_status(&admin.post(accounts, &account).await?, 201, "the account")?;
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "bot-view", "namespace": "default"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": "default"}]
+    });
+    expect_status(
+        &admin
+            .post(
+                "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+                &binding,
+            )
+            .await?,
+        201,
+        "the binding",
+    )?;
+    let token_path = format!("{accounts}/bot/token");
+    let request = |spec: serde_json::Value| json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec});
+    // Ten minutes at least.
+    let short = expect_status(
+        &admin
+            .post(&token_path, &request(json!({"expirationSeconds": 599})))
+            .await?,
+        422,
+        "a token for 599 s",
+    )?;
+    assert!(
+        short["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("less than 10 minutes"),
+        "{short}"
+    );
+    let issued = expect_status(
+        &admin
+            .post(&token_path, &request(json!({"expirationSeconds": 600})))
+            .await?,
+        201,
+        "a token",
+    )?;
+    let token = issued["status"]["token"]
+        .as_str()
+        .context("a token")?
+        .to_string();
+    let expires = jiff::Timestamp::from_str(
+        issued["status"]["expirationTimestamp"]
+            .as_str()
+            .unwrap_or(""),
+    )?;
+    let left = expires.as_second() - jiff::Timestamp::now().as_second();
+    ensure!((590..=600).contains(&left), "the token expires in {left} s");
+
+    let bot = admin.with_token(&token);
+    expect_status(&bot.get(PODS).await?, 200, "the bot's list")?;
+    let denied = expect_status(&bot.post(PODS, &pod("x")).await?, 403, "the bot's create")?;
+    assert!(
+        denied["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("User \"system:serviceaccount:default:bot\" cannot create resource \"pods\""),
+        "{denied}"
+    );
+    // A token bound to a pod lives as long as the pod.
+    expect_status(&admin.post(PODS, &pod("web")).await?, 201, "the pod")?;
+    let bound = expect_status(
+        &admin
+            .post(
+                &token_path,
+                &request(
+                    json!({"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "web"}}),
+                ),
+            )
+            .await?,
+        201,
+        "a bound token",
+    )?;
+    let bound = admin.with_token(bound["status"]["token"].as_str().context("a token")?);
+    expect_status(&bound.get(PODS).await?, 200, "the bound token's list")?;
+    expect_status(
+        &admin.delete(&format!("{PODS}/web")).await?,
+        200,
+        "deleting the pod",
+    )?;
+    expect_status(
+        &bound.get(PODS).await?,
+        401,
+        "the bound token after its pod",
+    )?;
+
+    // kubectl create token (its body is protobuf), and whoami with it.
+    if let Some(binary) =
+        kubectl_or_skip("a_service_account_token_works_until_its_account_or_pod_is_gone")
+    {
+        let kubectl = Kubectl::new(binary, &server.kubeconfig())?;
+        let printed = kubectl.ok(&[
+            "create",
+            "token",
+            "bot",
+            "--duration=15m",
+            "--audience=https://kubernetes.default.svc.cluster.local",
+        ])?;
+        let dir = tempfile::tempdir()?;
+        let as_bot = kubectl.with_kubeconfig(&token_kubeconfig(
+            &server.kubeconfig(),
+            printed.trim(),
+            dir.path(),
+        )?)?;
+        let whoami: serde_json::Value =
+            serde_json::from_str(&as_bot.ok(&["auth", "whoami", "-o", "json"])?)?;
+        assert_eq!(
+            whoami["status"]["userInfo"]["username"],
+            "system:serviceaccount:default:bot"
+        );
+        let groups = whoami["status"]["userInfo"]["groups"].to_string();
+        assert!(
+            groups.contains("system:serviceaccounts:default"),
+            "{groups}"
+        );
+    }
+
+    // Once the account is deleted, its tokens are refused.
+    expect_status(
+        &admin.delete(&format!("{accounts}/bot")).await?,
+        200,
+        "deleting the account",
+    )?;
+    expect_status(&bot.get(PODS).await?, 401, "the token after its account")?;
+    Ok(())
+}
+
+/// Credentials of a kubelet: a client certificate for `system:node:NAME`
+/// in `system:nodes`, signed with the cluster CA of `data_dir`.
+fn kubelet_credentials(data_dir: &Path, node: &str) -> Result<(String, String)> {
+    let pki = data_dir.join("pki");
+    let ca_pem = std::fs::read_to_string(pki.join("ca.crt"))?;
+    let ca_key = rcgen::KeyPair::from_pem(&std::fs::read_to_string(pki.join("ca.key"))?)?;
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key)?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    let key = rcgen::KeyPair::generate()?;
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_changes_only_its_own_node_and_the_pods_bound_to_it() -> Result<()> {
+    let server = ApiServer::start().await?;
+    let admin = server.http()?;
+    for node in ["n1", "n2"] {
+        let object = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}});
+        expect_status(&admin.post("/api/v1/nodes", &object).await?, 201, node)?;
+        let mut bound = pod(&format!("on-{node}"));
+        bound["spec"]["nodeName"] = json!(node);
+        expect_status(&admin.post(PODS, &bound).await?, 201, "a bound pod")?;
+    }
+    let (cert, key) = kubelet_credentials(server.data_dir(), "n1")?;
+    let kubelet = admin.with_client_cert(&cert, &key);
+    let patch = |path: String| {
+        let kubelet = kubelet.clone();
+        async move {
+            let body = serde_json::to_vec(&json!({"status": {"phase": "Running"}}))?;
+            kubelet
+                .request(
+                    "PATCH",
+                    &path,
+                    Some("application/merge-patch+json"),
+                    Some(&body),
+                )
+                .await
+        }
+    };
+    // Its own pod and node.
+    expect_status(
+        &patch(format!("{PODS}/on-n1/status")).await?,
+        200,
+        "its pod's status",
+    )?;
+    let node_patch = serde_json::to_vec(&json!({"metadata": {"labels": {"ok": "yes"}}}))?;
+    let reply = kubelet
+        .request(
+            "PATCH",
+            "/api/v1/nodes/n1",
+            Some("application/merge-patch+json"),
+            Some(&node_patch),
+        )
+        .await?;
+    expect_status(&reply, 200, "its node")?;
+    expect_status(&kubelet.get(PODS).await?, 200, "reading pods")?;
+    // Another node's pod and node.
+    let refused = expect_status(
+        &patch(format!("{PODS}/on-n2/status")).await?,
+        403,
+        "another's pod",
+    )?;
+    assert_eq!(
+        refused["message"],
+        "pods \"on-n2\" is forbidden: node \"n1\" can only update pods with spec.nodeName set to itself"
+    );
+    let refused = expect_status(
+        &kubelet.delete(&format!("{PODS}/on-n2")).await?,
+        403,
+        "deleting another's pod",
+    )?;
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("can only delete pods"),
+        "{refused}"
+    );
+    let reply = kubelet
+        .request(
+            "PATCH",
+            "/api/v1/nodes/n2",
+            Some("application/merge-patch+json"),
+            Some(&node_patch),
+        )
+        .await?;
+    let refused = expect_status(&reply, 403, "another node")?;
+    assert_eq!(
+        refused["message"],
+        "nodes \"n2\" is forbidden: node \"n1\" is not allowed to modify node \"n2\""
+    );
+    expect_status(
+        &kubelet.post(PODS, &pod("new")).await?,
+        403,
+        "a kubelet's pod",
+    )?;
+    // Nothing changed on n2's side.
+    let other = expect_status(&admin.get(&format!("{PODS}/on-n2")).await?, 200, "on-n2")?;
+    assert_eq!(other["status"]["phase"], "Pending");
     Ok(())
 }

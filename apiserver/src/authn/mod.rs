@@ -10,7 +10,9 @@
 //! checks and `/version`; anywhere else it is 401 Unauthorized, as is a
 //! request whose token is not valid.
 
+pub mod service_account;
 pub mod token_file;
+pub mod token_request;
 pub mod x509;
 
 use std::sync::Arc;
@@ -46,6 +48,69 @@ pub enum Transport {
 #[derive(Debug, Clone, Default)]
 pub struct Authenticator {
     pub tokens: TokenFile,
+    /// ServiceAccount tokens, when the server has a signing key.
+    pub service_accounts: Option<ServiceAccountTokens>,
+}
+
+/// Checks ServiceAccount tokens: the signature, expiry and audience, then
+/// that the account (and the pod it is bound to) still exist.
+#[derive(Clone)]
+pub struct ServiceAccountTokens {
+    pub issuer: Arc<service_account::TokenIssuer>,
+    pub registry: crate::Registry,
+}
+
+impl std::fmt::Debug for ServiceAccountTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceAccountTokens")
+            .field("issuer", &self.issuer)
+            .finish()
+    }
+}
+
+impl ServiceAccountTokens {
+    /// The user of `token`, or why it is not valid.
+    pub async fn authenticate(&self, token: &str) -> Result<UserInfo, String> {
+        let now = jiff::Timestamp::now().as_second();
+        let claims = self.issuer.verify(token, &[service_account::ISSUER], now)?;
+        let namespace = Some(claims.namespace.as_str());
+        let live_uid = |plural: &'static str, name: String| {
+            let registry = self.registry.clone();
+            async move {
+                let resource =
+                    crate::resources::find("", "v1", plural).expect("core resources are served");
+                let target = crate::registry::Target {
+                    resource,
+                    namespace,
+                };
+                // The watch cache is enough: a deletion reaches it at once.
+                registry
+                    .get_at(&target, &name, "0")
+                    .await
+                    .ok()
+                    .and_then(|o| o["metadata"]["uid"].as_str().map(String::from))
+            }
+        };
+        if live_uid("serviceaccounts", claims.account.clone())
+            .await
+            .as_deref()
+            != Some(claims.account_uid.as_str())
+        {
+            return Err(format!(
+                "the service account {}/{} no longer exists",
+                claims.namespace, claims.account
+            ));
+        }
+        if let Some((pod, uid)) = &claims.pod {
+            if live_uid("pods", pod.clone()).await.as_deref() != Some(uid.as_str()) {
+                return Err(format!(
+                    "the pod {}/{pod} no longer exists",
+                    claims.namespace
+                ));
+            }
+        }
+        Ok(claims.user())
+    }
 }
 
 /// Whether anonymous requests may reach `path`: the health checks and
@@ -62,36 +127,66 @@ pub fn insecure_user() -> UserInfo {
     }
 }
 
+/// What a request carries that names its user: how it came, and its
+/// `Authorization` header.
+pub struct Credentials {
+    pub transport: Option<Transport>,
+    pub authorization: Option<String>,
+}
+
+impl Credentials {
+    pub fn of(request: &Request) -> Credentials {
+        Credentials {
+            transport: request.extensions().get::<Transport>().cloned(),
+            authorization: request
+                .headers()
+                .get(AUTHORIZATION)
+                .map(|h| h.to_str().unwrap_or("").to_string()),
+        }
+    }
+}
+
 impl Authenticator {
-    /// The user `request` comes from; `Ok(None)` for a request with no
+    /// The user `credentials` name; `Ok(None)` for a request with no
     /// credentials, `Err` for credentials that are not valid.
-    pub fn authenticate(&self, request: &Request) -> Result<Option<UserInfo>, ApiError> {
-        match request.extensions().get::<Transport>() {
+    pub async fn authenticate(
+        &self,
+        credentials: &Credentials,
+    ) -> Result<Option<UserInfo>, ApiError> {
+        match &credentials.transport {
             Some(Transport::Insecure) => return Ok(Some(insecure_user())),
             Some(Transport::Tls {
                 client: Some(client),
             }) => return Ok(Some(with_authenticated(client.as_ref().clone()))),
             _ => {}
         }
-        let Some(header) = request.headers().get(AUTHORIZATION) else {
+        let Some(header) = &credentials.authorization else {
             return Ok(None);
         };
         let token = header
-            .to_str()
-            .ok()
-            .and_then(|h| {
-                let (scheme, token) = h.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            })
+            .split_once(' ')
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
             .filter(|t| !t.is_empty());
         let Some(token) = token else {
             // Basic authentication and other schemes are not supported.
             return Err(unauthorized());
         };
-        match self.tokens.user(token) {
-            Some(user) => Ok(Some(with_authenticated(user.clone()))),
-            None => Err(unauthorized()),
+        if let Some(user) = self.tokens.user(token) {
+            return Ok(Some(with_authenticated(user.clone())));
         }
+        if let Some(accounts) = &self.service_accounts {
+            if service_account::TokenIssuer::is_jwt(token) {
+                return match accounts.authenticate(token).await {
+                    Ok(user) => Ok(Some(with_authenticated(user))),
+                    Err(why) => {
+                        tracing::debug!(why, "a service account token was refused");
+                        Err(unauthorized())
+                    }
+                };
+            }
+        }
+        Err(unauthorized())
     }
 }
 
@@ -114,7 +209,8 @@ pub async fn authenticate(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let user = match authenticator.authenticate(&request) {
+    let credentials = Credentials::of(&request);
+    let user = match authenticator.authenticate(&credentials).await {
         Ok(Some(user)) => user,
         Ok(None) if anonymous_allowed(request.uri().path()) => UserInfo::anonymous(),
         Ok(None) | Err(_) => return unauthorized().into_response(),
@@ -143,14 +239,19 @@ mod tests {
     fn authenticator() -> Authenticator {
         Authenticator {
             tokens: TokenFile::parse("s3cret,alice,1001,\"dev,ops\"\n").unwrap(),
+            service_accounts: None,
         }
     }
 
-    #[test]
-    fn tokens_certificates_and_the_insecure_port_each_name_a_user() {
+    async fn user_of(auth: &Authenticator, request: Request) -> Result<Option<UserInfo>, ApiError> {
+        auth.authenticate(&Credentials::of(&request)).await
+    }
+
+    #[tokio::test]
+    async fn tokens_certificates_and_the_insecure_port_each_name_a_user() {
         let auth = authenticator();
-        let alice = auth
-            .authenticate(&request("/api", Some("s3cret"), None))
+        let alice = user_of(&auth, request("/api", Some("s3cret"), None))
+            .await
             .unwrap()
             .unwrap();
         assert_eq!(alice.name, "alice");
@@ -163,29 +264,26 @@ mod tests {
         let tls = Transport::Tls {
             client: Some(cert_user),
         };
-        let bob = auth
-            .authenticate(&request("/api", None, Some(tls)))
+        let bob = user_of(&auth, request("/api", None, Some(tls)))
+            .await
             .unwrap()
             .unwrap();
         assert_eq!((bob.name.as_str(), bob.groups.len()), ("bob", 2));
 
-        let admin = auth
-            .authenticate(&request("/api", None, Some(Transport::Insecure)))
+        let admin = user_of(&auth, request("/api", None, Some(Transport::Insecure)))
+            .await
             .unwrap()
             .unwrap();
         assert!(admin.groups.iter().any(|g| g == MASTERS));
     }
 
-    #[test]
-    fn a_wrong_token_is_refused_and_no_credentials_is_nobody() {
+    #[tokio::test]
+    async fn a_wrong_token_is_refused_and_no_credentials_is_nobody() {
         let auth = authenticator();
-        let wrong = auth.authenticate(&request("/api", Some("guess"), None));
+        let wrong = user_of(&auth, request("/api", Some("guess"), None)).await;
         assert_eq!(wrong.unwrap_err().code, 401);
-        let none = auth.authenticate(&request(
-            "/api",
-            None,
-            Some(Transport::Tls { client: None }),
-        ));
+        let tls = Some(Transport::Tls { client: None });
+        let none = user_of(&auth, request("/api", None, tls)).await;
         assert_eq!(none.unwrap(), None);
         assert!(anonymous_allowed("/healthz"));
         assert!(anonymous_allowed("/readyz/ping"));

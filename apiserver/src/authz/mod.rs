@@ -10,7 +10,7 @@
 //! store, so a binding just created is honoured by the next request.
 
 pub mod bootstrap;
-mod protobuf;
+pub mod node;
 pub mod rbac;
 pub mod review;
 
@@ -322,7 +322,10 @@ pub async fn authorize(
     let info = RequestInfo::of(request.method(), request.uri());
     let attributes = Attributes::of_request(&info, request.uri().path());
     match authorizer.allows(&user, &attributes).await {
-        Ok(true) => next.run(request).await,
+        Ok(true) => match node::restrict(&authorizer.registry, &user, &attributes).await {
+            Some(refused) => refused.into_response(),
+            None => next.run(request).await,
+        },
         Ok(false) => forbidden(&user, &attributes).into_response(),
         Err(err) => {
             tracing::warn!(error = %err, "authorization could not read the RBAC rules");

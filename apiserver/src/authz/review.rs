@@ -48,8 +48,8 @@ pub fn router(authorizer: Arc<Authorizer>) -> Router {
 
 /// The review sent, as JSON (kubectl's typed client sends protobuf).
 fn body_of(bytes: &Bytes, kind: &str) -> ApiResult<Value> {
-    let body: Value = if bytes.starts_with(super::protobuf::MAGIC) {
-        super::protobuf::review(bytes).map_err(ApiError::bad_request)?
+    let body: Value = if bytes.starts_with(crate::protobuf::MAGIC) {
+        crate::protobuf::object(bytes).map_err(ApiError::bad_request)?
     } else {
         serde_json::from_slice(bytes)
             .map_err(|e| ApiError::bad_request(format!("the body is not a {kind} in JSON: {e}")))?
@@ -250,7 +250,7 @@ async fn self_subject_review(
     user: Option<Extension<UserInfo>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let mut review = if body.is_empty() || body.starts_with(super::protobuf::MAGIC) {
+    let mut review = if body.is_empty() || body.starts_with(crate::protobuf::MAGIC) {
         json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
     } else {
         body_of(&body, "SelfSubjectReview")?

@@ -53,11 +53,12 @@ pub async fn run(args: UpArgs) -> Result<()> {
         }
     };
     if let Some(leader) = leader {
-        manifest::save(dir, &members.manifest(true))?;
+        // The kubeconfig first: whoever sees the ready manifest may use it.
         if let Some(first) = members.processes.first() {
             let url = format!("https://{}", first.layout.api);
             crate::api::write_admin_kubeconfig(&dir.join("kubeconfig"), &url, &pki)?;
         }
+        manifest::save(dir, &members.manifest(true))?;
         print_ready(dir, &members, &leader);
         watch_members(&mut members, &mut signals).await;
     }

@@ -1,21 +1,21 @@
-//! Just enough of Kubernetes' protobuf encoding to read the reviews that
-//! kubectl's typed client sends as protobuf (`kubectl auth can-i` posts a
-//! SelfSubjectAccessReview that way): the `k8s\0` envelope
-//! (runtime.Unknown: typeMeta = 1 {apiVersion = 1, kind = 2}, raw = 2)
-//! and the fields of the review specs, read into the same JSON a client
-//! sending JSON would have sent. The replies are JSON, which client-go
-//! accepts.
+//! Just enough of Kubernetes' protobuf encoding to read the bodies that
+//! kubectl's typed client sends as protobuf to create-only resources
+//! (`kubectl auth can-i` posts a SelfSubjectAccessReview that way, `kubectl
+//! create token` a TokenRequest): the `k8s\0` envelope (runtime.Unknown:
+//! typeMeta = 1 {apiVersion = 1, kind = 2}, raw = 2) and the fields of
+//! those specs, read into the same JSON a client sending JSON would have
+//! sent. The replies are JSON, which client-go accepts.
 
 use serde_json::{json, Map, Value};
 
 /// The prefix of every Kubernetes protobuf body.
 pub const MAGIC: &[u8] = b"k8s\0";
 
-/// One length-delimited field of a message: its number and its bytes
-/// (the other wire types are skipped; the reviews' fields are strings and
-/// messages).
+/// One field of a message: its number and its bytes (length-delimited)
+/// or value (varint); fixed-width fields are skipped.
 enum Field<'a> {
     Bytes(u64, &'a [u8]),
+    Varint(u64, u64),
 }
 
 fn varint(data: &mut &[u8]) -> Option<u64> {
@@ -38,9 +38,7 @@ fn fields(mut data: &[u8]) -> Option<Vec<Field<'_>>> {
         let key = varint(&mut data)?;
         let number = key >> 3;
         match key & 7 {
-            0 => {
-                varint(&mut data)?;
-            }
+            0 => out.push(Field::Varint(number, varint(&mut data)?)),
             2 => {
                 let len = usize::try_from(varint(&mut data)?).ok()?;
                 if len > data.len() {
@@ -59,9 +57,10 @@ fn fields(mut data: &[u8]) -> Option<Vec<Field<'_>>> {
 }
 
 fn bytes_of<'a>(fields: &[Field<'a>], number: u64) -> Option<&'a [u8]> {
-    fields
-        .iter()
-        .find_map(|Field::Bytes(n, b)| (*n == number).then_some(*b))
+    fields.iter().find_map(|f| match f {
+        Field::Bytes(n, b) if *n == number => Some(*b),
+        _ => None,
+    })
 }
 
 /// The string fields of a message, by number, as JSON fields by name.
@@ -92,8 +91,36 @@ const RESOURCE_ATTRIBUTES: &[(u64, &str)] = &[
 ];
 const NON_RESOURCE_ATTRIBUTES: &[(u64, &str)] = &[(1, "path"), (2, "verb")];
 
-/// The review in a protobuf body as JSON; an error says what is wrong.
-pub fn review(body: &[u8]) -> Result<Value, String> {
+/// TokenRequestSpec: audiences = 1 (repeated), boundObjectRef = 3
+/// {kind = 1, apiVersion = 2, name = 3, uid = 4}, expirationSeconds = 4.
+fn token_request_spec(data: &[u8]) -> Option<Value> {
+    let fields = fields(data)?;
+    let audiences: Vec<Value> = fields
+        .iter()
+        .filter_map(|f| match f {
+            Field::Bytes(1, b) => Some(json!(String::from_utf8_lossy(b).into_owned())),
+            _ => None,
+        })
+        .collect();
+    let mut spec = json!({ "audiences": audiences });
+    if let Some(bound) = bytes_of(&fields, 3) {
+        spec["boundObjectRef"] = strings(
+            bound,
+            &[(1, "kind"), (2, "apiVersion"), (3, "name"), (4, "uid")],
+        )?;
+    }
+    if let Some(seconds) = fields.iter().find_map(|f| match f {
+        Field::Varint(4, v) => Some(*v as i64),
+        _ => None,
+    }) {
+        spec["expirationSeconds"] = json!(seconds);
+    }
+    Some(spec)
+}
+
+/// The object in a protobuf body as JSON, for the kinds this server reads
+/// as protobuf; an error says what is wrong.
+pub fn object(body: &[u8]) -> Result<Value, String> {
     let malformed = || "the protobuf body is malformed".to_string();
     let envelope = body
         .strip_prefix(MAGIC)
@@ -130,6 +157,7 @@ pub fn review(body: &[u8]) -> Result<Value, String> {
             strings(spec_bytes, &[(1, "namespace")]).ok_or_else(malformed)?
         }
         "SelfSubjectReview" => json!({}),
+        "TokenRequest" => token_request_spec(spec_bytes).ok_or_else(malformed)?,
         other => return Err(format!("{other} is not accepted as protobuf; send JSON")),
     };
     Ok(review)
@@ -157,13 +185,38 @@ mod tests {
         ]
         .concat();
         let body = [MAGIC.to_vec(), field(1, &type_meta), field(2, &raw)].concat();
-        let review = review(&body).unwrap();
+        let review = object(&body).unwrap();
         assert_eq!(review["kind"], "SelfSubjectAccessReview");
         assert_eq!(
             review["spec"]["resourceAttributes"],
             json!({"namespace": "team", "verb": "delete", "resource": "pods"})
         );
-        assert!(super::review(b"k8s\0\x0a\xff").is_err());
-        assert!(super::review(b"{}").is_err());
+        assert!(object(b"k8s\0\x0a\xff").is_err());
+        assert!(object(b"{}").is_err());
+    }
+
+    #[test]
+    fn a_token_request_reads_as_its_json() {
+        let bound = [field(1, b"Pod"), field(3, b"web")].concat();
+        let spec = [
+            field(1, b"vault"),
+            field(1, b"api"),
+            field(3, &bound),
+            vec![4 << 3, 0xd8, 0x04],
+        ]
+        .concat();
+        let raw = [field(1, b""), field(2, &spec)].concat();
+        let type_meta = [
+            field(1, b"authentication.k8s.io/v1"),
+            field(2, b"TokenRequest"),
+        ]
+        .concat();
+        let body = [MAGIC.to_vec(), field(1, &type_meta), field(2, &raw)].concat();
+        let request = object(&body).unwrap();
+        assert_eq!(
+            request["spec"],
+            json!({"audiences": ["vault", "api"], "expirationSeconds": 600,
+                   "boundObjectRef": {"kind": "Pod", "name": "web"}})
+        );
     }
 }
