@@ -16,7 +16,8 @@ pub struct LimitFlags {
     /// more get 429 (0: no cap).
     #[arg(long, default_value_t = 200)]
     pub max_mutating_requests_inflight: usize,
-    /// Requests per second each client (remote address) may make on
+    /// Requests per second each client (its user; its remote address when
+    /// anonymous or on the plain-HTTP port) may make on
     /// average; over it, 429 with Retry-After (0: no limit).
     #[arg(long, default_value_t = 5000.0)]
     pub client_qps: f64,

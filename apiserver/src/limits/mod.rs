@@ -6,7 +6,9 @@
 //! `Retry-After` header (client libraries wait that long and retry), so a
 //! flood costs the server little and never queues without bound.
 //!
-//! A client is its remote IP address. Long-running requests (watches,
+//! A client is its authenticated user; anonymous requests, and those of
+//! the plain-HTTP port (one shared user), count against their remote IP
+//! address. Long-running requests (watches,
 //! followed logs, exec, attach, port-forward, proxy) do not count against
 //! the in-flight caps or the request timeout; watches count against the
 //! per-client watch cap. Health checks (`/healthz`, `/livez`, `/readyz`)
@@ -107,9 +109,35 @@ impl RequestKind {
 #[derive(Debug, Clone, Copy)]
 pub struct Peer(pub SocketAddr);
 
-/// Who a request counts against: its remote IP address.
-fn client_of(request: &Request) -> Option<IpAddr> {
-    request.extensions().get::<Peer>().map(|peer| peer.0.ip())
+/// Who a request counts against: its user, or its remote address for
+/// anonymous requests and the plain-HTTP port (whose users are shared).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Client {
+    User(String),
+    Address(IpAddr),
+}
+
+impl std::fmt::Display for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Client::User(name) => write!(f, "user {name:?}"),
+            Client::Address(ip) => write!(f, "{ip}"),
+        }
+    }
+}
+
+fn client_of(request: &Request) -> Option<Client> {
+    let user = request.extensions().get::<crate::user::UserInfo>();
+    let shared = ["system:anonymous", "system:unsecured"];
+    match user {
+        Some(user) if !shared.contains(&user.name.as_str()) => {
+            Some(Client::User(user.name.clone()))
+        }
+        _ => request
+            .extensions()
+            .get::<Peer>()
+            .map(|peer| Client::Address(peer.0.ip())),
+    }
 }
 
 /// The limits' state, shared by every connection of one server.
@@ -124,7 +152,7 @@ struct Inner {
     mutating: Option<Arc<Semaphore>>,
     buckets: Option<ClientBuckets>,
     /// Open watches per client.
-    watches: Mutex<HashMap<IpAddr, usize>>,
+    watches: Mutex<HashMap<Client, usize>>,
 }
 
 impl Limiter {
@@ -167,10 +195,10 @@ impl Limiter {
     }
 
     /// Counts one more watch of `client`; the guard counts it off.
-    fn open_watch(&self, client: IpAddr) -> Result<WatchGuard, ApiError> {
+    fn open_watch(&self, client: Client) -> Result<WatchGuard, ApiError> {
         let cap = self.inner.limits.max_watches_per_client;
         let mut watches = self.inner.watches.lock().unwrap_or_else(|e| e.into_inner());
-        let open = watches.entry(client).or_insert(0);
+        let open = watches.entry(client.clone()).or_insert(0);
         if cap > 0 && *open >= cap {
             return Err(ApiError::too_many_requests(
                 format!("Too many watches: client {client} already has {cap} open, the most a client may hold"),
@@ -185,16 +213,16 @@ impl Limiter {
     }
 
     /// Watches `client` has open.
-    pub fn open_watches(&self, client: IpAddr) -> usize {
+    pub fn open_watches(&self, client: &Client) -> usize {
         let watches = self.inner.watches.lock().unwrap_or_else(|e| e.into_inner());
-        watches.get(&client).copied().unwrap_or(0)
+        watches.get(client).copied().unwrap_or(0)
     }
 }
 
 /// One open watch, counted until dropped with its response body.
 struct WatchGuard {
     limiter: Limiter,
-    client: IpAddr,
+    client: Client,
 }
 
 impl Drop for WatchGuard {
@@ -262,7 +290,7 @@ pub async fn enforce(State(limiter): State<Limiter>, request: Request, next: Nex
         return next.run(request).await;
     }
     let client = client_of(&request);
-    if let (Some(buckets), Some(client)) = (&limiter.inner.buckets, client) {
+    if let (Some(buckets), Some(client)) = (&limiter.inner.buckets, &client) {
         if let Err(wait) = buckets.take(client) {
             let seconds = wait.as_secs_f64().ceil().max(1.0) as u32;
             return ApiError::too_many_requests(
@@ -389,22 +417,56 @@ mod tests {
     }
 
     #[test]
+    fn a_client_is_its_user_or_for_shared_users_its_address() {
+        let request = |user: Option<&str>| {
+            let mut request = axum::http::Request::builder()
+                .uri("/api/v1/pods")
+                .body(Body::empty())
+                .unwrap();
+            request
+                .extensions_mut()
+                .insert(Peer("127.0.0.9:5000".parse().unwrap()));
+            if let Some(name) = user {
+                request.extensions_mut().insert(crate::user::UserInfo {
+                    name: name.into(),
+                    groups: vec![],
+                });
+            }
+            request
+        };
+        let address = Client::Address("127.0.0.9".parse().unwrap());
+        assert_eq!(
+            client_of(&request(Some("alice"))),
+            Some(Client::User("alice".into()))
+        );
+        assert_eq!(
+            client_of(&request(Some("system:anonymous"))),
+            Some(address.clone())
+        );
+        assert_eq!(
+            client_of(&request(Some("system:unsecured"))),
+            Some(address.clone())
+        );
+        assert_eq!(client_of(&request(None)), Some(address));
+    }
+
+    #[test]
     fn watches_are_capped_per_client_and_counted_off_when_they_end() {
         let limiter = Limiter::new(Limits {
             max_watches_per_client: 2,
             ..Limits::default()
         });
-        let one: IpAddr = "127.0.0.2".parse().unwrap();
-        let other: IpAddr = "127.0.0.3".parse().unwrap();
-        let a = limiter.open_watch(one).unwrap();
-        let _b = limiter.open_watch(one).unwrap();
-        let refused = limiter.open_watch(one).err().unwrap();
+        let one = Client::Address("127.0.0.2".parse().unwrap());
+        let other = Client::User("alice".into());
+        let a = limiter.open_watch(one.clone()).unwrap();
+        let _b = limiter.open_watch(one.clone()).unwrap();
+        let refused = limiter.open_watch(one.clone()).err().unwrap();
         assert_eq!(refused.code, 429);
         assert!(refused.message.contains("127.0.0.2"), "{}", refused.message);
         let _c = limiter.open_watch(other).unwrap();
-        assert_eq!(limiter.open_watches(one), 2);
+        assert_eq!(limiter.open_watches(&one), 2);
         drop(a);
-        assert_eq!(limiter.open_watches(one), 1);
+        assert_eq!(limiter.open_watches(&one), 1);
         let _d = limiter.open_watch(one).unwrap();
     }
 }

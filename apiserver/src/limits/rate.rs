@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+
+use super::Client;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,7 +16,7 @@ const SWEEP_AT: usize = 4096;
 pub struct ClientBuckets {
     qps: f64,
     burst: f64,
-    buckets: Arc<Mutex<HashMap<IpAddr, Bucket>>>,
+    buckets: Arc<Mutex<HashMap<Client, Bucket>>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -34,17 +36,17 @@ impl ClientBuckets {
 
     /// Takes a token of `client`'s bucket; `Err` with how long until one
     /// is there when it is empty.
-    pub fn take(&self, client: IpAddr) -> Result<(), Duration> {
+    pub fn take(&self, client: &Client) -> Result<(), Duration> {
         self.take_at(client, Instant::now())
     }
 
-    fn take_at(&self, client: IpAddr, now: Instant) -> Result<(), Duration> {
+    fn take_at(&self, client: &Client, now: Instant) -> Result<(), Duration> {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        if buckets.len() >= SWEEP_AT && !buckets.contains_key(&client) {
+        if buckets.len() >= SWEEP_AT && !buckets.contains_key(client) {
             let (qps, burst) = (self.qps, self.burst);
             buckets.retain(|_, b| refilled(b, now, qps, burst) < burst);
         }
-        let bucket = buckets.entry(client).or_insert(Bucket {
+        let bucket = buckets.entry(client.clone()).or_insert(Bucket {
             tokens: self.burst,
             updated: now,
         });
@@ -76,8 +78,8 @@ mod tests {
     #[test]
     fn a_client_gets_its_burst_then_its_rate() {
         let buckets = ClientBuckets::new(10.0, 3);
-        let client: IpAddr = "10.0.0.1".parse().unwrap();
-        let other: IpAddr = "10.0.0.2".parse().unwrap();
+        let client = &Client::Address("10.0.0.1".parse().unwrap());
+        let other = &Client::User("alice".into());
         let start = Instant::now();
         for _ in 0..3 {
             buckets.take_at(client, start).unwrap();
@@ -104,7 +106,7 @@ mod tests {
         let start = Instant::now();
         for i in 0..SWEEP_AT as u32 {
             buckets
-                .take_at(IpAddr::from(i.to_be_bytes()), start)
+                .take_at(&Client::Address(IpAddr::from(i.to_be_bytes())), start)
                 .unwrap();
         }
         assert_eq!(buckets.clients(), SWEEP_AT);
@@ -112,7 +114,7 @@ mod tests {
         // them all out.
         let later = start + Duration::from_secs(1);
         buckets
-            .take_at("192.168.0.1".parse().unwrap(), later)
+            .take_at(&Client::Address("192.168.0.1".parse().unwrap()), later)
             .unwrap();
         assert_eq!(buckets.clients(), 1);
     }
