@@ -102,6 +102,7 @@ pub async fn serve(
         registry.clone(),
         options.authorization,
     ));
+    registry.set_authorizer(&authorizer);
     let mut router = server::router(registry)
         .merge(authz::review::router(authorizer.clone()))
         .layer(axum::middleware::from_fn_with_state(

@@ -33,6 +33,9 @@ pub struct Registry {
     admission: std::sync::Arc<crate::admission::Admission>,
     /// Set once the default objects have been made.
     bootstrapped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The server's authorizer, for RBAC's escalation check (weak: the
+    /// authorizer holds the registry).
+    authorizer: std::sync::Arc<std::sync::OnceLock<std::sync::Weak<crate::authz::Authorizer>>>,
     /// Signs ServiceAccount tokens (TokenRequest), if the server has a key.
     token_issuer: Option<std::sync::Arc<crate::authn::service_account::TokenIssuer>>,
 }
@@ -218,6 +221,7 @@ impl Registry {
             admission: std::sync::Arc::new(crate::admission::Admission::new()),
             bootstrapped: Default::default(),
             token_issuer: None,
+            authorizer: Default::default(),
         }
     }
 
@@ -288,6 +292,15 @@ impl Registry {
     ) -> Registry {
         self.token_issuer = Some(issuer);
         self
+    }
+
+    /// Records the server's authorizer (once).
+    pub fn set_authorizer(&self, authorizer: &std::sync::Arc<crate::authz::Authorizer>) {
+        let _ = self.authorizer.set(std::sync::Arc::downgrade(authorizer));
+    }
+
+    pub fn authorizer(&self) -> Option<std::sync::Arc<crate::authz::Authorizer>> {
+        self.authorizer.get().and_then(std::sync::Weak::upgrade)
     }
 
     pub fn token_issuer(
@@ -504,7 +517,7 @@ impl Registry {
             object: Some(object),
             old_object: None,
             dry_run,
-            user: None,
+            user: crate::user::current(),
         };
         self.admission.mutate(self, &mut attrs).await?;
         let mut object = attrs.object.take().unwrap_or_default();
@@ -661,7 +674,7 @@ impl Registry {
             object: Some(next),
             old_object: Some(current.clone()),
             dry_run,
-            user: None,
+            user: crate::user::current(),
         };
         self.admission.mutate(self, &mut attrs).await?;
         let mut next = attrs.object.take().unwrap_or_default();
@@ -912,7 +925,7 @@ impl Registry {
             object: None,
             old_object: Some(current.clone()),
             dry_run: options.dry_run,
-            user: None,
+            user: crate::user::current(),
         };
         self.admission.mutate(self, &mut attrs).await?;
         self.admission.validate(self, &attrs).await?;

@@ -307,6 +307,12 @@ fn printer_for(resource: &ResourceType) -> Printer {
         ("policy", "poddisruptionbudgets") => (PDB_COLUMNS, pdb_cells),
         ("discovery.k8s.io", "endpointslices") => (ENDPOINT_SLICE_COLUMNS, endpoint_slice_cells),
         ("storage.k8s.io", "storageclasses") => (STORAGE_CLASS_COLUMNS, storage_class_cells),
+        ("rbac.authorization.k8s.io", "roles" | "clusterroles") => {
+            (CREATED_AT_COLUMNS, created_at_cells)
+        }
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
+            (BINDING_COLUMNS, binding_cells)
+        }
         _ => (DEFAULT_COLUMNS, default_cells),
     };
     Printer { columns, cells }
@@ -1768,6 +1774,54 @@ fn pdb_cells(budget: &Value, now: Timestamp) -> Vec<Value> {
     ]
 }
 
+const BINDING_COLUMNS: &[Column] = &[
+    NAME,
+    col("Role", "string", "The role the binding grants (kind/name)."),
+    AGE,
+    wide(
+        "Users",
+        "string",
+        "The users the binding grants the role to.",
+    ),
+    wide(
+        "Groups",
+        "string",
+        "The groups the binding grants the role to.",
+    ),
+    wide(
+        "ServiceAccounts",
+        "string",
+        "The service accounts (namespace/name) the binding grants the role to.",
+    ),
+];
+
+fn binding_cells(binding: &Value, now: Timestamp) -> Vec<Value> {
+    let subjects = items(binding, "/subjects");
+    let of_kind = |kind: &str| {
+        subjects
+            .iter()
+            .filter(|s| text(s, "/kind") == kind)
+            .map(|s| match kind {
+                "ServiceAccount" => format!("{}/{}", text(s, "/namespace"), text(s, "/name")),
+                _ => text(s, "/name").to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    vec![
+        name_cell(binding),
+        Value::from(format!(
+            "{}/{}",
+            text(binding, "/roleRef/kind"),
+            text(binding, "/roleRef/name")
+        )),
+        age(binding, now),
+        Value::from(of_kind("User")),
+        Value::from(of_kind("Group")),
+        Value::from(of_kind("ServiceAccount")),
+    ]
+}
+
 // ---------------------------------------------------------------------------
 // Resources without a printer of their own
 
@@ -1848,6 +1902,26 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(header::ACCEPT, HeaderValue::from_static(value));
         headers
+    }
+
+    #[test]
+    fn bindings_show_their_role_and_subjects() {
+        let binding = serde_json::json!({
+            "metadata": {"name": "b", "creationTimestamp": "2026-11-27T00:00:00Z"},
+            "roleRef": {"kind": "ClusterRole", "name": "view"},
+            "subjects": [
+                {"kind": "User", "name": "alice"}, {"kind": "User", "name": "bob"},
+                {"kind": "Group", "name": "qa"},
+                {"kind": "ServiceAccount", "name": "bot", "namespace": "ci"}
+            ]
+        });
+        let now: Timestamp = "2026-11-27T00:05:00Z".parse().unwrap();
+        let cells = binding_cells(&binding, now);
+        assert_eq!(cells[1], "ClusterRole/view");
+        assert_eq!(cells[3], "alice, bob");
+        assert_eq!(cells[4], "qa");
+        assert_eq!(cells[5], "ci/bot");
+        assert_eq!(cells.len(), BINDING_COLUMNS.len());
     }
 
     #[test]

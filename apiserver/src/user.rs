@@ -16,3 +16,15 @@ impl UserInfo {
         }
     }
 }
+
+tokio::task_local! {
+    /// The user of the request being served, set by authorization around
+    /// the handler, so that admission (and the AdmissionReviews of
+    /// webhooks) knows who writes.
+    pub static CURRENT: UserInfo;
+}
+
+/// The user of the request this task serves, if it is serving one.
+pub fn current() -> Option<UserInfo> {
+    CURRENT.try_with(|user| user.clone()).ok()
+}

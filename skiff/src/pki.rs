@@ -267,6 +267,17 @@ pub fn serving_names(listen: &std::net::SocketAddr, extra: &[String]) -> Vec<Str
 mod tests {
     use super::*;
 
+    fn client_verifier(pki: &Pki) -> Arc<dyn rustls::server::danger::ClientCertVerifier> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(pem_certs(pki.ca_pem()).unwrap().remove(0))
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .unwrap()
+    }
+
     #[test]
     fn the_ca_is_made_once_and_signs_what_it_issues() {
         let dir = tempfile::tempdir().unwrap();
@@ -284,15 +295,7 @@ mod tests {
             assert_eq!(mode & 0o777, 0o600, "{file}");
         }
         // The client certificate chains to the CA and names its user.
-        let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(pem_certs(pki.ca_pem()).unwrap().remove(0))
-            .unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier =
-            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .unwrap();
+        let verifier = client_verifier(&pki);
         let cert = pem_certs(&admin.cert_pem).unwrap().remove(0);
         verifier
             .verify_client_cert(&cert, &[], rustls::pki_types::UnixTime::now())
@@ -302,16 +305,7 @@ mod tests {
         assert_eq!(user.groups, [ADMIN_GROUP]);
         // A CA from elsewhere does not vouch for it.
         let other = tempfile::tempdir().unwrap();
-        let other = Pki::ensure(other.path()).unwrap();
-        let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(pem_certs(other.ca_pem()).unwrap().remove(0))
-            .unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier =
-            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .unwrap();
+        let verifier = client_verifier(&Pki::ensure(other.path()).unwrap());
         assert!(verifier
             .verify_client_cert(&cert, &[], rustls::pki_types::UnixTime::now())
             .is_err());

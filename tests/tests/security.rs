@@ -564,3 +564,76 @@ async fn a_kubelet_changes_only_its_own_node_and_the_pods_bound_to_it() -> Resul
     assert_eq!(other["status"]["phase"], "Pending");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_admin_cannot_grant_more_than_they_hold() -> Result<()> {
+    let (server, _dir) = server().await?;
+    let admin = server.http()?;
+    let team = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}});
+    expect_status(&admin.post("/api/v1/namespaces", &team).await?, 201, "team")?;
+    let bindings = "/apis/rbac.authorization.k8s.io/v1/namespaces/team/rolebindings";
+    let roles = "/apis/rbac.authorization.k8s.io/v1/namespaces/team/roles";
+    let binding = |name: &str, role: &str, user: &str| {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": "team"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+        })
+    };
+    expect_status(
+        &admin
+            .post(bindings, &binding("paul-admin", "admin", "paul"))
+            .await?,
+        201,
+        "paul's admin",
+    )?;
+    let paul = admin.with_token("plain-token");
+
+    // Within what `admin` holds: granting `edit`, a role reading Secrets.
+    expect_status(
+        &paul
+            .post(bindings, &binding("vera-edit", "edit", "vera"))
+            .await?,
+        201,
+        "vera's edit",
+    )?;
+    let reader = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "secret-reader", "namespace": "team"},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]
+    });
+    expect_status(
+        &paul.post(roles, &reader).await?,
+        201,
+        "a role within admin",
+    )?;
+
+    // Beyond it: cluster-admin for himself, or a role over nodes.
+    let refused = expect_status(
+        &paul
+            .post(bindings, &binding("paul-root", "cluster-admin", "paul"))
+            .await?,
+        403,
+        "binding cluster-admin",
+    )?;
+    let message = refused["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with("rolebindings.rbac.authorization.k8s.io \"paul-root\" is forbidden: user \"paul\" (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:"),
+        "{message}"
+    );
+    let nodes = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "all", "namespace": "team"},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]
+    });
+    expect_status(&paul.post(roles, &nodes).await?, 403, "a role beyond admin")?;
+    // Neither was stored; the administrator may do both.
+    expect_status(
+        &admin.get(&format!("{bindings}/paul-root")).await?,
+        404,
+        "paul-root",
+    )?;
+    expect_status(&admin.post(roles, &nodes).await?, 201, "the admin's role")?;
+    Ok(())
+}

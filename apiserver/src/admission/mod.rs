@@ -42,13 +42,7 @@ impl Operation {
     }
 }
 
-/// Who makes the request, when the server knows.
-#[derive(Debug, Clone, Default)]
-pub struct UserInfo {
-    pub username: String,
-    pub uid: String,
-    pub groups: Vec<String>,
-}
+pub use crate::user::UserInfo;
 
 /// One write as the plugins see it.
 #[derive(Debug, Clone)]
@@ -153,6 +147,7 @@ impl Admission {
     /// quotas (see [`Self::release`] when the write then fails).
     pub async fn validate(&self, registry: &Registry, attrs: &Attributes) -> ApiResult<()> {
         namespace_lifecycle::validate(registry, attrs).await?;
+        crate::authz::escalation::validate(registry, attrs).await?;
         limit_ranger::validate(registry, attrs).await?;
         priority::validate(registry, attrs).await?;
         self.webhooks.validate(registry, attrs).await?;

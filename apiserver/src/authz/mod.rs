@@ -10,6 +10,7 @@
 //! store, so a binding just created is honoured by the next request.
 
 pub mod bootstrap;
+pub mod escalation;
 pub mod node;
 pub mod rbac;
 pub mod review;
@@ -90,7 +91,7 @@ struct Compiled {
 }
 
 pub struct Authorizer {
-    mode: Mode,
+    pub mode: Mode,
     registry: Registry,
     compiled: Mutex<Option<Arc<Compiled>>>,
     /// One compilation at a time.
@@ -173,6 +174,36 @@ impl Authorizer {
                 .await?;
         }
         Ok(self.compiled().await?.index.allows(user, attributes))
+    }
+
+    /// The rules of a role (`kind` ClusterRole, or Role in `namespace`),
+    /// aggregated ones with what they gather; `None` if it does not exist.
+    pub async fn role_rules(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> ApiResult<Option<Arc<[rbac::Rule]>>> {
+        if let Some(rules) = self
+            .compiled()
+            .await?
+            .index
+            .role_rules(kind, namespace, name)
+        {
+            return Ok(Some(rules));
+        }
+        // Perhaps written a moment ago.
+        for resource in Self::resources() {
+            self.registry
+                .cache
+                .fresh(resource, Freshness::Consistent, CATCH_UP_WAIT)
+                .await?;
+        }
+        Ok(self
+            .compiled()
+            .await?
+            .index
+            .role_rules(kind, namespace, name))
     }
 
     /// The rules that apply to `user` in `namespace`, for
@@ -324,7 +355,8 @@ pub async fn authorize(
     match authorizer.allows(&user, &attributes).await {
         Ok(true) => match node::restrict(&authorizer.registry, &user, &attributes).await {
             Some(refused) => refused.into_response(),
-            None => next.run(request).await,
+            // Admission reads the user from the task.
+            None => crate::user::CURRENT.scope(user, next.run(request)).await,
         },
         Ok(false) => forbidden(&user, &attributes).into_response(),
         Err(err) => {

@@ -120,6 +120,52 @@ fn has(list: &[String], wanted: &str) -> bool {
     list.iter().any(|item| item == "*" || item == wanted)
 }
 
+/// Whether the rules `owner` holds grant everything `requested` does, as
+/// RBAC's escalation check asks: every verb × group × resource × name (or
+/// verb × URL) of `requested` is allowed by one of `owner`. A `*` asked
+/// for is covered only by a `*` held.
+pub fn covers(owner: &[Rule], requested: &Rule) -> bool {
+    let names: Vec<Option<&String>> = if requested.resource_names.is_empty() {
+        vec![None]
+    } else {
+        requested.resource_names.iter().map(Some).collect()
+    };
+    requested.verbs.iter().all(|verb| {
+        let urls_covered = requested.non_resource_urls.iter().all(|url| {
+            owner.iter().any(|o| {
+                has(&o.verbs, verb)
+                    && o.non_resource_urls.iter().any(|held| {
+                        held == "*"
+                            || held == url
+                            || held
+                                .strip_suffix('*')
+                                .is_some_and(|prefix| url.starts_with(prefix))
+                    })
+            })
+        });
+        let resources_covered = requested.api_groups.iter().all(|group| {
+            requested.resources.iter().all(|resource| {
+                names.iter().all(|name| {
+                    owner.iter().any(|o| {
+                        has(&o.verbs, verb)
+                            && has(&o.api_groups, group)
+                            && o.resources.iter().any(|held| {
+                                held == "*"
+                                    || held == resource
+                                    || held.strip_prefix("*/").is_some_and(|sub| {
+                                        resource.split_once('/').is_some_and(|(_, s)| s == sub)
+                                    })
+                            })
+                            && (o.resource_names.is_empty()
+                                || name.is_some_and(|n| o.resource_names.contains(n)))
+                    })
+                })
+            })
+        });
+        urls_covered && resources_covered
+    })
+}
+
 /// Who a binding's subject is, as the key the index files rules under.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Subject {
@@ -164,6 +210,10 @@ pub struct Index {
     cluster: BySubject,
     /// By namespace, then subject: the rules of its RoleBindings there.
     namespaced: HashMap<String, BySubject>,
+    /// Each ClusterRole's rules (aggregated ones with what they gather).
+    cluster_roles: HashMap<String, Arc<[Rule]>>,
+    /// Each Role's rules, by (namespace, name).
+    roles: HashMap<(String, String), Arc<[Rule]>>,
 }
 
 fn rules_of(role: &Value) -> Arc<[Rule]> {
@@ -244,7 +294,14 @@ impl Index {
                 ((namespace, name_of(r)), rules_of(r))
             })
             .collect();
-        let mut index = Index::default();
+        let mut index = Index {
+            cluster_roles: cluster_rules.clone(),
+            roles: role_rules
+                .iter()
+                .map(|((ns, name), rules)| ((ns.to_string(), name.to_string()), rules.clone()))
+                .collect(),
+            ..Index::default()
+        };
         for binding in cluster_bindings {
             if binding["roleRef"]["kind"].as_str() != Some("ClusterRole") {
                 continue;
@@ -302,6 +359,19 @@ impl Index {
                 .flatten();
             cluster.chain(local).flat_map(|rules| rules.iter())
         })
+    }
+
+    /// The rules of the role a binding refers to: `kind` ClusterRole or
+    /// Role (in `namespace`); `None` if there is no such role.
+    pub fn role_rules(&self, kind: &str, namespace: &str, name: &str) -> Option<Arc<[Rule]>> {
+        match kind {
+            "ClusterRole" => self.cluster_roles.get(name).cloned(),
+            "Role" => self
+                .roles
+                .get(&(namespace.to_string(), name.to_string()))
+                .cloned(),
+            _ => None,
+        }
     }
 
     /// Whether some rule bound to `user` allows `attributes`.
@@ -392,6 +462,59 @@ mod tests {
         let pods = rule(json!({"verbs": ["get"], "apiGroups": ["*"], "resources": ["*"]}));
         assert!(!pods.allows(&path("get", "/healthz")));
         assert!(!health.allows(&attrs("get", "", "pods", "", "d", "p")));
+    }
+
+    #[test]
+    fn held_rules_cover_what_they_grant_and_no_more() {
+        let owner = [
+            rule(
+                json!({"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods", "pods/log"]}),
+            ),
+            rule(json!({"verbs": ["*"], "apiGroups": ["apps"], "resources": ["deployments"]})),
+            rule(
+                json!({"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["app"]}),
+            ),
+            rule(json!({"verbs": ["get"], "nonResourceURLs": ["/healthz*"]})),
+        ];
+        let covered = |r: Value| covers(&owner, &rule(r));
+        assert!(covered(
+            json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods", "pods/log"]})
+        ));
+        assert!(covered(
+            json!({"verbs": ["update", "delete"], "apiGroups": ["apps"], "resources": ["deployments"]})
+        ));
+        assert!(!covered(
+            json!({"verbs": ["delete"], "apiGroups": [""], "resources": ["pods"]})
+        ));
+        assert!(!covered(
+            json!({"verbs": ["*"], "apiGroups": [""], "resources": ["pods"]})
+        ));
+        assert!(!covered(
+            json!({"verbs": ["get"], "apiGroups": ["*"], "resources": ["pods"]})
+        ));
+        assert!(covered(
+            json!({"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["app"]})
+        ));
+        assert!(!covered(
+            json!({"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"]})
+        ));
+        assert!(covered(
+            json!({"verbs": ["get"], "nonResourceURLs": ["/healthz/etcd"]})
+        ));
+        assert!(!covered(
+            json!({"verbs": ["get"], "nonResourceURLs": ["/metrics"]})
+        ));
+        let admin = [rule(
+            json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}),
+        )];
+        assert!(covers(
+            &admin,
+            &rule(json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}))
+        ));
+        assert!(!covers(
+            &admin,
+            &rule(json!({"verbs": ["get"], "nonResourceURLs": ["/metrics"]}))
+        ));
     }
 
     #[test]

@@ -2,10 +2,8 @@
 //! per request. Buckets of idle clients (full again) are forgotten when
 //! the table grows, so a scan from many addresses costs bounded memory.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
-
 use super::Client;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -74,6 +72,7 @@ fn refilled(bucket: &Bucket, now: Instant, qps: f64, burst: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::IpAddr;
 
     #[test]
     fn a_client_gets_its_burst_then_its_rate() {

@@ -27,7 +27,7 @@ pub fn request(attrs: &Attributes, uid: &str) -> Value {
         "name": attrs.name,
         "operation": attrs.operation.as_str(),
         "userInfo": match &attrs.user {
-            Some(user) => json!({"username": user.username, "uid": user.uid, "groups": user.groups}),
+            Some(user) => json!({"username": user.name, "groups": user.groups}),
             None => json!({}),
         },
         "object": attrs.object.clone().unwrap_or(Value::Null),
