@@ -97,14 +97,22 @@ pub async fn serve(
         tokio::spawn(async move { registry.follow_custom_resources().await })
     };
     let stopping = registry.clone();
-    let registry_for_tokens = registry.clone();
     let authorizer = std::sync::Arc::new(authz::Authorizer::new(
         registry.clone(),
         options.authorization,
     ));
     registry.set_authorizer(&authorizer);
+    let mut authenticator = (*options.authn).clone();
+    if let Some(issuer) = registry.token_issuer() {
+        authenticator.service_accounts = Some(authn::ServiceAccountTokens {
+            issuer: issuer.clone(),
+            registry: registry.clone(),
+        });
+    }
+    let authenticator = std::sync::Arc::new(authenticator);
     let mut router = server::router(registry)
         .merge(authz::review::router(authorizer.clone()))
+        .merge(authn::token_review::router(authenticator.clone()))
         .layer(axum::middleware::from_fn_with_state(
             authorizer,
             authz::authorize,
@@ -118,15 +126,8 @@ pub async fn serve(
         router = router.layer(axum::middleware::from_fn_with_state(auditor, audit::record));
     }
     // Outermost: every layer inside knows the request's user.
-    let mut authenticator = (*options.authn).clone();
-    if let Some(issuer) = registry_for_tokens.token_issuer() {
-        authenticator.service_accounts = Some(authn::ServiceAccountTokens {
-            issuer: issuer.clone(),
-            registry: registry_for_tokens.clone(),
-        });
-    }
     let router = router.layer(axum::middleware::from_fn_with_state(
-        std::sync::Arc::new(authenticator),
+        authenticator,
         authn::authenticate,
     ));
     let (stop, stopped) = tokio::sync::watch::channel(false);

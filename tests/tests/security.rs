@@ -637,3 +637,57 @@ async fn a_namespace_admin_cannot_grant_more_than_they_hold() -> Result<()> {
     expect_status(&admin.post(roles, &nodes).await?, 201, "the admin's role")?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_review_says_whose_a_token_is_to_those_allowed_to_ask() -> Result<()> {
+    let (server, _dir) = server().await?;
+    let admin = server.http()?;
+    let reviews = "/apis/authentication.k8s.io/v1/tokenreviews";
+    let review = |token: &str| json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}});
+    let answered = expect_status(
+        &admin.post(reviews, &review("viewer-token")).await?,
+        201,
+        "a review",
+    )?;
+    assert_eq!(answered["status"]["authenticated"], true);
+    assert_eq!(answered["status"]["user"]["username"], "vera");
+    let answered = expect_status(
+        &admin.post(reviews, &review("guess")).await?,
+        201,
+        "a bad token",
+    )?;
+    assert_eq!(answered["status"]["authenticated"], false);
+    // Asking needs system:auth-delegator (or more).
+    let paul = admin.with_token("plain-token");
+    expect_status(
+        &paul.post(reviews, &review("viewer-token")).await?,
+        403,
+        "paul asking",
+    )?;
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "paul-delegator"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "paul"}]
+    });
+    expect_status(
+        &admin
+            .post(
+                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                &binding,
+            )
+            .await?,
+        201,
+        "the binding",
+    )?;
+    let answered = expect_status(
+        &paul.post(reviews, &review("viewer-token")).await?,
+        201,
+        "paul asking again",
+    )?;
+    assert_eq!(
+        answered["status"]["user"]["groups"],
+        json!(["qa", "system:authenticated"])
+    );
+    Ok(())
+}

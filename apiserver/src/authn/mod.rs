@@ -13,6 +13,7 @@
 pub mod service_account;
 pub mod token_file;
 pub mod token_request;
+pub mod token_review;
 pub mod x509;
 
 use std::sync::Arc;
@@ -71,8 +72,18 @@ impl std::fmt::Debug for ServiceAccountTokens {
 impl ServiceAccountTokens {
     /// The user of `token`, or why it is not valid.
     pub async fn authenticate(&self, token: &str) -> Result<UserInfo, String> {
+        self.authenticate_for(token, &[service_account::ISSUER])
+            .await
+    }
+
+    /// The user of `token` if it is for one of `audiences`.
+    pub async fn authenticate_for(
+        &self,
+        token: &str,
+        audiences: &[&str],
+    ) -> Result<UserInfo, String> {
         let now = jiff::Timestamp::now().as_second();
-        let claims = self.issuer.verify(token, &[service_account::ISSUER], now)?;
+        let claims = self.issuer.verify(token, audiences, now)?;
         let namespace = Some(claims.namespace.as_str());
         let live_uid = |plural: &'static str, name: String| {
             let registry = self.registry.clone();
@@ -190,7 +201,7 @@ impl Authenticator {
     }
 }
 
-fn with_authenticated(mut user: UserInfo) -> UserInfo {
+pub(crate) fn with_authenticated(mut user: UserInfo) -> UserInfo {
     if !user.groups.iter().any(|g| g == AUTHENTICATED) {
         user.groups.push(AUTHENTICATED.into());
     }
