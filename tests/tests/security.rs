@@ -46,6 +46,51 @@ fn token_kubeconfig(base: &Path, token: &str, out: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// A binding of ClusterRole `role` to `subject`: a RoleBinding in
+/// `namespace`, or a ClusterRoleBinding.
+fn binding_object(
+    namespace: Option<&str>,
+    name: &str,
+    role: &str,
+    subject: serde_json::Value,
+) -> serde_json::Value {
+    let mut binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": if namespace.is_some() { "RoleBinding" } else { "ClusterRoleBinding" },
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [subject],
+    });
+    if let Some(namespace) = namespace {
+        binding["metadata"]["namespace"] = json!(namespace);
+    }
+    binding
+}
+
+fn bindings_path(namespace: Option<&str>) -> String {
+    match namespace {
+        Some(ns) => format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"),
+        None => "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings".into(),
+    }
+}
+
+/// The administrator binds ClusterRole `role` to `subject`.
+async fn bind(
+    admin: &skiff_tests::kube_http::KubeHttp,
+    namespace: Option<&str>,
+    name: &str,
+    role: &str,
+    subject: serde_json::Value,
+) -> Result<()> {
+    let binding = binding_object(namespace, name, role, subject);
+    let reply = admin.post(&bindings_path(namespace), &binding).await?;
+    expect_status(&reply, 201, name).map(drop)
+}
+
+fn subject(kind: &str, name: &str) -> serde_json::Value {
+    json!({"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name})
+}
+
 fn pod(name: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
            "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}]}})
@@ -92,22 +137,7 @@ async fn no_credentials_is_401_and_a_viewer_lists_pods_but_cannot_delete_them() 
 
     // Bound to `view` (through her group), she may list but not delete,
     // at once: the binding just written is honoured by the next request.
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "qa-view"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "qa"}]
-    });
-    expect_status(
-        &admin
-            .post(
-                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-                &binding,
-            )
-            .await?,
-        201,
-        "the binding",
-    )?;
+    bind(&admin, None, "qa-view", "view", subject("Group", "qa")).await?;
     let list = expect_status(&vera.get(PODS).await?, 200, "vera's list")?;
     assert_eq!(list["items"][0]["metadata"]["name"], "web");
     let denied = expect_status(
@@ -326,22 +356,8 @@ async fn a_service_account_token_works_until_its_account_or_pod_is_gone() -> Res
     let account =
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bot"}});
     expect_status(&admin.post(accounts, &account).await?, 201, "the account")?;
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "bot-view", "namespace": "default"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
-        "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": "default"}]
-    });
-    expect_status(
-        &admin
-            .post(
-                "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
-                &binding,
-            )
-            .await?,
-        201,
-        "the binding",
-    )?;
+    let bot = json!({"kind": "ServiceAccount", "name": "bot", "namespace": "default"});
+    bind(&admin, Some("default"), "bot-view", "view", bot).await?;
     let token_path = format!("{accounts}/bot/token");
     let request = |spec: serde_json::Value| json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec});
     // Ten minutes at least.
@@ -574,12 +590,7 @@ async fn a_namespace_admin_cannot_grant_more_than_they_hold() -> Result<()> {
     let bindings = "/apis/rbac.authorization.k8s.io/v1/namespaces/team/rolebindings";
     let roles = "/apis/rbac.authorization.k8s.io/v1/namespaces/team/roles";
     let binding = |name: &str, role: &str, user: &str| {
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": "team"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
-        })
+        binding_object(Some("team"), name, role, subject("User", user))
     };
     expect_status(
         &admin
@@ -664,22 +675,14 @@ async fn a_token_review_says_whose_a_token_is_to_those_allowed_to_ask() -> Resul
         403,
         "paul asking",
     )?;
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "paul-delegator"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "paul"}]
-    });
-    expect_status(
-        &admin
-            .post(
-                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-                &binding,
-            )
-            .await?,
-        201,
-        "the binding",
-    )?;
+    bind(
+        &admin,
+        None,
+        "paul-delegator",
+        "system:auth-delegator",
+        subject("User", "paul"),
+    )
+    .await?;
     let answered = expect_status(
         &paul.post(reviews, &review("viewer-token")).await?,
         201,

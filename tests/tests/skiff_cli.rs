@@ -401,8 +401,12 @@ async fn cluster_up_runs_three_members_and_stops_them_on_ctrl_c() -> Result<()> 
             store_client::put(*client, &format!("/up/{name}"), &format!("from {name}")).await?;
         revisions.push(revision);
     }
-    assert_eq!(revisions[1], revisions[0] + 1);
-    assert_eq!(revisions[2], revisions[0] + 2);
+    // In order (each member's API writes its default objects meanwhile,
+    // so the revisions need not be consecutive).
+    assert!(
+        revisions[0] < revisions[1] && revisions[1] < revisions[2],
+        "{revisions:?}"
+    );
     for (_, client) in &members {
         for ((name, _), revision) in members.iter().zip(&revisions) {
             let read = store_client::get(*client, &format!("/up/{name}")).await?;

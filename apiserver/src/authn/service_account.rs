@@ -26,6 +26,20 @@ pub const SERVICE_ACCOUNTS: &str = "system:serviceaccounts";
 /// Clocks may differ this much (seconds) between issuer and reader.
 const LEEWAY: i64 = 60;
 
+/// The audiences a TokenRequest or TokenReview `spec` names, or the API
+/// server's own when it names none.
+pub fn audiences_of(spec: &Value) -> Vec<String> {
+    spec["audiences"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .filter(|a: &Vec<String>| !a.is_empty())
+        .unwrap_or_else(|| vec![ISSUER.to_string()])
+}
+
 /// What a token says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claims {

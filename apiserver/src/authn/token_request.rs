@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use super::service_account::{Claims, ISSUER};
+use super::service_account::Claims;
 use crate::registry::Target;
 use crate::status::{ApiError, ApiResult, Cause};
 use crate::Registry;
@@ -47,15 +47,7 @@ pub async fn create(
         )
     })?;
     let spec = &request["spec"];
-    let audiences: Vec<String> = spec["audiences"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .filter(|a: &Vec<String>| !a.is_empty())
-        .unwrap_or_else(|| vec![ISSUER.to_string()]);
+    let audiences = super::service_account::audiences_of(&spec);
     let seconds = match &spec["expirationSeconds"] {
         Value::Null => DEFAULT_SECONDS,
         value => value.as_i64().ok_or_else(|| {

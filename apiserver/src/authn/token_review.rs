@@ -15,7 +15,6 @@ use axum::routing::post;
 use axum::Router;
 use serde_json::{json, Value};
 
-use super::service_account::ISSUER;
 use super::{with_authenticated, Authenticator};
 use crate::status::ApiError;
 
@@ -44,15 +43,7 @@ pub async fn review(authenticator: &Authenticator, mut review: Value) -> Result<
             }],
         ));
     }
-    let audiences: Vec<String> = review["spec"]["audiences"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .filter(|a: &Vec<String>| !a.is_empty())
-        .unwrap_or_else(|| vec![ISSUER.to_string()]);
+    let audiences = super::service_account::audiences_of(&review["spec"]);
     let wanted: Vec<&str> = audiences.iter().map(String::as_str).collect();
     let user = match authenticator.tokens.user(&token) {
         Some(user) => Ok(with_authenticated(user.clone())),
