@@ -154,8 +154,21 @@ impl Pki {
         ) {
             return Ok(Credentials { cert_pem, key_pem });
         }
+        // Members of a cluster sharing the directory may get here at once:
+        // the first key written wins, and its certificate with it.
         let credentials = self.issue_client(ADMIN_USER, &[ADMIN_GROUP])?;
-        crate::files::write_private(&key_path, credentials.key_pem.as_bytes())?;
+        let key = crate::files::create_private(&key_path, credentials.key_pem.as_bytes())?;
+        if key != credentials.key_pem.as_bytes() {
+            // Another process's key: wait for its certificate.
+            for _ in 0..50 {
+                if let Ok(cert_pem) = std::fs::read_to_string(&cert_path) {
+                    let key_pem = String::from_utf8_lossy(&key).into_owned();
+                    return Ok(Credentials { cert_pem, key_pem });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            anyhow::bail!("{} has a key but no certificate", self.dir.display());
+        }
         crate::files::write_private(&cert_path, credentials.cert_pem.as_bytes())?;
         Ok(credentials)
     }
@@ -168,9 +181,10 @@ impl Pki {
         let pem = match std::fs::read_to_string(&path) {
             Ok(pem) => pem,
             Err(_) => {
-                let pem = KeyPair::generate()?.serialize_pem();
-                crate::files::write_private(&path, pem.as_bytes())?;
-                pem
+                // The first of several members to make it wins.
+                let made = KeyPair::generate()?.serialize_pem();
+                let kept = crate::files::create_private(&path, made.as_bytes())?;
+                String::from_utf8_lossy(&kept).into_owned()
             }
         };
         let key = KeyPair::from_pem(&pem)

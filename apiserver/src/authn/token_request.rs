@@ -47,7 +47,7 @@ pub async fn create(
         )
     })?;
     let spec = &request["spec"];
-    let audiences = super::service_account::audiences_of(&spec);
+    let audiences = super::service_account::audiences_of(spec);
     let seconds = match &spec["expirationSeconds"] {
         Value::Null => DEFAULT_SECONDS,
         value => value.as_i64().ok_or_else(|| {

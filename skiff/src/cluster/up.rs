@@ -26,6 +26,8 @@ pub async fn run(args: UpArgs) -> Result<()> {
     let layouts = layouts(&args)?;
     // One CA for every member, made before any starts.
     let pki = crate::pki::Pki::ensure(&dir.join(crate::pki::DEFAULT_DIR))?;
+    pki.admin()?;
+    pki.service_account_key()?;
     let mut signals = StopSignals::register()?;
     let initial_cluster = layout::initial_cluster(&layouts);
     let mut members = Members::new();
