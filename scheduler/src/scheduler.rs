@@ -508,6 +508,11 @@ impl Scheduler {
             })
         };
         if let Some((name, count)) = repeated {
+            if name.is_empty() {
+                // The first one is still being created; it takes this
+                // count when it lands.
+                return;
+            }
             let patch = json!({"count": count, "lastTimestamp": now()});
             match api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -520,6 +525,12 @@ impl Scheduler {
                 }
             }
         }
+        // Reserved before the create, so that a repeat meanwhile is counted
+        // on this event instead of making another.
+        self.recent_events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(same.clone(), (String::new(), 1, std::time::Instant::now()));
         let n = self.events.fetch_add(1, Ordering::Relaxed);
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -544,19 +555,43 @@ impl Scheduler {
             "lastTimestamp": now,
             "count": 1,
         });
+        let forget = || {
+            self.recent_events
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&same);
+        };
         let event: Event = match serde_json::from_value(event) {
             Ok(event) => event,
-            Err(_) => return,
+            Err(_) => return forget(),
         };
         match api.create(&PostParams::default(), &event).await {
             Ok(created) => {
                 let name = created.metadata.name.unwrap_or_default();
-                self.recent_events
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(same, (name, 1, std::time::Instant::now()));
+                let count = {
+                    let mut recent = self.recent_events.lock().unwrap_or_else(|e| e.into_inner());
+                    let entry = recent.entry(same.clone()).or_insert((
+                        String::new(),
+                        1,
+                        std::time::Instant::now(),
+                    ));
+                    entry.0 = name.clone();
+                    entry.1
+                };
+                if count > 1 {
+                    let patch = json!({"count": count, "lastTimestamp": now});
+                    if let Err(err) = api
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                    {
+                        tracing::debug!(pod = %pod.key, error = %err, "could not update an event");
+                    }
+                }
             }
-            Err(err) => tracing::debug!(pod = %pod.key, error = %err, "could not record an event"),
+            Err(err) => {
+                forget();
+                tracing::debug!(pod = %pod.key, error = %err, "could not record an event")
+            }
         }
     }
 }
