@@ -519,9 +519,14 @@ impl Scheduler {
                 .await
             {
                 Ok(_) => return,
-                // Gone (deleted or expired): record it anew.
+                // Gone (deleted or expired): record it anew, as client-go
+                // does.
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                // Any other failure loses this count rather than starting a
+                // second event for the same thing.
                 Err(err) => {
-                    tracing::debug!(pod = %pod.key, error = %err, "could not update an event")
+                    tracing::debug!(pod = %pod.key, error = %err, "could not update an event");
+                    return;
                 }
             }
         }

@@ -297,6 +297,15 @@ impl ApiServer {
     }
 
     /// The pid of the `skiff up` process, if one runs.
+    /// What the (first) skiff process has written to stderr so far: its
+    /// log, for a failing test's message.
+    pub fn stderr(&self) -> String {
+        self.process
+            .as_ref()
+            .map(SkiffProcess::stderr)
+            .unwrap_or_default()
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.process.as_ref().map(|p| p.pid())
     }

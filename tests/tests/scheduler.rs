@@ -123,7 +123,7 @@ async fn failed(kubectl: &Kubectl, pod: &str, text: &str) -> Result<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unschedulable_pod_is_scheduled_once_a_fitting_node_is_added() -> Result<()> {
-    let Some((_server, kubectl)) =
+    let Some((server, kubectl)) =
         session("an_unschedulable_pod_is_scheduled_once_a_fitting_node_is_added").await?
     else {
         return Ok(());
@@ -160,7 +160,13 @@ async fn an_unschedulable_pod_is_scheduled_once_a_fitting_node_is_added() -> Res
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!(counts.trim(), "2", "one event, counted twice");
+    if counts.trim() != "2" {
+        let events = kubectl.ok(&["get", "events", "-o", "wide"])?;
+        bail!(
+            "expected one FailedScheduling event counted twice, found counts {counts:?}:\n{events}\nserver log:\n{}",
+            server.stderr()
+        );
+    }
     let scheduled = kubectl.ok(&[
         "get",
         "events",
