@@ -20,7 +20,7 @@ pub struct SecurityFlags {
     /// Where the cluster CA and the administrator's credentials are kept
     /// (created on first start) [default: DATA_DIR/pki]. Every member of a
     /// cluster needs the same one.
-    #[arg(long)]
+    #[arg(long, env = "SKIFF_PKI_DIR")]
     pub pki_dir: Option<PathBuf>,
     /// More names or addresses for the API's serving certificate (beside
     /// localhost, 127.0.0.1, this host's name and the listening address).
@@ -41,7 +41,7 @@ pub struct SecurityFlags {
     pub authorization_mode: skiff_apiserver::authz::Mode,
 }
 
-fn parse_loopback(text: &str) -> Result<SocketAddr, String> {
+pub(crate) fn parse_loopback(text: &str) -> Result<SocketAddr, String> {
     let addr: SocketAddr = text
         .parse()
         .map_err(|_| format!("{text:?} is not host:port (e.g. 127.0.0.1:8080)"))?;

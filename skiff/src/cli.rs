@@ -10,7 +10,7 @@ use crate::cluster::ClusterCommand;
 use crate::control_plane::{ControllerManagerArgs, SchedulerArgs};
 use crate::kubelet::KubeletArgs;
 use crate::member::MemberArgs;
-use crate::store::StoreArgs;
+use crate::store::StoreCommand;
 use crate::up::{ServerArgs, UpArgs};
 
 #[derive(Debug, Parser)]
@@ -34,7 +34,7 @@ pub enum Command {
     /// One member of a replicated cluster: a store member and the Kubernetes API.
     Server(Box<ServerArgs>),
     /// Run one store member: an etcd replacement serving etcd's v3 gRPC API.
-    Store(StoreArgs),
+    Store(Box<StoreCommand>),
     /// Run a local replicated cluster of store members on this machine.
     #[command(subcommand)]
     Cluster(ClusterCommand),
@@ -71,7 +71,7 @@ impl Cli {
         match self.command {
             Command::Up(args) => crate::up::up(*args).await,
             Command::Server(args) => crate::up::server(*args).await,
-            Command::Store(args) => crate::store::run(args).await,
+            Command::Store(args) => crate::store::run(*args).await,
             Command::Cluster(command) => command.run().await,
             Command::Member(args) => args.run().await,
             Command::Scheduler(args) => crate::control_plane::scheduler(args).await,

@@ -23,6 +23,16 @@ pub struct MemberArgs {
         default_value = "127.0.0.1:2379"
     )]
     pub endpoints: String,
+    /// The PKI directory the members use (their DATA_DIR/pki or
+    /// --pki-dir): its etcd/ca.crt and etcd/client.crt and .key are the
+    /// credentials for TLS endpoints.
+    #[arg(
+        long,
+        global = true,
+        env = "SKIFF_PKI_DIR",
+        default_value = "./skiff-data/pki"
+    )]
+    pub pki_dir: PathBuf,
     #[command(subcommand)]
     pub command: MemberCommand,
 }
@@ -69,9 +79,9 @@ fn parse_member_id(id: &str) -> Result<u64, String> {
 
 impl MemberArgs {
     pub async fn run(self) -> Result<()> {
-        let endpoints = client::parse_endpoints(&self.endpoints)?;
+        let endpoints = &client::StoreClients::new(&self.endpoints, &self.pki_dir)?;
         match self.command {
-            MemberCommand::List => list(&endpoints).await,
+            MemberCommand::List => list(endpoints).await,
             MemberCommand::Add {
                 name,
                 peer_urls,
@@ -84,24 +94,29 @@ impl MemberArgs {
                         .split(',')
                         .map(str::trim)
                         .filter(|u| !u.is_empty())
-                        .map(client::endpoint_url)
+                        // The store's own form of a peer URL.
+                        .map(|url| match url.contains("://") {
+                            true => url.to_string(),
+                            false => format!("http://{url}"),
+                        })
                         .collect(),
                     data_dir: data_dir
                         .unwrap_or_else(|| PathBuf::from(format!("./skiff-data-{name}"))),
                     name,
                     learner,
                     client_listen,
+                    pki_dir: self.pki_dir.clone(),
                 };
-                add(&endpoints, new_member).await
+                add(endpoints, new_member).await
             }
-            MemberCommand::Remove { id } => remove(&endpoints, id).await,
-            MemberCommand::MoveLeader { id } => move_leader(&endpoints, id).await,
+            MemberCommand::Remove { id } => remove(endpoints, id).await,
+            MemberCommand::MoveLeader { id } => move_leader(endpoints, id).await,
         }
     }
 }
 
-async fn list(endpoints: &[String]) -> Result<()> {
-    let (_, channel) = client::connect_any(endpoints).await?;
+async fn list(endpoints: &client::StoreClients) -> Result<()> {
+    let (_, channel) = endpoints.connect_any().await?;
     let members = ClusterClient::new(channel)
         .member_list(MemberListRequest::default())
         .await
@@ -168,10 +183,12 @@ struct NewMember {
     learner: bool,
     client_listen: Option<String>,
     data_dir: PathBuf,
+    /// The members' PKI directory, which the new member shares.
+    pki_dir: PathBuf,
 }
 
-async fn add(endpoints: &[String], new_member: NewMember) -> Result<()> {
-    let (_, channel) = client::connect_any(endpoints).await?;
+async fn add(endpoints: &client::StoreClients, new_member: NewMember) -> Result<()> {
+    let (_, channel) = endpoints.connect_any().await?;
     let response = ClusterClient::new(channel)
         .member_add(MemberAddRequest {
             peer_ur_ls: new_member.peer_urls.clone(),
@@ -225,10 +242,11 @@ fn start_command(new_member: &NewMember, new_id: u64, members: &[Member]) -> Str
         .clone()
         .unwrap_or_else(|| client_next_to(&peer));
     format!(
-        "skiff store --name {} --data-dir {} --client-listen {client} --peer-listen {peer} \
+        "skiff store --name {} --data-dir {} --pki-dir {} --client-listen {client} --peer-listen {peer} \
          --initial-cluster {} --initial-cluster-state existing",
         new_member.name,
         new_member.data_dir.display(),
+        new_member.pki_dir.display(),
         initial_cluster.join(",")
     )
 }
@@ -244,8 +262,8 @@ fn client_next_to(peer: &str) -> String {
     }
 }
 
-async fn remove(endpoints: &[String], id: u64) -> Result<()> {
-    let (_, channel) = client::connect_any(endpoints).await?;
+async fn remove(endpoints: &client::StoreClients, id: u64) -> Result<()> {
+    let (_, channel) = endpoints.connect_any().await?;
     let response = ClusterClient::new(channel)
         .member_remove(MemberRemoveRequest { id })
         .await
@@ -256,13 +274,13 @@ async fn remove(endpoints: &[String], id: u64) -> Result<()> {
     Ok(())
 }
 
-async fn move_leader(endpoints: &[String], target: u64) -> Result<()> {
+async fn move_leader(endpoints: &client::StoreClients, target: u64) -> Result<()> {
     let (leader_id, leader_endpoint) = find_leader(endpoints).await?;
     if leader_id == target {
         println!("Member {target:x} is already the leader");
         return Ok(());
     }
-    let channel = client::connect(&leader_endpoint).await?;
+    let channel = endpoints.connect(&leader_endpoint).await?;
     MaintenanceClient::new(channel)
         .move_leader(MoveLeaderRequest { target_id: target })
         .await
@@ -273,11 +291,11 @@ async fn move_leader(endpoints: &[String], target: u64) -> Result<()> {
 
 /// The leader's ID and client endpoint: the endpoint whose member leads,
 /// or else the leader's client URL in the member list.
-async fn find_leader(endpoints: &[String]) -> Result<(u64, String)> {
+async fn find_leader(endpoints: &client::StoreClients) -> Result<(u64, String)> {
     let mut leader = 0;
     let mut failures = Vec::new();
-    for endpoint in endpoints {
-        let status = match client::connect(endpoint).await {
+    for endpoint in &endpoints.endpoints {
+        let status = match endpoints.connect(endpoint).await {
             Ok(channel) => client::status(channel).await,
             Err(err) => Err(err),
         };
@@ -293,12 +311,12 @@ async fn find_leader(endpoints: &[String]) -> Result<(u64, String)> {
         }
     }
     if leader == 0 {
-        if failures.len() == endpoints.len() {
+        if failures.len() == endpoints.endpoints.len() {
             bail!("no endpoint answered: {}", failures.join("; "));
         }
         bail!("the cluster has no leader now (an election may be under way); try again");
     }
-    let (_, channel) = client::connect_any(endpoints).await?;
+    let (_, channel) = endpoints.connect_any().await?;
     let members = ClusterClient::new(channel)
         .member_list(MemberListRequest::default())
         .await
@@ -372,6 +390,7 @@ mod tests {
             learner: false,
             client_listen: None,
             data_dir: PathBuf::from("./skiff-data-n4"),
+            pki_dir: PathBuf::from("./skiff-data/pki"),
         };
         let members = [
             member(1, "n1", "http://127.0.0.1:2380", ""),
@@ -379,7 +398,8 @@ mod tests {
         ];
         assert_eq!(
             start_command(&new_member, 4, &members),
-            "skiff store --name n4 --data-dir ./skiff-data-n4 --client-listen 127.0.0.1:42379 \
+            "skiff store --name n4 --data-dir ./skiff-data-n4 --pki-dir ./skiff-data/pki \
+             --client-listen 127.0.0.1:42379 \
              --peer-listen 127.0.0.1:42380 --initial-cluster n1=127.0.0.1:2380,n4=127.0.0.1:42380 \
              --initial-cluster-state existing"
         );

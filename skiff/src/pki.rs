@@ -27,6 +27,14 @@ const CA_KEY: &str = "ca.key";
 const ADMIN_CERT: &str = "admin.crt";
 const ADMIN_KEY: &str = "admin.key";
 const SERVICE_ACCOUNT_KEY: &str = "sa.key";
+/// The store's own CA, inside the PKI directory, as kubeadm's `etcd/`: a
+/// certificate of the cluster CA (a kubelet's, say) opens nothing there.
+pub const STORE_DIR: &str = "etcd";
+/// The store's client credentials for operators (etcdctl, `skiff member`).
+pub const STORE_CA_CERT: &str = "ca.crt";
+pub const STORE_CLIENT_CERT: &str = "client.crt";
+pub const STORE_CLIENT_KEY: &str = "client.key";
+const STORE_CLIENT_USER: &str = "skiff-store-client";
 const CA_DAYS: i64 = 3650;
 const CERT_DAYS: i64 = 365;
 
@@ -51,8 +59,17 @@ impl std::fmt::Debug for Pki {
 }
 
 impl Pki {
-    /// The CA in `dir`, made (with a new key) if `dir` has none yet.
+    /// The cluster CA in `dir`, made (with a new key) if `dir` has none yet.
     pub fn ensure(dir: &Path) -> Result<Arc<Pki>> {
+        Pki::ensure_named(dir, "skiff-ca")
+    }
+
+    /// The store's CA in `pki_dir`/etcd, made if there is none yet.
+    pub fn ensure_store(pki_dir: &Path) -> Result<Arc<Pki>> {
+        Pki::ensure_named(&pki_dir.join(STORE_DIR), "skiff-store-ca")
+    }
+
+    fn ensure_named(dir: &Path, common_name: &str) -> Result<Arc<Pki>> {
         let cert_path = dir.join(CA_CERT);
         let key_path = dir.join(CA_KEY);
         if !cert_path.exists() {
@@ -61,24 +78,27 @@ impl Pki {
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
                 .with_context(|| format!("making {} private", dir.display()))?;
             let key = KeyPair::generate().context("making the CA's key")?;
-            let mut params = CertificateParams::new(Vec::<String>::new())?;
-            params
-                .distinguished_name
-                .push(DnType::CommonName, "skiff-ca");
-            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-            params.key_usages = vec![
-                KeyUsagePurpose::KeyCertSign,
-                KeyUsagePurpose::CrlSign,
-                KeyUsagePurpose::DigitalSignature,
-            ];
-            valid_for(&mut params, CA_DAYS);
-            let cert = params.self_signed(&key).context("signing the CA")?;
-            crate::files::write_private(&key_path, key.serialize_pem().as_bytes())?;
-            crate::files::write_private(&cert_path, cert.pem().as_bytes())?;
-            tracing::info!(dir = %dir.display(), "created the cluster CA");
+            // Processes sharing the directory may get here at once: the
+            // first key written wins, and its maker signs the certificate.
+            let kept = crate::files::create_private(&key_path, key.serialize_pem().as_bytes())?;
+            if kept == key.serialize_pem().as_bytes() {
+                let mut params = CertificateParams::new(Vec::<String>::new())?;
+                params
+                    .distinguished_name
+                    .push(DnType::CommonName, common_name);
+                params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+                params.key_usages = vec![
+                    KeyUsagePurpose::KeyCertSign,
+                    KeyUsagePurpose::CrlSign,
+                    KeyUsagePurpose::DigitalSignature,
+                ];
+                valid_for(&mut params, CA_DAYS);
+                let cert = params.self_signed(&key).context("signing the CA")?;
+                crate::files::write_private(&cert_path, cert.pem().as_bytes())?;
+                tracing::info!(dir = %dir.display(), "created the {common_name} CA");
+            }
         }
-        let ca_pem = std::fs::read_to_string(&cert_path)
-            .with_context(|| format!("reading {}", cert_path.display()))?;
+        let ca_pem = read_when_written(&cert_path)?;
         let key_pem = std::fs::read_to_string(&key_path)
             .with_context(|| format!("reading {}", key_path.display()))?;
         let key = KeyPair::from_pem(&key_pem)
@@ -114,6 +134,21 @@ impl Pki {
         self.sign(params)
     }
 
+    /// A certificate for a store member's peer port: it serves peers and
+    /// dials them, so it is for both ends.
+    pub fn issue_peer(&self, common_name: &str, sans: &[String]) -> Result<Credentials> {
+        let mut params = CertificateParams::new(sans.to_vec())
+            .map_err(|e| anyhow!("a certificate cannot name {sans:?}: {e}"))?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        self.sign(params)
+    }
+
     /// A serving certificate for the names and addresses in `sans`.
     pub fn issue_server(&self, common_name: &str, sans: &[String]) -> Result<Credentials> {
         let mut params = CertificateParams::new(sans.to_vec())
@@ -146,8 +181,26 @@ impl Pki {
     /// `system:masters`), kept in the directory so that every kubeconfig
     /// written carries the same ones.
     pub fn admin(&self) -> Result<Credentials> {
-        let cert_path = self.dir.join(ADMIN_CERT);
-        let key_path = self.dir.join(ADMIN_KEY);
+        self.kept_client(ADMIN_CERT, ADMIN_KEY, ADMIN_USER, &[ADMIN_GROUP])
+    }
+
+    /// The store's client credentials (of a store CA), kept in the
+    /// directory for etcdctl and `skiff member`.
+    pub fn store_client(&self) -> Result<Credentials> {
+        self.kept_client(STORE_CLIENT_CERT, STORE_CLIENT_KEY, STORE_CLIENT_USER, &[])
+    }
+
+    /// A client certificate kept in the directory as `cert` and `key`,
+    /// issued on first use.
+    fn kept_client(
+        &self,
+        cert: &str,
+        key: &str,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<Credentials> {
+        let cert_path = self.dir.join(cert);
+        let key_path = self.dir.join(key);
         if let (Ok(cert_pem), Ok(key_pem)) = (
             std::fs::read_to_string(&cert_path),
             std::fs::read_to_string(&key_path),
@@ -156,18 +209,13 @@ impl Pki {
         }
         // Members of a cluster sharing the directory may get here at once:
         // the first key written wins, and its certificate with it.
-        let credentials = self.issue_client(ADMIN_USER, &[ADMIN_GROUP])?;
+        let credentials = self.issue_client(user, groups)?;
         let key = crate::files::create_private(&key_path, credentials.key_pem.as_bytes())?;
         if key != credentials.key_pem.as_bytes() {
             // Another process's key: wait for its certificate.
-            for _ in 0..50 {
-                if let Ok(cert_pem) = std::fs::read_to_string(&cert_path) {
-                    let key_pem = String::from_utf8_lossy(&key).into_owned();
-                    return Ok(Credentials { cert_pem, key_pem });
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            anyhow::bail!("{} has a key but no certificate", self.dir.display());
+            let cert_pem = read_when_written(&cert_path)?;
+            let key_pem = String::from_utf8_lossy(&key).into_owned();
+            return Ok(Credentials { cert_pem, key_pem });
         }
         crate::files::write_private(&cert_path, credentials.cert_pem.as_bytes())?;
         Ok(credentials)
@@ -207,28 +255,102 @@ impl Pki {
     /// one (a client without one may still send a bearer token).
     pub fn api_tls(&self, sans: &[String]) -> Result<Arc<rustls::ServerConfig>> {
         let serving = self.issue_server("kube-apiserver", sans)?;
+        self.server_config(&serving, false)
+    }
+
+    /// A store member's TLS, with this (store) CA: its client port's
+    /// serving certificate for `client_sans`, and its peer certificate for
+    /// `peer_sans`. Clients and peers must show a certificate it signed.
+    pub fn store_tls(
+        &self,
+        name: &str,
+        client_sans: &[String],
+        peer_sans: &[String],
+    ) -> Result<StoreTls> {
+        let serving = self.issue_server(name, client_sans)?;
+        let clients = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(
+                &serving.cert_pem,
+                &serving.key_pem,
+            ))
+            .client_ca_root(tonic::transport::Certificate::from_pem(&self.ca_pem));
+        let peer = self.issue_peer(name, peer_sans)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("TLS protocol versions")?
+            .with_root_certificates(self.roots()?)
+            .with_client_auth_cert(pem_certs(&peer.cert_pem)?, private_key(&peer.key_pem)?)
+            .context("the peer certificate")?;
+        let peers = skiff_store::PeerTls::new(self.server_config(&peer, true)?, Arc::new(client));
+        Ok(StoreTls { clients, peers })
+    }
+
+    fn roots(&self) -> Result<Arc<rustls::RootCertStore>> {
         let mut roots = rustls::RootCertStore::empty();
         for cert in pem_certs(&self.ca_pem)? {
             roots.add(cert).context("the CA certificate")?;
         }
+        Ok(Arc::new(roots))
+    }
+
+    /// Serving with `serving`; clients' certificates must chain to the CA,
+    /// and (if `required`) clients must show one.
+    fn server_config(
+        &self,
+        serving: &Credentials,
+        required: bool,
+    ) -> Result<Arc<rustls::ServerConfig>> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
         let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-            Arc::new(roots),
+            self.roots()?,
             provider.clone(),
-        )
-        .allow_unauthenticated()
+        );
+        let verifier = match required {
+            true => verifier,
+            false => verifier.allow_unauthenticated(),
+        }
         .build()
         .context("the client certificate verifier")?;
-        let key = PrivateKeyDer::from_pem_slice(serving.key_pem.as_bytes())
-            .map_err(|e| anyhow!("the serving key: {e}"))?;
         let config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .context("TLS protocol versions")?
             .with_client_cert_verifier(verifier)
-            .with_single_cert(pem_certs(&serving.cert_pem)?, key)
+            .with_single_cert(
+                pem_certs(&serving.cert_pem)?,
+                private_key(&serving.key_pem)?,
+            )
             .context("the serving certificate")?;
         Ok(Arc::new(config))
     }
+}
+
+/// A store member's TLS: for its client port, and for its peers.
+pub struct StoreTls {
+    pub clients: tonic::transport::ServerTlsConfig,
+    pub peers: skiff_store::PeerTls,
+}
+
+fn private_key(pem: &str) -> Result<PrivateKeyDer<'static>> {
+    PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|e| anyhow!("a private key: {e}"))
+}
+
+/// The file at `path`, waiting a little for another process that is
+/// writing it (a CA or a certificate made by a process sharing the
+/// directory).
+fn read_when_written(path: &Path) -> Result<String> {
+    for _ in 0..100 {
+        match std::fs::read_to_string(path) {
+            Ok(text) if !text.is_empty() => return Ok(text),
+            _ => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
+    std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "reading {} (its key exists without it: if no other skiff is making it, remove the key and start again)",
+            path.display()
+        )
+    })
 }
 
 fn pem_certs(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
@@ -326,6 +448,46 @@ mod tests {
         assert!(pki
             .api_tls(&serving_names(&"127.0.0.1:6443".parse().unwrap(), &[]))
             .is_ok());
+    }
+
+    #[test]
+    fn the_store_has_a_ca_of_its_own_that_concurrent_makers_agree_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let makers: Vec<_> = (0..4)
+            .map(|_| {
+                let dir = dir.path().to_path_buf();
+                std::thread::spawn(move || Pki::ensure_store(&dir).unwrap().ca_pem().to_string())
+            })
+            .collect();
+        let pems: Vec<String> = makers.into_iter().map(|m| m.join().unwrap()).collect();
+        assert!(
+            pems.windows(2).all(|w| w[0] == w[1]),
+            "two store CAs were made"
+        );
+        let store = Pki::ensure_store(dir.path()).unwrap();
+        assert_eq!(store.dir(), dir.path().join(STORE_DIR));
+        let cluster = Pki::ensure(dir.path()).unwrap();
+        assert_ne!(cluster.ca_pem(), store.ca_pem());
+        // The store's client certificate opens the store, not the API; the
+        // API's administrator certificate does not open the store.
+        let now = rustls::pki_types::UnixTime::now();
+        let client = pem_certs(&store.store_client().unwrap().cert_pem)
+            .unwrap()
+            .remove(0);
+        client_verifier(&store)
+            .verify_client_cert(&client, &[], now)
+            .unwrap();
+        assert!(client_verifier(&cluster)
+            .verify_client_cert(&client, &[], now)
+            .is_err());
+        let admin = pem_certs(&cluster.admin().unwrap().cert_pem)
+            .unwrap()
+            .remove(0);
+        assert!(client_verifier(&store)
+            .verify_client_cert(&admin, &[], now)
+            .is_err());
+        let names = ["127.0.0.1".to_string()];
+        assert!(store.store_tls("n1", &names, &names).is_ok());
     }
 
     #[test]

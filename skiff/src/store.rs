@@ -53,6 +53,57 @@ pub struct StoreArgs {
     /// (etcd's --experimental-snapshot-catchup-entries).
     #[arg(long, default_value_t = skiff_store::raft::CATCH_UP_ENTRIES)]
     pub snapshot_catch_up_entries: u64,
+    /// Also serve the etcd v3 API over plain HTTP/2 on this loopback
+    /// address (host:port), to any client without a certificate. Off
+    /// unless given; the client port always wants TLS with a client
+    /// certificate.
+    #[arg(long, env = "SKIFF_INSECURE_CLIENT_LISTEN", value_parser = crate::api::parse_loopback)]
+    pub insecure_client_listen: Option<SocketAddr>,
+}
+
+/// `skiff store`: a member alone, with where its certificates are kept.
+#[derive(Debug, Clone, Args)]
+pub struct StoreCommand {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Where the store's CA and certificates are kept, in an `etcd`
+    /// directory inside (created on first start) [default: DATA_DIR/pki].
+    /// Every member of a cluster needs the same CA.
+    #[arg(long, env = "SKIFF_PKI_DIR")]
+    pub pki_dir: Option<PathBuf>,
+    /// More names or addresses for the member's certificates (beside
+    /// localhost, 127.0.0.1, this host's name and its addresses).
+    #[arg(long, value_delimiter = ',')]
+    pub tls_san: Vec<String>,
+}
+
+/// The store's CA and the extra names for its members' certificates.
+#[derive(Debug, Clone)]
+pub struct StoreSecurity {
+    pub pki: std::sync::Arc<crate::pki::Pki>,
+    pub tls_sans: Vec<String>,
+}
+
+impl StoreSecurity {
+    /// The store CA under `pki_dir`, made on first start.
+    pub fn ensure(pki_dir: &std::path::Path, tls_sans: &[String]) -> Result<StoreSecurity> {
+        Ok(StoreSecurity {
+            pki: crate::pki::Pki::ensure_store(pki_dir)?,
+            tls_sans: tls_sans.to_vec(),
+        })
+    }
+
+    /// The etcdctl flags that reach a member with the kept client
+    /// certificate.
+    pub fn etcdctl_flags(&self) -> String {
+        let dir = self.pki.dir();
+        format!(
+            "--cacert {} --cert {} --key {}",
+            dir.join(crate::pki::STORE_CA_CERT).display(),
+            dir.join(crate::pki::STORE_CLIENT_CERT).display(),
+            dir.join(crate::pki::STORE_CLIENT_KEY).display()
+        )
+    }
 }
 
 /// `--initial-cluster`, parsed: (name, peer address) of every member.
@@ -100,8 +151,13 @@ impl StoreArgs {
 }
 
 /// Runs the member until SIGINT or SIGTERM, then closes it cleanly.
-pub async fn run(args: StoreArgs) -> Result<()> {
-    run_member(args, None).await
+pub async fn run(command: StoreCommand) -> Result<()> {
+    let pki_dir = command
+        .pki_dir
+        .clone()
+        .unwrap_or_else(|| command.store.data_dir.join(crate::pki::DEFAULT_DIR));
+    let security = StoreSecurity::ensure(&pki_dir, &command.tls_san)?;
+    run_member(command.store, security, None).await
 }
 
 /// Where a member also serves the Kubernetes API.
@@ -130,7 +186,11 @@ pub struct ApiServing {
 
 /// Runs a store member, and the Kubernetes API over it if `api` is given,
 /// until SIGINT or SIGTERM, then closes both cleanly.
-pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> {
+pub async fn run_member(
+    args: StoreArgs,
+    security: StoreSecurity,
+    api: Option<ApiServing>,
+) -> Result<()> {
     let cluster = args.cluster_config()?;
     let scheduler_config = match &api {
         Some(api) if api.scheduler => Some(crate::control_plane::scheduler_config(
@@ -152,10 +212,40 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
         .local_addr()
         .context("reading the client listener's address")?;
     let peer_addr = cluster.as_ref().map(|c| c.peer_listen);
+    let tls = {
+        let client_sans = crate::pki::serving_names(&client_addr, &security.tls_sans);
+        let mut peer_sans = Vec::new();
+        if let Some(cluster) = &cluster {
+            peer_sans = crate::pki::serving_names(&cluster.peer_listen, &security.tls_sans);
+            // Peers dial the address --initial-cluster gives, which they
+            // check the certificate against.
+            for (name, addr) in &cluster.initial_cluster {
+                if *name == cluster.name && !addr.ip().is_unspecified() {
+                    peer_sans.push(addr.ip().to_string());
+                }
+            }
+        }
+        security
+            .pki
+            .store_tls(&args.name, &client_sans, &peer_sans)?
+    };
+    // Made now, so that etcdctl can use it as soon as the member serves.
+    security.pki.store_client()?;
+    let mut client_listeners = vec![skiff_store::grpc::ClientListener {
+        listener,
+        tls: Some(tls.clients),
+    }];
+    if let Some(plain) = args.insecure_client_listen {
+        let listener = TcpListener::bind(plain).await.with_context(|| {
+            format!("cannot listen for plain-HTTP clients on {plain} (--insecure-client-listen)")
+        })?;
+        client_listeners.push(skiff_store::grpc::ClientListener::plain(listener));
+    }
 
     let mut config = StoreConfig::new(&args.data_dir);
     config.name = args.name.clone();
-    config.client_urls = vec![format!("http://{client_addr}")];
+    config.client_urls = vec![format!("https://{client_addr}")];
+    config.peer_tls = Some(tls.peers);
     config.catch_up_entries = args.snapshot_catch_up_entries;
     config.cluster = cluster;
     let store = Store::open(config).await.with_context(|| {
@@ -200,7 +290,7 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
     let (stop_serving, stopped) = oneshot::channel::<()>();
     let mut serving = tokio::spawn(skiff_store::grpc::serve(
         store.clone(),
-        listener,
+        client_listeners,
         async move {
             let _ = stopped.await;
         },
@@ -232,7 +322,7 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
     print_ready(
         &args.name,
         &store,
-        client_addr,
+        (client_addr, &security),
         peer_addr,
         local_api.as_ref(),
     );
@@ -300,7 +390,7 @@ pub async fn run_member(args: StoreArgs, api: Option<ApiServing>) -> Result<()> 
 fn print_ready(
     name: &str,
     store: &Store,
-    client: SocketAddr,
+    (client, security): (SocketAddr, &StoreSecurity),
     peer: Option<SocketAddr>,
     api: Option<&(crate::api::LocalApi, PathBuf)>,
 ) {
@@ -313,6 +403,10 @@ fn print_ready(
         store.member_id(),
         store.cluster_id()
     );
+    line.push_str(&format!(
+        "\netcdctl --endpoints https://{client} {} member list",
+        security.etcdctl_flags()
+    ));
     if let Some((api, kubeconfig)) = api {
         line.push_str(&format!(
             "\nKubernetes API: {}; kubectl --kubeconfig {} get namespaces",

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use crate::store::{run_member, ApiServing, StoreArgs};
+use crate::store::{run_member, ApiServing, StoreArgs, StoreSecurity};
 
 #[derive(Debug, Clone, Args)]
 pub struct UpArgs {
@@ -21,10 +21,24 @@ pub struct UpArgs {
     /// Address (host:port) of the store's etcd v3 API, for etcdctl.
     #[arg(long, env = "SKIFF_CLIENT_LISTEN", default_value = "127.0.0.1:2379")]
     pub client_listen: String,
+    /// Also serve the store's etcd v3 API over plain HTTP/2 on this
+    /// loopback address, without client certificates. Off unless given.
+    #[arg(long, env = "SKIFF_INSECURE_CLIENT_LISTEN", value_parser = crate::api::parse_loopback)]
+    pub insecure_client_listen: Option<std::net::SocketAddr>,
     /// Serve the API over these etcd v3 endpoints (skiff members or real
     /// etcd, comma-separated host:port) instead of a store in this process.
     #[arg(long, env = "SKIFF_STORE_ENDPOINTS", value_delimiter = ',')]
     pub store_endpoints: Vec<String>,
+    /// For `https://` store endpoints: the CA, client certificate and key
+    /// (PEM files, as kube-apiserver's --etcd-cafile, --etcd-certfile and
+    /// --etcd-keyfile) [default: the PKI directory's etcd/ca.crt,
+    /// client.crt and client.key, as skiff members make them].
+    #[arg(long, requires_all = ["store_certfile", "store_keyfile"])]
+    pub store_cafile: Option<PathBuf>,
+    #[arg(long, requires = "store_cafile")]
+    pub store_certfile: Option<PathBuf>,
+    #[arg(long, requires = "store_cafile")]
+    pub store_keyfile: Option<PathBuf>,
     /// A KubeSchedulerConfiguration file for the scheduler run beside the
     /// API [default: kube-scheduler's default profile].
     #[arg(long)]
@@ -71,6 +85,25 @@ impl UpArgs {
         };
         crate::encryption::load(&path)
     }
+    /// The credentials for `https://` store endpoints.
+    fn store_tls(&self, pki_dir: &std::path::Path) -> Result<tonic::transport::ClientTlsConfig> {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let (Some(ca), Some(cert), Some(key)) = (
+            &self.store_cafile,
+            &self.store_certfile,
+            &self.store_keyfile,
+        ) else {
+            return crate::client::store_tls(pki_dir);
+        };
+        let read = |path: &PathBuf| {
+            std::fs::read_to_string(path)
+                .map_err(|err| anyhow::anyhow!("cannot read {}: {err}", path.display()))
+        };
+        Ok(ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(read(ca)?))
+            .identity(Identity::from_pem(read(cert)?, read(key)?)))
+    }
+
     /// The kubelet to run beside the API, if any.
     fn local_node(&self) -> Option<LocalNode> {
         self.kubelet.then(|| LocalNode {
@@ -119,7 +152,10 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
         initial_cluster: None,
         initial_cluster_state: Default::default(),
         snapshot_catch_up_entries: skiff_store::raft::CATCH_UP_ENTRIES,
+        insecure_client_listen: args.insecure_client_listen,
     };
+    let security = args.security.resolve(&args.data_dir)?;
+    let store_security = StoreSecurity::ensure(security.pki.dir(), &security.tls_sans)?;
     let api = ApiServing {
         kubeconfig: args.data_dir.join("kubeconfig"),
         node,
@@ -135,19 +171,28 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
             authorization: Default::default(),
         },
         encryption,
-        security: args.security.resolve(&args.data_dir)?,
+        security,
     };
-    run_member(store, Some(api)).await
+    run_member(store, store_security, Some(api)).await
 }
 
 /// The API alone, over a store reached through etcd's v3 API.
 async fn api_only(args: UpArgs) -> Result<()> {
     let scheduler_config =
         crate::control_plane::scheduler_config(args.scheduler_config.as_deref())?;
-    let storage = skiff_apiserver::storage::EtcdStorage::connect(&args.store_endpoints)
-        .map_err(|err| anyhow::anyhow!(err))?;
-    let storage = skiff_apiserver::Storage::etcd(storage).with_encryption(args.encryption()?);
     let security = args.security.resolve(&args.data_dir)?;
+    let tls = match args
+        .store_endpoints
+        .iter()
+        .any(|e| e.starts_with("https://"))
+    {
+        false => None,
+        true => Some(args.store_tls(security.pki.dir())?),
+    };
+    let storage =
+        skiff_apiserver::storage::EtcdStorage::connect(&args.store_endpoints, tls.as_ref())
+            .map_err(|err| anyhow::anyhow!(err))?;
+    let storage = skiff_apiserver::Storage::etcd(storage).with_encryption(args.encryption()?);
     let registry =
         skiff_apiserver::Registry::new(storage).with_token_issuer(security.pki.token_issuer()?);
     let mut signals = crate::shutdown::StopSignals::register()?;
@@ -282,5 +327,6 @@ pub async fn server(args: ServerArgs) -> Result<()> {
         encryption,
         security: args.security.resolve(&args.store.data_dir)?,
     };
-    run_member(args.store, Some(api)).await
+    let store_security = StoreSecurity::ensure(api.security.pki.dir(), &api.security.tls_sans)?;
+    run_member(args.store, store_security, Some(api)).await
 }

@@ -46,4 +46,5 @@ pub use error::{Result, StoreError};
 pub use node::{
     AutoCompaction, ClusterConfig, InitialClusterState, Member, Store, StoreConfig, StoreStatus,
 };
+pub use raft::transport::PeerTls;
 pub use watch::Watcher;

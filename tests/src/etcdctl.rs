@@ -50,11 +50,20 @@ impl Etcdctl {
         }
     }
 
+    /// `etcdctl` with the shared client certificate
+    /// ([`crate::test_pki`]): every skiff member's client port wants one.
     fn command(&self, args: &[&str]) -> Command {
+        let [ca, cert, key] = crate::test_pki::store_files();
         let mut command = Command::new(&self.binary);
         command
             .env("ETCDCTL_API", "3")
             .args(["--endpoints", &self.endpoints])
+            .arg("--cacert")
+            .arg(&ca)
+            .arg("--cert")
+            .arg(&cert)
+            .arg("--key")
+            .arg(&key)
             .args(["--dial-timeout", "5s", "--command-timeout", "20s"])
             .args(args);
         command

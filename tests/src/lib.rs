@@ -17,5 +17,6 @@ pub mod skiff_bin;
 pub mod skiff_process;
 pub mod store_client;
 pub mod store_cluster;
+pub mod test_pki;
 pub mod writer_process;
 pub mod writer_protocol;

@@ -38,6 +38,7 @@ impl SkiffProcess {
         let stderr = output_dir.path().join("stderr");
         let child = Command::new(skiff_bin())
             .args(args)
+            .env("SKIFF_PKI_DIR", crate::test_pki::dir())
             .stdin(Stdio::null())
             .stdout(File::create(&stdout)?)
             .stderr(File::create(&stderr)?)

@@ -15,8 +15,11 @@ use tonic::transport::{Channel, Endpoint};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// A TLS connection to the member at `addr`, with the shared client
+/// certificate ([`crate::test_pki`]).
 pub async fn connect(addr: SocketAddr) -> Result<Channel> {
-    Endpoint::from_shared(format!("http://{addr}"))?
+    Endpoint::from_shared(format!("https://{addr}"))?
+        .tls_config(crate::test_pki::store_client_tls()?)?
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(REQUEST_TIMEOUT)
         .connect()

@@ -329,7 +329,7 @@ impl<'a> Session<'a> {
                 .peer
                 .map_or(String::new(), |peer| format!("http://{peer}"));
             assert_eq!(row[3], peer_urls, "peer URLs of {}: {listed}", member.name);
-            assert_eq!(row[4], format!("http://{}", member.client), "{listed}");
+            assert_eq!(row[4], format!("https://{}", member.client), "{listed}");
             assert_eq!(row[5], "false", "{listed}");
         }
         assert_eq!(listed_ids, ids, "{listed}");

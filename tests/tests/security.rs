@@ -475,7 +475,8 @@ async fn a_service_account_token_works_until_its_account_or_pod_is_gone() -> Res
 /// Credentials of a kubelet: a client certificate for `system:node:NAME`
 /// in `system:nodes`, signed with the cluster CA of `data_dir`.
 fn kubelet_credentials(data_dir: &Path, node: &str) -> Result<(String, String)> {
-    let pki = data_dir.join("pki");
+    let _ = data_dir;
+    let pki = skiff_tests::test_pki::dir();
     let ca_pem = std::fs::read_to_string(pki.join("ca.crt"))?;
     let ca_key = rcgen::KeyPair::from_pem(&std::fs::read_to_string(pki.join("ca.key"))?)?;
     let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key)?;

@@ -389,9 +389,15 @@ async fn cluster_up_runs_three_members_and_stops_them_on_ctrl_c() -> Result<()> 
         .wait_for_line("etcdctl --endpoints", READY_TIMEOUT)
         .await?;
     let endpoints = manifest["endpoints"].as_str().context("endpoints")?;
+    let [ca, cert, key] = skiff_tests::test_pki::store_files();
     assert_eq!(
         stdout.trim(),
-        format!("ETCDCTL_API=3 etcdctl --endpoints {endpoints} member list")
+        format!(
+            "etcdctl --endpoints {endpoints} --cacert {} --cert {} --key {} member list",
+            ca.display(),
+            cert.display(),
+            key.display()
+        )
     );
 
     // A put through each member is read back, at its revision, from every member.
@@ -538,7 +544,7 @@ async fn member_commands_list_move_leader_add_and_remove() -> Result<()> {
             .find(|row| row[1] == m.name)
             .with_context(|| format!("{} in {listed}", m.name))?;
         assert_eq!(row[0], format!("{id:x}"), "{listed}");
-        assert_eq!(row[3], format!("http://{}", m.client), "{listed}");
+        assert_eq!(row[3], format!("https://{}", m.client), "{listed}");
         assert_eq!(row[4], "false", "{listed}");
     }
 
@@ -584,8 +590,9 @@ async fn member_commands_list_move_leader_add_and_remove() -> Result<()> {
         .chain([Ok(format!("n4={peer}"))])
         .collect::<Result<_>>()?;
     let command = format!(
-        "skiff store --name n4 --data-dir {n4_dir} --client-listen {client} --peer-listen {peer} \
-         --initial-cluster {} --initial-cluster-state existing",
+        "skiff store --name n4 --data-dir {n4_dir} --pki-dir {} --client-listen {client} \
+         --peer-listen {peer} --initial-cluster {} --initial-cluster-state existing",
+        skiff_tests::test_pki::dir().display(),
         initial_cluster.join(",")
     );
     assert_eq!(lines[3].trim(), command, "{added}");
@@ -598,7 +605,7 @@ async fn member_commands_list_move_leader_add_and_remove() -> Result<()> {
         new_id.clone(),
         "n4".into(),
         format!("http://{peer}"),
-        format!("http://{client}"),
+        format!("https://{client}"),
         "false".into(),
     ];
     let deadline = Instant::now() + READY_TIMEOUT;

@@ -67,8 +67,11 @@ fn compare(key: &str, target: CompareTarget, operand: TargetUnion) -> Compare {
 
 impl EtcdStorage {
     /// Connects (lazily) to the endpoints, e.g. `127.0.0.1:2379,…`; requests
-    /// go to any of them.
-    pub fn connect(endpoints: &[String]) -> Result<EtcdStorage, String> {
+    /// go to any of them. `https://` endpoints use `tls`.
+    pub fn connect(
+        endpoints: &[String],
+        tls: Option<&tonic::transport::ClientTlsConfig>,
+    ) -> Result<EtcdStorage, String> {
         let mut list = Vec::new();
         for endpoint in endpoints {
             let url = if endpoint.contains("://") {
@@ -76,8 +79,16 @@ impl EtcdStorage {
             } else {
                 format!("http://{endpoint}")
             };
-            let endpoint = Endpoint::from_shared(url.clone())
-                .map_err(|e| format!("store endpoint {url:?}: {e}"))?
+            let mut endpoint = Endpoint::from_shared(url.clone())
+                .map_err(|e| format!("store endpoint {url:?}: {e}"))?;
+            if url.starts_with("https://") {
+                let tls =
+                    tls.ok_or_else(|| format!("store endpoint {url:?} wants TLS credentials"))?;
+                endpoint = endpoint
+                    .tls_config(tls.clone())
+                    .map_err(|e| format!("TLS for store endpoint {url:?}: {e}"))?;
+            }
+            let endpoint = endpoint
                 .connect_timeout(std::time::Duration::from_secs(3))
                 .tcp_nodelay(true);
             list.push(endpoint);

@@ -77,13 +77,24 @@ pub fn member_args(
 }
 
 fn skiff_args(member: &MemberAddrs, all: &[MemberAddrs], data_dir: String) -> Vec<String> {
+    // The members share one CA (beside their data directories) and talk
+    // to each other over TLS, as they always do. The bench's clients use
+    // the plain loopback port, as they do with etcd; the TLS client port
+    // goes on any free port.
+    let pki_dir = Path::new(&data_dir)
+        .parent()
+        .map_or_else(|| PathBuf::from("pki"), |parent| parent.join("pki"));
     let mut args = vec![
         "store".to_string(),
         "--name".into(),
         member.name.clone(),
         "--data-dir".into(),
         data_dir,
+        "--pki-dir".into(),
+        pki_dir.display().to_string(),
         "--client-listen".into(),
+        "127.0.0.1:0".into(),
+        "--insecure-client-listen".into(),
         member.client.to_string(),
     ];
     if all.len() > 1 {

@@ -55,6 +55,7 @@ impl Members {
         dir: &Path,
         layout: &MemberLayout,
         initial_cluster: &str,
+        pki_dir: &Path,
     ) -> Result<()> {
         let data_dir = dir.join(&layout.name);
         let log = dir.join(format!("{}.log", layout.name));
@@ -92,7 +93,7 @@ impl Members {
             .arg("--encryption-provider-config")
             .arg(&encryption)
             .arg("--pki-dir")
-            .arg(dir.join(crate::pki::DEFAULT_DIR))
+            .arg(pki_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log_file))
             .stderr(Stdio::from(stderr))

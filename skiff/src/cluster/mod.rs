@@ -48,4 +48,8 @@ pub struct UpArgs {
     /// Seconds to wait for every member to answer and a leader to be elected.
     #[arg(long, default_value_t = 60)]
     pub ready_timeout: u64,
+    /// The PKI directory every member shares (cluster CA, store CA, keys)
+    /// [default: DIR/pki].
+    #[arg(long, env = "SKIFF_PKI_DIR")]
+    pub pki_dir: Option<PathBuf>,
 }

@@ -25,14 +25,21 @@ pub async fn run(args: UpArgs) -> Result<()> {
         .with_context(|| format!("creating the cluster directory {}", dir.display()))?;
     let layouts = layouts(&args)?;
     // One CA for every member, made before any starts.
-    let pki = crate::pki::Pki::ensure(&dir.join(crate::pki::DEFAULT_DIR))?;
+    let pki_dir = args
+        .pki_dir
+        .clone()
+        .unwrap_or_else(|| dir.join(crate::pki::DEFAULT_DIR));
+    let pki = crate::pki::Pki::ensure(&pki_dir)?;
     pki.admin()?;
     pki.service_account_key()?;
+    let store_pki = crate::pki::Pki::ensure_store(pki.dir())?;
+    store_pki.store_client()?;
+    let tls = client::store_tls(pki.dir())?;
     let mut signals = StopSignals::register()?;
     let initial_cluster = layout::initial_cluster(&layouts);
     let mut members = Members::new();
     for layout in &layouts {
-        if let Err(err) = members.spawn(dir, layout, &initial_cluster) {
+        if let Err(err) = members.spawn(dir, layout, &initial_cluster, &pki_dir) {
             members.stop(STOP_GRACE).await;
             return Err(err);
         }
@@ -41,7 +48,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
 
     let ready_timeout = Duration::from_secs(args.ready_timeout);
     let leader = tokio::select! {
-        ready = wait_ready(&mut members, ready_timeout) => match ready {
+        ready = wait_ready(&mut members, &tls, ready_timeout) => match ready {
             Ok(leader) => Some(leader),
             Err(err) => {
                 members.stop(STOP_GRACE).await;
@@ -61,7 +68,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
             crate::api::write_admin_kubeconfig(&dir.join("kubeconfig"), &url, &pki)?;
         }
         manifest::save(dir, &members.manifest(true))?;
-        print_ready(dir, &members, &leader);
+        print_ready(dir, &members, &leader, pki.dir());
         watch_members(&mut members, &mut signals).await;
     }
     signals.exit_on_next("stopping the members");
@@ -132,10 +139,14 @@ fn recorded_layout(member: &manifest::ManifestMember) -> Result<MemberLayout> {
 
 /// Waits until every member answers Status and knows a leader; returns the
 /// leader's name. Fails if a member exits first or time runs out.
-async fn wait_ready(members: &mut Members, timeout: Duration) -> Result<String> {
+async fn wait_ready(
+    members: &mut Members,
+    tls: &tonic::transport::ClientTlsConfig,
+    timeout: Duration,
+) -> Result<String> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        if let Some(leader) = poll_ready(members).await {
+        if let Some(leader) = poll_ready(members, tls).await {
             return Ok(leader);
         }
         tokio::select! {
@@ -162,12 +173,12 @@ async fn wait_ready(members: &mut Members, timeout: Duration) -> Result<String> 
 }
 
 /// The leader's name if every member answers and all know a leader.
-async fn poll_ready(members: &Members) -> Option<String> {
+async fn poll_ready(members: &Members, tls: &tonic::transport::ClientTlsConfig) -> Option<String> {
     let mut names = HashMap::new();
     let mut leader = 0;
     for process in &members.processes {
         let endpoint = client::endpoint_url(&process.layout.client.to_string());
-        let channel = client::connect(&endpoint).await.ok()?;
+        let channel = client::connect(&endpoint, Some(tls)).await.ok()?;
         let status = client::status(channel).await.ok()?;
         if status.leader == 0 {
             return None;
@@ -178,7 +189,7 @@ async fn poll_ready(members: &Members) -> Option<String> {
     names.remove(&leader)
 }
 
-fn print_ready(dir: &Path, members: &Members, leader: &str) {
+fn print_ready(dir: &Path, members: &Members, leader: &str, pki_dir: &Path) {
     let ClusterManifest { endpoints, .. } = members.manifest(true);
     println!(
         "skiff cluster: {} members ready, {leader} leads; {} describes them",
@@ -201,8 +212,17 @@ fn print_ready(dir: &Path, members: &Members, leader: &str) {
         "  kubectl --kubeconfig {} get namespaces     (each member's own: DIR/nK/kubeconfig)",
         dir.join("kubeconfig").display()
     );
-    println!("  ETCDCTL_API=3 etcdctl --endpoints {endpoints} member list");
-    println!("  skiff member list --endpoints {endpoints}");
+    let store = pki_dir.join(crate::pki::STORE_DIR);
+    println!(
+        "  etcdctl --endpoints {endpoints} --cacert {} --cert {} --key {} member list",
+        store.join(crate::pki::STORE_CA_CERT).display(),
+        store.join(crate::pki::STORE_CLIENT_CERT).display(),
+        store.join(crate::pki::STORE_CLIENT_KEY).display()
+    );
+    println!(
+        "  skiff member list --endpoints {endpoints} --pki-dir {}",
+        pki_dir.display()
+    );
     println!("Ctrl-C stops every member.");
 }
 

@@ -5,7 +5,8 @@
 //! ```no_run
 //! # async fn run(store: skiff_store::Store) -> Result<(), Box<dyn std::error::Error>> {
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:2379").await?;
-//! skiff_store::grpc::serve(store, listener, async {
+//! let listeners = vec![skiff_store::grpc::ClientListener::plain(listener)];
+//! skiff_store::grpc::serve(store, listeners, async {
 //!     let _ = tokio::signal::ctrl_c().await;
 //! })
 //! .await?;
@@ -62,28 +63,59 @@ pub const ETCD_VERSION: &str = "3.5.0";
 /// etcd's `--grpc-keepalive-interval` and `--grpc-keepalive-timeout`.
 const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2 * 60 * 60);
 const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+/// How long a client's TLS handshake may take.
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Serves etcd's v3 API for `store` on `listener` until `shutdown` resolves.
+/// Where clients connect: a listener, and the TLS it serves (`None`:
+/// plain HTTP/2).
+pub struct ClientListener {
+    pub listener: tokio::net::TcpListener,
+    pub tls: Option<tonic::transport::ServerTlsConfig>,
+}
+
+impl ClientListener {
+    pub fn plain(listener: tokio::net::TcpListener) -> ClientListener {
+        ClientListener {
+            listener,
+            tls: None,
+        }
+    }
+}
+
+/// Serves etcd's v3 API for `store` on every listener until `shutdown`
+/// resolves.
 pub async fn serve(
     store: Store,
-    listener: tokio::net::TcpListener,
+    listeners: Vec<ClientListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let (stop_tx, stop_rx) = signal::channel(false);
+    let stopping = Stopping(stop_rx);
+    // Watch and keep-alive streams never end by themselves: they are told
+    // to, or the graceful shutdown would wait for them forever.
+    tokio::spawn(async move {
+        shutdown.await;
+        stop_tx.send_replace(true);
+    });
+    let servers = listeners
+        .into_iter()
+        .map(|listener| serve_one(store.clone(), listener, stopping.clone()));
+    futures::future::try_join_all(servers).await?;
+    Ok(())
+}
+
+async fn serve_one(
+    store: Store,
+    client: ClientListener,
+    stopping: Stopping,
 ) -> Result<(), tonic::transport::Error> {
     use pb::etcdserverpb::{
         cluster_server::ClusterServer, kv_server::KvServer, lease_server::LeaseServer,
         maintenance_server::MaintenanceServer, watch_server::WatchServer,
     };
 
-    let (stop_tx, stop_rx) = signal::channel(false);
-    let stopping = Stopping(stop_rx);
-    // Watch and keep-alive streams never end by themselves: they are told
-    // to, or the graceful shutdown would wait for them forever.
-    let shutdown = async move {
-        shutdown.await;
-        stop_tx.send_replace(true);
-    };
     let max_receive = store.config().max_request_bytes + GRPC_OVERHEAD_BYTES;
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(client.listener).map(|conn| {
         conn.inspect(|stream| {
             // Small responses (watch events, keep-alives) go out at once.
             let _ = stream.set_nodelay(true);
@@ -96,7 +128,12 @@ pub async fn serve(
                 .max_encoding_message_size(usize::MAX)
         };
     }
-    tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = client.tls {
+        builder = builder.tls_config(tls.timeout(TLS_HANDSHAKE_TIMEOUT))?;
+    }
+    let mut stopped = stopping.clone();
+    builder
         // etcd's defaults: a client silent this long is pinged, and its
         // connection (with its watches) dropped if it does not answer.
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
@@ -108,7 +145,7 @@ pub async fn serve(
         ))))
         .add_service(limited!(LeaseServer::new(lease::LeaseService::new(
             store.clone(),
-            stopping.clone()
+            stopping
         ))))
         .add_service(limited!(ClusterServer::new(cluster::ClusterService::new(
             store.clone()
@@ -116,7 +153,7 @@ pub async fn serve(
         .add_service(limited!(MaintenanceServer::new(
             maintenance::MaintenanceService::new(store)
         )))
-        .serve_with_incoming_shutdown(incoming, shutdown)
+        .serve_with_incoming_shutdown(incoming, async move { stopped.wait().await })
         .await
 }
 

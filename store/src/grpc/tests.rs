@@ -50,9 +50,13 @@ impl Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let serving = tokio::spawn(super::serve(store.clone(), listener, async {
-            let _ = stopped.await;
-        }));
+        let serving = tokio::spawn(super::serve(
+            store.clone(),
+            vec![super::ClientListener::plain(listener)],
+            async {
+                let _ = stopped.await;
+            },
+        ));
         Server {
             store,
             channel: connect(addr).await,
@@ -1380,9 +1384,13 @@ mod etcdctl {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let endpoint = listener.local_addr().unwrap().to_string();
         let (stop, stopped) = oneshot::channel::<()>();
-        let serving = tokio::spawn(super::super::serve(store.clone(), listener, async {
-            let _ = stopped.await;
-        }));
+        let serving = tokio::spawn(super::super::serve(
+            store.clone(),
+            vec![super::super::ClientListener::plain(listener)],
+            async {
+                let _ = stopped.await;
+            },
+        ));
 
         let mut watch = etcdctl(&endpoint)
             .args(["watch", "--prefix", "/w/"])

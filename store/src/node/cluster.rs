@@ -172,7 +172,11 @@ fn recorded_identity(dir: &Path) -> Result<Option<(u64, u64, String)>> {
 /// for the member list and finds itself by its peer URL (the cluster added
 /// it with MemberAdd). Once recorded in the data directory, the identity
 /// is kept.
-pub async fn resolve_identity(dir: &Path, cluster: &ClusterConfig) -> Result<Identity> {
+pub async fn resolve_identity(
+    dir: &Path,
+    cluster: &ClusterConfig,
+    tls: Option<&crate::raft::transport::PeerTls>,
+) -> Result<Identity> {
     if cluster.initial_cluster_state == InitialClusterState::New {
         let identity = cluster.identity()?;
         check_data_dir(dir, &cluster.name, &identity)?;
@@ -210,14 +214,18 @@ pub async fn resolve_identity(dir: &Path, cluster: &ClusterConfig) -> Result<Ide
         if addr == advertised || name_id == member_id(&cluster.name) {
             continue;
         }
-        let (cluster_id, members) = match crate::raft::transport::ask_members(addr).await {
+        let (cluster_id, members) = match crate::raft::transport::ask_members(addr, tls).await {
             Ok(answer) => answer,
             Err(err) => {
                 last_error = format!("{addr}: {err}");
                 continue;
             }
         };
-        let Some(me) = members.iter().find(|m| m.peer_urls.contains(&ours)) else {
+        let Some(me) = members.iter().find(|m| {
+            m.peer_urls
+                .iter()
+                .any(|url| super::members::parse_peer_url(url).ok() == Some(advertised))
+        }) else {
             return Err(StoreError::InvalidConfig(format!(
                 "the cluster at {addr} has no member with peer URL {ours}; add it first (skiff member add {} --peer-urls {ours}), then start it with --initial-cluster-state existing",
                 cluster.name

@@ -38,10 +38,13 @@ pub struct StoreStatus {
 pub fn parse_peer_url(url: &str) -> Result<SocketAddr> {
     let addr = url
         .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
         .unwrap_or(url)
         .trim_end_matches('/');
     addr.parse().map_err(|e| {
-        StoreError::InvalidConfig(format!("peer URL {url:?} is not http://IP:PORT ({e})"))
+        StoreError::InvalidConfig(format!(
+            "peer URL {url:?} is not http://IP:PORT or https://IP:PORT ({e})"
+        ))
     })
 }
 

@@ -72,6 +72,8 @@ pub struct StoreConfig {
     pub name: String,
     /// Where clients reach this member, as the member list shows it.
     pub client_urls: Vec<String>,
+    /// TLS with peers (`None`: plain TCP).
+    pub peer_tls: Option<crate::raft::transport::PeerTls>,
 }
 
 impl StoreConfig {
@@ -94,6 +96,7 @@ impl StoreConfig {
             catch_up_entries: crate::raft::CATCH_UP_ENTRIES,
             name: "default".into(),
             client_urls: Vec::new(),
+            peer_tls: None,
         }
     }
 }
@@ -140,7 +143,10 @@ impl Store {
         }
         let lock = durability::lock_data_dir(&config.data_dir)?;
         let identity = match &config.cluster {
-            Some(cluster) => Some(cluster::resolve_identity(&config.data_dir, cluster).await?),
+            Some(cluster) => Some(
+                cluster::resolve_identity(&config.data_dir, cluster, config.peer_tls.as_ref())
+                    .await?,
+            ),
             None => None,
         };
         let (member_id, voters): (u64, Vec<u64>) = match &identity {
@@ -245,6 +251,7 @@ impl Store {
                     inbound,
                     reports,
                     directory,
+                    tls: config.peer_tls.clone(),
                 },
                 shutdown.subscribe(),
             )

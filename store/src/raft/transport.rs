@@ -10,6 +10,11 @@
 //! another magic, and is streamed in chunks; the receiver answers one byte
 //! once it has handed the snapshot to raft, and the sender reports the
 //! outcome so raft sends it again after a failure.
+//!
+//! With [`PeerTls`], every connection is TLS with certificates on both
+//! sides: a member accepts only peers whose certificate the store's CA
+//! signed, and checks that the peer it dials holds a certificate for the
+//! address it dialled.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -17,7 +22,7 @@ use std::time::Duration;
 
 use protobuf::Message as _;
 use raft::eraftpb::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -37,6 +42,67 @@ const PEER_QUEUE: usize = 4096;
 /// The largest message accepted (a batch of entries or a snapshot chunk).
 const MAX_FRAME: u32 = 64 * 1024 * 1024;
 
+/// How long a TLS handshake with a peer may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// TLS between members: the configuration this member accepts peers with
+/// (it should require a client certificate) and the one it dials them with
+/// (it should present one).
+#[derive(Clone)]
+pub struct PeerTls {
+    acceptor: tokio_rustls::TlsAcceptor,
+    connector: tokio_rustls::TlsConnector,
+}
+
+impl PeerTls {
+    pub fn new(
+        server: std::sync::Arc<rustls::ServerConfig>,
+        client: std::sync::Arc<rustls::ClientConfig>,
+    ) -> PeerTls {
+        PeerTls {
+            acceptor: server.into(),
+            connector: client.into(),
+        }
+    }
+}
+
+impl std::fmt::Debug for PeerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerTls")
+    }
+}
+
+/// A connection to or from a peer: plain TCP or TLS over it.
+trait PeerIo: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> PeerIo for T {}
+type PeerStream = Box<dyn PeerIo>;
+
+/// Connects to the peer at `addr`, over TLS if configured.
+async fn dial(addr: SocketAddr, tls: Option<&PeerTls>) -> std::io::Result<PeerStream> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let Some(tls) = tls else {
+        return Ok(Box::new(stream));
+    };
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.connector.connect(name, stream))
+        .await
+        .map_err(|_| std::io::Error::other("TLS handshake timed out"))??;
+    Ok(Box::new(stream))
+}
+
+/// Takes a connection a peer opened, over TLS if configured.
+async fn accept(stream: TcpStream, tls: Option<&PeerTls>) -> std::io::Result<PeerStream> {
+    stream.set_nodelay(true)?;
+    let Some(tls) = tls else {
+        return Ok(Box::new(stream));
+    };
+    let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.acceptor.accept(stream))
+        .await
+        .map_err(|_| std::io::Error::other("TLS handshake timed out"))??;
+    Ok(Box::new(stream))
+}
+
 /// Whether a snapshot reached a member: (member ID, delivered).
 pub type SnapshotReport = (u64, bool);
 
@@ -45,12 +111,16 @@ pub type Directory = std::sync::Arc<dyn Fn() -> (u64, Vec<crate::api::Member>) +
 
 /// Asks the member listening for peers at `addr` for the cluster ID and
 /// the member list.
-pub async fn ask_members(addr: SocketAddr) -> std::io::Result<(u64, Vec<crate::api::Member>)> {
+pub async fn ask_members(
+    addr: SocketAddr,
+    tls: Option<&PeerTls>,
+) -> std::io::Result<(u64, Vec<crate::api::Member>)> {
     tokio::time::timeout(Duration::from_secs(5), async {
-        let mut stream = TcpStream::connect(addr).await?;
+        let mut stream = dial(addr, tls).await?;
         let mut hello = [0u8; 24];
         hello[..8].copy_from_slice(MEMBERS_MAGIC);
         stream.write_all(&hello).await?;
+        stream.flush().await?;
         let len = stream.read_u32_le().await?;
         if len > MAX_FRAME {
             return Err(std::io::Error::other("member list too large"));
@@ -71,6 +141,8 @@ pub struct Hooks {
     pub reports: mpsc::UnboundedSender<SnapshotReport>,
     /// The member list for a member about to join.
     pub directory: Directory,
+    /// TLS with peers, if they use it.
+    pub tls: Option<PeerTls>,
 }
 
 pub struct Transport {
@@ -79,6 +151,7 @@ pub struct Transport {
     cluster_id: u64,
     member_id: u64,
     reports: mpsc::UnboundedSender<SnapshotReport>,
+    tls: Option<PeerTls>,
     shutdown: watch::Receiver<bool>,
     runtime: tokio::runtime::Handle,
     tasks: Vec<JoinHandle<()>>,
@@ -106,6 +179,7 @@ impl Transport {
             inbound,
             reports,
             directory,
+            tls,
         } = hooks;
         let listener = TcpListener::bind(listen).await?;
         let local_addr = listener.local_addr()?;
@@ -114,6 +188,7 @@ impl Transport {
             cluster_id,
             inbound,
             directory,
+            tls.clone(),
             shutdown.clone(),
         ))];
         let mut transport = Transport {
@@ -122,6 +197,7 @@ impl Transport {
             cluster_id,
             member_id,
             reports,
+            tls,
             shutdown,
             runtime: tokio::runtime::Handle::current(),
             tasks,
@@ -145,6 +221,7 @@ impl Transport {
             addr,
             self.cluster_id,
             self.member_id,
+            self.tls.clone(),
             rx,
             self.shutdown.clone(),
             stopped,
@@ -181,6 +258,7 @@ impl Transport {
                 peer.addr,
                 self.cluster_id,
                 self.member_id,
+                self.tls.clone(),
                 message,
                 self.reports.clone(),
             ));
@@ -199,6 +277,7 @@ async fn accept_loop(
     cluster_id: u64,
     inbound: mpsc::Sender<Message>,
     directory: Directory,
+    tls: Option<PeerTls>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -211,7 +290,15 @@ async fn accept_loop(
                 let inbound = inbound.clone();
                 let shutdown = shutdown.clone();
                 let directory = directory.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
+                    let stream = match accept(stream, tls.as_ref()).await {
+                        Ok(stream) => stream,
+                        Err(err) => {
+                            tracing::warn!(peer = %addr, error = %err, "refused a peer connection: TLS failed");
+                            return;
+                        }
+                    };
                     if let Err(err) =
                         receive(stream, cluster_id, inbound, directory, shutdown).await
                     {
@@ -228,13 +315,12 @@ async fn accept_loop(
 }
 
 async fn receive(
-    stream: TcpStream,
+    stream: PeerStream,
     cluster_id: u64,
     inbound: mpsc::Sender<Message>,
     directory: Directory,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    stream.set_nodelay(true)?;
     let mut reader = BufReader::new(stream);
     let mut hello = [0u8; 24];
     reader.read_exact(&mut hello).await?;
@@ -245,6 +331,7 @@ async fn receive(
             .write_all(&(bytes.len() as u32).to_le_bytes())
             .await?;
         stream.write_all(&bytes).await?;
+        stream.flush().await?;
         return Ok(());
     }
     let their_cluster = u64::from_le_bytes(hello[8..16].try_into().unwrap_or_default());
@@ -290,6 +377,7 @@ async fn send_loop(
     addr: SocketAddr,
     cluster_id: u64,
     member_id: u64,
+    tls: Option<PeerTls>,
     mut queue: mpsc::Receiver<Message>,
     mut shutdown: watch::Receiver<bool>,
     mut removed: watch::Receiver<bool>,
@@ -297,7 +385,7 @@ async fn send_loop(
     let mut backoff = Duration::from_millis(50);
     loop {
         let connected = tokio::select! {
-            c = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)) => c,
+            c = tokio::time::timeout(Duration::from_secs(1), dial(addr, tls.as_ref())) => c,
             _ = shutdown.changed() => return,
             _ = removed.changed() => return,
         };
@@ -316,7 +404,6 @@ async fn send_loop(
             }
         };
         backoff = Duration::from_millis(50);
-        let _ = stream.set_nodelay(true);
         let mut hello = Vec::with_capacity(24);
         hello.extend_from_slice(MAGIC);
         hello.extend_from_slice(&cluster_id.to_le_bytes());
@@ -340,7 +427,11 @@ async fn send_loop(
                     Err(_) => break,
                 }
             }
-            if let Err(err) = stream.write_all(&buffer).await {
+            let written = match stream.write_all(&buffer).await {
+                Ok(()) => stream.flush().await,
+                Err(err) => Err(err),
+            };
+            if let Err(err) = written {
                 tracing::debug!(peer = %addr, error = %err, "peer connection lost; reconnecting");
                 break;
             }
@@ -354,14 +445,14 @@ async fn send_snapshot(
     addr: SocketAddr,
     cluster_id: u64,
     member_id: u64,
+    tls: Option<PeerTls>,
     mut message: Message,
     reports: mpsc::UnboundedSender<SnapshotReport>,
 ) {
     let to = message.to;
     let data = std::mem::take(&mut message.mut_snapshot().data);
     let sent = tokio::time::timeout(SNAPSHOT_TIMEOUT, async {
-        let mut stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
+        let mut stream = dial(addr, tls.as_ref()).await?;
         let mut head = Vec::with_capacity(64);
         head.extend_from_slice(SNAPSHOT_MAGIC);
         head.extend_from_slice(&cluster_id.to_le_bytes());
@@ -399,7 +490,7 @@ async fn send_snapshot(
 /// Takes a streamed snapshot: the message, then its data in chunks and a
 /// checksum; hands it to raft and answers one byte.
 async fn receive_snapshot(
-    mut reader: BufReader<TcpStream>,
+    mut reader: BufReader<PeerStream>,
     from: u64,
     inbound: mpsc::Sender<Message>,
 ) -> std::io::Result<()> {
@@ -431,12 +522,14 @@ async fn receive_snapshot(
         let delivered = tokio::time::timeout(SNAPSHOT_TIMEOUT, inbound.send(message)).await;
         let ok = matches!(delivered, Ok(Ok(())));
         reader.get_mut().write_all(&[u8::from(ok)]).await?;
+        reader.get_mut().flush().await?;
     } else {
         tracing::warn!(
             from = format_args!("{from:x}"),
             "a snapshot arrived damaged"
         );
         reader.get_mut().write_all(&[0]).await?;
+        reader.get_mut().flush().await?;
     }
     Ok(())
 }
@@ -465,6 +558,7 @@ mod tests {
             inbound,
             reports: reports().0,
             directory,
+            tls: None,
         }
     }
 
@@ -550,8 +644,122 @@ mod tests {
         let t = Transport::start(any, 77, 1, &[], hooks(inbound, directory), shutdown)
             .await
             .unwrap();
-        let (cluster, members) = ask_members(t.local_addr()).await.unwrap();
+        let (cluster, members) = ask_members(t.local_addr(), None).await.unwrap();
         assert_eq!((cluster, members), (77, vec![member]));
+    }
+
+    /// A CA, and TLS configurations for a member holding a certificate
+    /// for 127.0.0.1 that it signed.
+    struct TestCa {
+        cert: rcgen::Certificate,
+        issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    }
+
+    impl TestCa {
+        fn new() -> TestCa {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            let cert = params.self_signed(&key).unwrap();
+            TestCa {
+                cert,
+                issuer: rcgen::Issuer::new(params, key),
+            }
+        }
+
+        fn member_tls(&self) -> PeerTls {
+            use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+            params.extended_key_usages = vec![
+                rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+                rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+            ];
+            let cert = params.signed_by(&key, &self.issuer).unwrap();
+            let chain = vec![CertificateDer::from(cert.der().to_vec())];
+            let private = || PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(self.cert.der().clone()).unwrap();
+            let roots = std::sync::Arc::new(roots);
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                roots.clone(),
+                provider.clone(),
+            )
+            .build()
+            .unwrap();
+            let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_client_cert_verifier(verifier)
+                .with_single_cert(chain.clone(), private())
+                .unwrap();
+            let client = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_client_auth_cert(chain, private())
+                .unwrap();
+            PeerTls::new(std::sync::Arc::new(server), std::sync::Arc::new(client))
+        }
+    }
+
+    async fn tls_pair(
+        a_tls: PeerTls,
+        b_tls: PeerTls,
+    ) -> (
+        Transport,
+        Transport,
+        mpsc::Receiver<Message>,
+        watch::Sender<bool>,
+    ) {
+        let (stop, shutdown) = watch::channel(false);
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let (b_in, b_rx) = mpsc::channel(1024);
+        let mut b_hooks = hooks(b_in, std::sync::Arc::new(|| (7, Vec::new())));
+        b_hooks.tls = Some(b_tls);
+        let b = Transport::start(any, 7, 2, &[], b_hooks, shutdown.clone())
+            .await
+            .unwrap();
+        let (a_in, _a_rx) = mpsc::channel(16);
+        let mut a_hooks = hooks(a_in, no_directory());
+        a_hooks.tls = Some(a_tls);
+        let a = Transport::start(any, 7, 1, &[(2, b.local_addr())], a_hooks, shutdown)
+            .await
+            .unwrap();
+        (a, b, b_rx, stop)
+    }
+
+    #[tokio::test]
+    async fn members_of_one_ca_talk_over_tls() {
+        let ca = TestCa::new();
+        let (a, b, mut b_rx, _stop) = tls_pair(ca.member_tls(), ca.member_tls()).await;
+        for i in 0..50 {
+            assert!(a.send(message(1, 2, i)));
+        }
+        for i in 0..50 {
+            let m = tokio::time::timeout(Duration::from_secs(5), b_rx.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(m.index, i);
+        }
+        let tls = ca.member_tls();
+        let (cluster, _) = ask_members(b.local_addr(), Some(&tls)).await.unwrap();
+        assert_eq!(cluster, 7);
+        // Plain TCP gets nothing from a member that speaks TLS.
+        assert!(ask_members(b.local_addr(), None).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_member_of_another_ca_is_refused() {
+        let (a, b, mut b_rx, _stop) =
+            tls_pair(TestCa::new().member_tls(), TestCa::new().member_tls()).await;
+        a.send(message(1, 2, 1));
+        let got = tokio::time::timeout(Duration::from_millis(500), b_rx.recv()).await;
+        assert!(got.is_err(), "a message crossed CAs: {got:?}");
+        let stranger = TestCa::new().member_tls();
+        assert!(ask_members(b.local_addr(), Some(&stranger)).await.is_err());
     }
 
     #[tokio::test]
