@@ -327,7 +327,7 @@ impl<'a> Session<'a> {
                 .with_context(|| listed.clone())?;
             let peer_urls = member
                 .peer
-                .map_or(String::new(), |peer| format!("http://{peer}"));
+                .map_or(String::new(), |peer| format!("https://{peer}"));
             assert_eq!(row[3], peer_urls, "peer URLs of {}: {listed}", member.name);
             assert_eq!(row[4], format!("https://{}", member.client), "{listed}");
             assert_eq!(row[5], "false", "{listed}");

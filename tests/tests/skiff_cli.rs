@@ -604,7 +604,7 @@ async fn member_commands_list_move_leader_add_and_remove() -> Result<()> {
     let n4_row = [
         new_id.clone(),
         "n4".into(),
-        format!("http://{peer}"),
+        format!("https://{peer}"),
         format!("https://{client}"),
         "false".into(),
     ];

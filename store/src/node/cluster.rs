@@ -208,7 +208,7 @@ pub async fn resolve_identity(
         .iter()
         .find(|(name, _)| *name == cluster.name)
         .map_or(cluster.peer_listen, |(_, addr)| *addr);
-    let ours = super::members::peer_url(advertised);
+    let ours = super::members::peer_url(advertised, tls.is_some());
     let mut last_error = String::from("no peer in --initial-cluster other than this member");
     for &(name_id, addr) in &founders {
         if addr == advertised || name_id == member_id(&cluster.name) {

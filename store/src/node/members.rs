@@ -48,14 +48,22 @@ pub fn parse_peer_url(url: &str) -> Result<SocketAddr> {
     })
 }
 
-pub fn peer_url(addr: SocketAddr) -> String {
-    format!("http://{addr}")
+/// A founding member's peer URL: `https://` when members speak TLS.
+pub fn peer_url(addr: SocketAddr, tls: bool) -> String {
+    match tls {
+        true => format!("https://{addr}"),
+        false => format!("http://{addr}"),
+    }
 }
 
 /// Every member as of what `kv` has applied: the membership, with the
 /// attributes recorded for each, or (for a founding member that has not
 /// published yet) its name and address from the initial cluster.
-pub(crate) fn list_members(kv: &KvStore, founders: &[(String, SocketAddr)]) -> Result<Vec<Member>> {
+pub(crate) fn list_members(
+    kv: &KvStore,
+    founders: &[(String, SocketAddr)],
+    tls: bool,
+) -> Result<Vec<Member>> {
     let conf_state = match kv.conf_state_bytes()? {
         Some(bytes) => crate::raft::decode_conf_state(&bytes)?,
         None => raft::eraftpb::ConfState::default(),
@@ -82,7 +90,7 @@ pub(crate) fn list_members(kv: &KvStore, founders: &[(String, SocketAddr)]) -> R
                 member.name = name.clone();
             }
             if member.peer_urls.is_empty() {
-                member.peer_urls = vec![peer_url(*addr)];
+                member.peer_urls = vec![peer_url(*addr, tls)];
             }
         }
         members.push(member);
@@ -129,7 +137,11 @@ impl Store {
 
     /// Every member of the cluster as of what this member has applied.
     pub fn members(&self) -> Result<Vec<Member>> {
-        let mut members = list_members(&self.inner.kv, &self.founders())?;
+        let mut members = list_members(
+            &self.inner.kv,
+            &self.founders(),
+            self.config().peer_tls.is_some(),
+        )?;
         if members.is_empty() {
             // A store alone has no membership entries of its own.
             members.push(Member {
@@ -180,8 +192,9 @@ impl Store {
             ));
         };
         let mut urls = Vec::with_capacity(peer_urls.len());
+        let tls = self.inner.config.peer_tls.is_some();
         for url in &peer_urls {
-            urls.push(peer_url(parse_peer_url(url)?));
+            urls.push(peer_url(parse_peer_url(url)?, tls));
         }
         // Check against every change committed so far, not just those
         // this member has applied.

@@ -223,8 +223,9 @@ impl Store {
                 let kv = Arc::clone(&kv);
                 let founders = cluster.initial_cluster.clone();
                 let cluster_id = identity.cluster_id;
+                let tls = config.peer_tls.is_some();
                 Arc::new(move || {
-                    let members = members::list_members(&kv, &founders).unwrap_or_default();
+                    let members = members::list_members(&kv, &founders, tls).unwrap_or_default();
                     (cluster_id, members)
                 })
             };
@@ -232,7 +233,7 @@ impl Store {
             // since the start included); a member that has applied
             // nothing yet goes by what it was told.
             let mut peers: Vec<(u64, std::net::SocketAddr)> =
-                members::list_members(&kv, &cluster.initial_cluster)?
+                members::list_members(&kv, &cluster.initial_cluster, config.peer_tls.is_some())?
                     .iter()
                     .filter_map(|m| {
                         let url = m.peer_urls.first()?;
