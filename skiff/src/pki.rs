@@ -137,26 +137,33 @@ impl Pki {
     /// A certificate for a store member's peer port: it serves peers and
     /// dials them, so it is for both ends.
     pub fn issue_peer(&self, common_name: &str, sans: &[String]) -> Result<Credentials> {
-        let mut params = CertificateParams::new(sans.to_vec())
-            .map_err(|e| anyhow!("a certificate cannot name {sans:?}: {e}"))?;
-        params
-            .distinguished_name
-            .push(DnType::CommonName, common_name);
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        self.sign(params)
+        self.issue_named(
+            common_name,
+            sans,
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        )
     }
 
     /// A serving certificate for the names and addresses in `sans`.
     pub fn issue_server(&self, common_name: &str, sans: &[String]) -> Result<Credentials> {
+        self.issue_named(common_name, sans, vec![ExtendedKeyUsagePurpose::ServerAuth])
+    }
+
+    fn issue_named(
+        &self,
+        common_name: &str,
+        sans: &[String],
+        usages: Vec<ExtendedKeyUsagePurpose>,
+    ) -> Result<Credentials> {
         let mut params = CertificateParams::new(sans.to_vec())
             .map_err(|e| anyhow!("a certificate cannot name {sans:?}: {e}"))?;
         params
             .distinguished_name
             .push(DnType::CommonName, common_name);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.extended_key_usages = usages;
         self.sign(params)
     }
 

@@ -575,40 +575,40 @@ mod tests {
         }
     }
 
-    async fn pair(
-        cluster_a: u64,
-        cluster_b: u64,
-    ) -> (
+    type Pair = (
         Transport,
         Transport,
         mpsc::Receiver<Message>,
         watch::Sender<bool>,
-    ) {
+    );
+
+    async fn pair(cluster_a: u64, cluster_b: u64) -> Pair {
+        pair_with(cluster_a, cluster_b, None, None).await
+    }
+
+    /// Member 1 (cluster `cluster_a`) with member 2 (`cluster_b`) as its
+    /// peer; member 2 answers the directory with cluster 7.
+    async fn pair_with(
+        cluster_a: u64,
+        cluster_b: u64,
+        a_tls: Option<PeerTls>,
+        b_tls: Option<PeerTls>,
+    ) -> Pair {
         let (stop, shutdown) = watch::channel(false);
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let (b_in, b_rx) = mpsc::channel(1024);
-        let b = Transport::start(
-            any,
-            cluster_b,
-            2,
-            &[],
-            hooks(b_in, no_directory()),
-            shutdown.clone(),
-        )
-        .await
-        .unwrap();
+        let mut b_hooks = hooks(b_in, std::sync::Arc::new(|| (7, Vec::new())));
+        b_hooks.tls = b_tls;
+        let b = Transport::start(any, cluster_b, 2, &[], b_hooks, shutdown.clone())
+            .await
+            .unwrap();
         let (a_in, _a_rx) = mpsc::channel(16);
+        let mut a_hooks = hooks(a_in, no_directory());
+        a_hooks.tls = a_tls;
         let peers = [(1, any), (2, b.local_addr())];
-        let a = Transport::start(
-            any,
-            cluster_a,
-            1,
-            &peers,
-            hooks(a_in, no_directory()),
-            shutdown,
-        )
-        .await
-        .unwrap();
+        let a = Transport::start(any, cluster_a, 1, &peers, a_hooks, shutdown)
+            .await
+            .unwrap();
         (a, b, b_rx, stop)
     }
 
@@ -704,36 +704,11 @@ mod tests {
         }
     }
 
-    async fn tls_pair(
-        a_tls: PeerTls,
-        b_tls: PeerTls,
-    ) -> (
-        Transport,
-        Transport,
-        mpsc::Receiver<Message>,
-        watch::Sender<bool>,
-    ) {
-        let (stop, shutdown) = watch::channel(false);
-        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let (b_in, b_rx) = mpsc::channel(1024);
-        let mut b_hooks = hooks(b_in, std::sync::Arc::new(|| (7, Vec::new())));
-        b_hooks.tls = Some(b_tls);
-        let b = Transport::start(any, 7, 2, &[], b_hooks, shutdown.clone())
-            .await
-            .unwrap();
-        let (a_in, _a_rx) = mpsc::channel(16);
-        let mut a_hooks = hooks(a_in, no_directory());
-        a_hooks.tls = Some(a_tls);
-        let a = Transport::start(any, 7, 1, &[(2, b.local_addr())], a_hooks, shutdown)
-            .await
-            .unwrap();
-        (a, b, b_rx, stop)
-    }
-
     #[tokio::test]
     async fn members_of_one_ca_talk_over_tls() {
         let ca = TestCa::new();
-        let (a, b, mut b_rx, _stop) = tls_pair(ca.member_tls(), ca.member_tls()).await;
+        let (a, b, mut b_rx, _stop) =
+            pair_with(7, 7, Some(ca.member_tls()), Some(ca.member_tls())).await;
         for i in 0..50 {
             assert!(a.send(message(1, 2, i)));
         }
@@ -753,8 +728,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_member_of_another_ca_is_refused() {
-        let (a, b, mut b_rx, _stop) =
-            tls_pair(TestCa::new().member_tls(), TestCa::new().member_tls()).await;
+        let (a, b, mut b_rx, _stop) = pair_with(
+            7,
+            7,
+            Some(TestCa::new().member_tls()),
+            Some(TestCa::new().member_tls()),
+        )
+        .await;
         a.send(message(1, 2, 1));
         let got = tokio::time::timeout(Duration::from_millis(500), b_rx.recv()).await;
         assert!(got.is_err(), "a message crossed CAs: {got:?}");
