@@ -77,7 +77,7 @@ pub async fn logs(
         encode(&container),
         options
     );
-    stream_from(&authority, &path).await
+    stream_from(&authority, &path, registry.kubelet_client()).await
 }
 
 /// The container whose log is asked for: the one named, or the pod's only
@@ -200,18 +200,42 @@ fn kubelet_authority(node: &Value) -> Option<String> {
 
 /// Calls the kubelet and streams its answer back; its errors become a
 /// Status with the kubelet's code and words.
-async fn stream_from(authority: &str, path: &str) -> ApiResult<Response> {
-    let url = format!("http://{authority}{path}");
+async fn stream_from(
+    authority: &str,
+    path: &str,
+    tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+) -> ApiResult<Response> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{authority}{path}");
     let unreachable =
         |err: &dyn std::fmt::Display| ApiError::internal(format!("Get \"{url}\": {err}"));
     let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(authority))
         .await
         .map_err(|_| unreachable(&"dial tcp: i/o timeout"))?
         .map_err(|err| unreachable(&format!("dial tcp {authority}: {err}")))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|err| unreachable(&err))?;
-    tokio::spawn(connection);
+    let mut sender = match tls {
+        None => handshake(stream).await.map_err(|err| unreachable(&err))?,
+        Some(tls) => {
+            // The kubelet's certificate is not checked (see the config), so
+            // any name does.
+            let host = authority
+                .rsplit_once(':')
+                .map_or(authority, |(host, _)| host);
+            let name =
+                rustls::pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+                    .unwrap_or_else(|_| {
+                        rustls::pki_types::ServerName::try_from("kubelet").expect("a DNS name")
+                    });
+            let stream = tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                tokio_rustls::TlsConnector::from(tls.clone()).connect(name, stream),
+            )
+            .await
+            .map_err(|_| unreachable(&"net/http: TLS handshake timeout"))?
+            .map_err(|err| unreachable(&format!("remote error: tls: {err}")))?;
+            handshake(stream).await.map_err(|err| unreachable(&err))?
+        }
+    };
     let request = hyper::Request::get(path)
         .header(header::HOST, authority)
         .body(Empty::<Bytes>::new())
@@ -233,6 +257,18 @@ async fn stream_from(authority: &str, path: &str) -> ApiResult<Response> {
     }
     let body = Body::new(response.into_body());
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], body).into_response())
+}
+
+/// An HTTP/1.1 connection over `io`, driven by a task of its own.
+async fn handshake<T>(
+    io: T,
+) -> Result<hyper::client::conn::http1::SendRequest<Empty<Bytes>>, hyper::Error>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+    tokio::spawn(connection);
+    Ok(sender)
 }
 
 /// A kubelet's refusal as the Status kube-apiserver would answer.

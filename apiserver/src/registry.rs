@@ -38,6 +38,8 @@ pub struct Registry {
     authorizer: std::sync::Arc<std::sync::OnceLock<std::sync::Weak<crate::authz::Authorizer>>>,
     /// Signs ServiceAccount tokens (TokenRequest), if the server has a key.
     token_issuer: Option<std::sync::Arc<crate::authn::service_account::TokenIssuer>>,
+    /// TLS for calling kubelets (`None`: plain HTTP).
+    kubelet_client: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 /// Which object or collection a request is about.
@@ -221,6 +223,7 @@ impl Registry {
             admission: std::sync::Arc::new(crate::admission::Admission::new()),
             bootstrapped: Default::default(),
             token_issuer: None,
+            kubelet_client: None,
             authorizer: Default::default(),
         }
     }
@@ -292,6 +295,17 @@ impl Registry {
     ) -> Registry {
         self.token_issuer = Some(issuer);
         self
+    }
+
+    /// The registry, calling kubelets over TLS with `client`.
+    pub fn with_kubelet_client(mut self, client: std::sync::Arc<rustls::ClientConfig>) -> Registry {
+        self.kubelet_client = Some(client);
+        self
+    }
+
+    /// TLS for calling kubelets, if they are called over TLS.
+    pub fn kubelet_client(&self) -> Option<&std::sync::Arc<rustls::ClientConfig>> {
+        self.kubelet_client.as_ref()
     }
 
     /// Records the server's authorizer (once).

@@ -47,6 +47,9 @@ pub struct KubeletConfig {
     pub stop_timeout: Duration,
     /// How often, under pressure, another pod is evicted.
     pub eviction_interval: Duration,
+    /// TLS for the kubelet's port; it decides whose certificates get in.
+    /// `None`: plain HTTP.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 /// Runs the kubelet until `shutdown` resolves.
@@ -141,7 +144,12 @@ pub async fn run(
         config.eviction_interval,
     )));
     let server = crate::server::router(manager.clone(), runtime.clone());
-    let serving = tokio::spawn(crate::server::serve(listener, server, stopped()));
+    let serving = tokio::spawn(crate::server::serve(
+        listener,
+        server,
+        config.tls.clone(),
+        stopped(),
+    ));
 
     shutdown.await;
     if config.stop_pods_on_exit {

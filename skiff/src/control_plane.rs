@@ -30,12 +30,29 @@ pub const CONTROLLER_MANAGER_USER: &str = "system:kube-controller-manager";
 
 /// A client from a kubeconfig file.
 pub async fn kubeconfig_client(path: &Path) -> Result<kube::Client> {
+    kube::Client::try_from(kubeconfig(path).await?).context("building the API client")
+}
+
+async fn kubeconfig(path: &Path) -> Result<kube::Config> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)
         .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
-        .with_context(|| format!("using the kubeconfig {}", path.display()))?;
-    kube::Client::try_from(config).context("building the API client")
+        .with_context(|| format!("using the kubeconfig {}", path.display()))
+}
+
+/// The CA certificates a kubeconfig trusts (its cluster's
+/// certificate-authority).
+pub async fn kubeconfig_roots(
+    path: &Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
+    let roots = kubeconfig(path).await?.root_cert.unwrap_or_default();
+    anyhow::ensure!(
+        !roots.is_empty(),
+        "the kubeconfig {} names no certificate authority, which the kubelet's port needs to check the API server's certificate",
+        path.display()
+    );
+    Ok(roots.into_iter().map(Into::into).collect())
 }
 
 /// The scheduler's configuration: the file given, or the defaults.

@@ -112,7 +112,8 @@ pub async fn kubelet(args: KubeletArgs) -> Result<()> {
         );
         return simulate::run(client, config, stop).await;
     }
-    let config = kubelet_config(&args.node, &args.root_dir)?;
+    let roots = crate::control_plane::kubeconfig_roots(&args.kubeconfig).await?;
+    let config = with_tls(kubelet_config(&args.node, &args.root_dir)?, roots)?;
     println!(
         "skiff kubelet: node {} for the API of {}; state in {}",
         config.node.name,
@@ -185,7 +186,34 @@ pub fn kubelet_config(args: &NodeArgs, root_dir: &Path) -> Result<KubeletConfig>
         stop_pods_on_exit: !args.keep_pods_on_exit,
         stop_timeout: Duration::from_secs(35),
         eviction_interval: args.eviction_interval,
+        tls: None,
     })
+}
+
+/// TLS for the kubelet's port of `config`: only the API server and
+/// administrators (`system:masters`) with certificates of the cluster CA
+/// (`roots`) get in.
+fn with_tls(
+    mut config: KubeletConfig,
+    roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+) -> Result<KubeletConfig> {
+    let mut names = vec![
+        config.node.name.clone(),
+        host_name(),
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+    ];
+    names.push(config.node.address.clone());
+    names.sort();
+    names.dedup();
+    let (tls, cert_pem) = crate::pki::kubelet_tls(&names, roots)?;
+    // Where the kubelet keeps it (its --cert-dir): for whoever wants to
+    // check the port's certificate.
+    let dir = config.root_dir.join("pki");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    crate::files::write_private(&dir.join("kubelet.crt"), cert_pem.as_bytes())?;
+    config.tls = Some(tls);
+    Ok(config)
 }
 
 /// This host's name, as Kubernetes names a node by default.
@@ -231,7 +259,8 @@ impl LocalKubelet {
         args: &NodeArgs,
         root_dir: &Path,
     ) -> Result<LocalKubelet> {
-        let config = kubelet_config(args, root_dir)?;
+        let roots = crate::pki::pem_certs(api.pki.ca_pem())?;
+        let config = with_tls(kubelet_config(args, root_dir)?, roots)?;
         let user = format!("system:node:{}", config.node.name);
         let client = api.client(&user, &["system:nodes"]).await?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -332,6 +332,173 @@ impl Pki {
     }
 }
 
+/// The user the API server calls kubelets as (kubeadm's name), in
+/// `system:masters`.
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
+
+impl Pki {
+    /// The API server's TLS for calling kubelets: a client certificate of
+    /// [`KUBELET_CLIENT_USER`]. A kubelet's serving certificate is its own
+    /// (self-signed), so it is not checked, as kube-apiserver does not
+    /// without --kubelet-certificate-authority.
+    pub fn kubelet_client(&self) -> Result<Arc<rustls::ClientConfig>> {
+        let credentials = self.issue_client(KUBELET_CLIENT_USER, &[ADMIN_GROUP])?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .context("TLS protocol versions")?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyKubelet(provider)))
+            .with_client_auth_cert(
+                pem_certs(&credentials.cert_pem)?,
+                private_key(&credentials.key_pem)?,
+            )
+            .context("the kubelet client certificate")?;
+        Ok(Arc::new(config))
+    }
+}
+
+/// The kubelet port's TLS and its certificate (PEM): a self-signed
+/// serving certificate for `names` (a kubelet makes one when given none),
+/// and only clients with a
+/// certificate that `roots` (the cluster CA) signed for a user in
+/// `system:masters`: the API server and administrators.
+pub fn kubelet_tls(
+    names: &[String],
+    roots: Vec<CertificateDer<'static>>,
+) -> Result<(Arc<rustls::ServerConfig>, String)> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(names.to_vec())
+        .map_err(|e| anyhow!("a certificate cannot name {names:?}: {e}"))?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "kubelet");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    valid_for(&mut params, CERT_DAYS);
+    let cert = params
+        .self_signed(&key)
+        .context("signing the kubelet's certificate")?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut store = rustls::RootCertStore::empty();
+    for root in roots {
+        store.add(root).context("the cluster CA certificate")?;
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(store),
+        provider.clone(),
+    )
+    .build()
+    .context("the client certificate verifier")?;
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_client_cert_verifier(Arc::new(MastersOnly(verifier)))
+        .with_single_cert(vec![cert.der().clone()], private_key(&key.serialize_pem())?)
+        .context("the kubelet's certificate")?;
+    Ok((Arc::new(config), cert.pem()))
+}
+
+/// Client certificates of the CA, for users in `system:masters` only.
+#[derive(Debug)]
+struct MastersOnly(Arc<dyn rustls::server::danger::ClientCertVerifier>);
+
+impl rustls::server::danger::ClientCertVerifier for MastersOnly {
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        let verified = self.0.verify_client_cert(end_entity, intermediates, now)?;
+        match skiff_apiserver::authn::x509::user_of(end_entity) {
+            Some(user) if user.groups.iter().any(|g| g == ADMIN_GROUP) => Ok(verified),
+            Some(user) => Err(rustls::Error::General(format!(
+                "user {:?} may not use the kubelet's port (only {ADMIN_GROUP})",
+                user.name
+            ))),
+            None => Err(rustls::Error::General(
+                "a certificate without a user".into(),
+            )),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// A kubelet's serving certificate, taken unchecked (the handshake's
+/// signatures are still verified).
+#[derive(Debug)]
+struct AnyKubelet(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyKubelet {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
 /// A store member's TLS: for its client port, and for its peers.
 pub struct StoreTls {
     pub clients: tonic::transport::ServerTlsConfig,
@@ -360,7 +527,7 @@ fn read_when_written(path: &Path) -> Result<String> {
     })
 }
 
-fn pem_certs(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
+pub fn pem_certs(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
     CertificateDer::pem_slice_iter(pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| anyhow!("reading a PEM certificate: {e}"))
@@ -495,6 +662,36 @@ mod tests {
             .is_err());
         let names = ["127.0.0.1".to_string()];
         assert!(store.store_tls("n1", &names, &names).is_ok());
+    }
+
+    #[test]
+    fn the_kubelet_port_admits_only_masters_of_the_cluster_ca() {
+        use rustls::server::danger::ClientCertVerifier;
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::ensure(dir.path()).unwrap();
+        let masters = MastersOnly(client_verifier(&pki));
+        let now = rustls::pki_types::UnixTime::now();
+        let cert = |credentials: Credentials| pem_certs(&credentials.cert_pem).unwrap().remove(0);
+        let admin = cert(pki.admin().unwrap());
+        masters.verify_client_cert(&admin, &[], now).unwrap();
+        let api = cert(
+            pki.issue_client(KUBELET_CLIENT_USER, &[ADMIN_GROUP])
+                .unwrap(),
+        );
+        masters.verify_client_cert(&api, &[], now).unwrap();
+        let node = cert(
+            pki.issue_client("system:node:n2", &["system:nodes"])
+                .unwrap(),
+        );
+        let refused = masters.verify_client_cert(&node, &[], now).unwrap_err();
+        assert!(refused.to_string().contains("system:node:n2"), "{refused}");
+        let other = Pki::ensure(tempfile::tempdir().unwrap().path()).unwrap();
+        let stranger = cert(other.admin().unwrap());
+        assert!(masters.verify_client_cert(&stranger, &[], now).is_err());
+        let names = ["127.0.0.1".to_string()];
+        let (_, pem) = kubelet_tls(&names, pem_certs(pki.ca_pem()).unwrap()).unwrap();
+        assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(pki.kubelet_client().is_ok());
     }
 
     #[test]

@@ -270,7 +270,8 @@ pub async fn run_member(
                 storage = storage.with_encryption(encryption.clone());
             }
             let registry = skiff_apiserver::Registry::new(storage)
-                .with_token_issuer(api.security.pki.token_issuer()?);
+                .with_token_issuer(api.security.pki.token_issuer()?)
+                .with_kubelet_client(api.security.pki.kubelet_client()?);
             tracing::info!(addr = %local.addr, kubeconfig = %api.kubeconfig.display(), "serving the Kubernetes API");
             let mut options = api.serve.clone();
             options.authn = api.security.authn.clone();

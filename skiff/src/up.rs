@@ -193,8 +193,9 @@ async fn api_only(args: UpArgs) -> Result<()> {
         skiff_apiserver::storage::EtcdStorage::connect(&args.store_endpoints, tls.as_ref())
             .map_err(|err| anyhow::anyhow!(err))?;
     let storage = skiff_apiserver::Storage::etcd(storage).with_encryption(args.encryption()?);
-    let registry =
-        skiff_apiserver::Registry::new(storage).with_token_issuer(security.pki.token_issuer()?);
+    let registry = skiff_apiserver::Registry::new(storage)
+        .with_token_issuer(security.pki.token_issuer()?)
+        .with_kubelet_client(security.pki.kubelet_client()?);
     let mut signals = crate::shutdown::StopSignals::register()?;
     let (listeners, local) = crate::api::bind(&args.api_listen, &security).await?;
     let kubeconfig = args.data_dir.join("kubeconfig");

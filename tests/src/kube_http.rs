@@ -158,6 +158,14 @@ impl KubeHttp {
         }
     }
 
+    /// Another server (host:port), with the same credentials and trust.
+    pub fn at(&self, authority: &str) -> KubeHttp {
+        KubeHttp {
+            authority: authority.to_string(),
+            ..self.clone()
+        }
+    }
+
     /// The same server with no credentials at all.
     pub fn anonymous(&self) -> KubeHttp {
         KubeHttp {

@@ -47,3 +47,23 @@ pub fn store_client_tls() -> Result<ClientTlsConfig> {
         .ca_certificate(Certificate::from_pem(read(&ca)?))
         .identity(Identity::from_pem(read(&cert)?, read(&key)?)))
 }
+
+/// A client certificate for `user` in `groups`, signed with the shared
+/// cluster CA (`ca.crt`, `ca.key`): (certificate, key), both PEM.
+pub fn client_credentials(user: &str, groups: &[&str]) -> Result<(String, String)> {
+    let ca_pem = std::fs::read_to_string(dir().join("ca.crt"))?;
+    let ca_key = rcgen::KeyPair::from_pem(&std::fs::read_to_string(dir().join("ca.key"))?)?;
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key)?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, user);
+    for group in groups {
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, *group);
+    }
+    let key = rcgen::KeyPair::generate()?;
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}

@@ -11,12 +11,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use skiff_tests::api_server::ApiServer;
+use skiff_tests::kube_http::KubeHttp;
 use skiff_tests::kubectl::{kubectl_or_skip, Kubectl};
 use skiff_tests::local_node::{
     self, apply, wait_until, LocalNode, NODE, RELAXED_EVICTION, TIMEOUT,
 };
 use skiff_tests::node_processes::{self, NodeProcesses};
 use skiff_tests::skiff_process::{free_addrs, SkiffProcess};
+use skiff_tests::test_pki;
 
 /// The pod's `jsonpath`.
 fn jsonpath(kubectl: &Kubectl, pod: &str, path: &str) -> Result<String> {
@@ -419,6 +421,65 @@ spec:
         "{.status.containerStatuses[0].state.waiting.message}",
     )?;
     assert_eq!(message, "configmap \"absent\" not found");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelet_port_admits_only_the_api_server_and_administrators() -> Result<()> {
+    let test = "the_kubelet_port_admits_only_the_api_server_and_administrators";
+    let Some(node) = node(test).await? else {
+        return Ok(());
+    };
+    let port = local_node::jsonpath(
+        &node.kubectl,
+        "node",
+        NODE,
+        "{.status.daemonEndpoints.kubeletEndpoint.Port}",
+    )?;
+    let addr = format!("127.0.0.1:{port}");
+    // The kubelet's own certificate, as it keeps it.
+    let kubelet_cert =
+        std::fs::read_to_string(node.server.data_dir().join("kubelet/pki/kubelet.crt"))?;
+    let admin = KubeHttp::from_kubeconfig(&node.server.kubeconfig())?
+        .at(&addr)
+        .trusting(&kubelet_cert);
+    let reply = admin.get("/healthz").await?;
+    assert_eq!((reply.status, reply.text()), (200, "ok".to_string()));
+    // No client certificate, or one of a user outside system:masters
+    // (another kubelet's): the handshake is refused.
+    let anonymous = admin.anonymous().get("/healthz").await;
+    ensure!(
+        anonymous.is_err(),
+        "answered without a client certificate: {anonymous:?}"
+    );
+    let (cert, key) = test_pki::client_credentials("system:node:other", &["system:nodes"])?;
+    let other = admin.with_client_cert(&cert, &key).get("/healthz").await;
+    ensure!(
+        other.is_err(),
+        "answered another node's certificate: {other:?}"
+    );
+    // Plain HTTP gets nothing.
+    let plain = KubeHttp::from_plain(&addr).get("/healthz").await;
+    ensure!(
+        plain.as_ref().map_or(true, |r| r.status != 200),
+        "answered plain HTTP: {plain:?}"
+    );
+    // The API server still reads logs through it.
+    node.kubectl.ok(&[
+        "run",
+        "hello",
+        "--image=busybox",
+        "--restart=Never",
+        "--",
+        "sh",
+        "-c",
+        "echo hello from the pod; sleep 30",
+    ])?;
+    wait_pod(&node.kubectl, "hello", "{.status.phase}", "Running").await?;
+    wait_until("kubectl logs through the kubelet port", || {
+        Ok(node.kubectl.ok(&["logs", "hello"]).unwrap_or_default() == "hello from the pod\n")
+    })
+    .await?;
     Ok(())
 }
 

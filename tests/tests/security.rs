@@ -472,26 +472,6 @@ async fn a_service_account_token_works_until_its_account_or_pod_is_gone() -> Res
     Ok(())
 }
 
-/// Credentials of a kubelet: a client certificate for `system:node:NAME`
-/// in `system:nodes`, signed with the cluster CA of `data_dir`.
-fn kubelet_credentials(data_dir: &Path, node: &str) -> Result<(String, String)> {
-    let _ = data_dir;
-    let pki = skiff_tests::test_pki::dir();
-    let ca_pem = std::fs::read_to_string(pki.join("ca.crt"))?;
-    let ca_key = rcgen::KeyPair::from_pem(&std::fs::read_to_string(pki.join("ca.key"))?)?;
-    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key)?;
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:nodes");
-    let key = rcgen::KeyPair::generate()?;
-    let cert = params.signed_by(&key, &issuer)?;
-    Ok((cert.pem(), key.serialize_pem()))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubelet_changes_only_its_own_node_and_the_pods_bound_to_it() -> Result<()> {
     let server = ApiServer::start().await?;
@@ -503,7 +483,8 @@ async fn a_kubelet_changes_only_its_own_node_and_the_pods_bound_to_it() -> Resul
         bound["spec"]["nodeName"] = json!(node);
         expect_status(&admin.post(PODS, &bound).await?, 201, "a bound pod")?;
     }
-    let (cert, key) = kubelet_credentials(server.data_dir(), "n1")?;
+    let (cert, key) =
+        skiff_tests::test_pki::client_credentials("system:node:n1", &["system:nodes"])?;
     let kubelet = admin.with_client_cert(&cert, &key);
     let patch = |path: String| {
         let kubelet = kubelet.clone();

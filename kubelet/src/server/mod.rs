@@ -1,7 +1,8 @@
-//! The kubelet's HTTP port (10250 by default, plain HTTP): the containers'
-//! logs at `/containerLogs/{namespace}/{pod}/{container}` for the
-//! apiserver's `pods/log`, and `/healthz`. Errors are plain text, as the
-//! kubelet's are; the apiserver turns them into a Status.
+//! The kubelet's port (10250 by default; HTTPS, whose TLS configuration
+//! decides which client certificates get in): the containers' logs at
+//! `/containerLogs/{namespace}/{pod}/{container}` for the apiserver's
+//! `pods/log`, and `/healthz`. Errors are plain text, as the kubelet's
+//! are; the apiserver turns them into a Status.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,15 +34,61 @@ pub fn router(pods: Arc<PodManager>, runtime: Arc<ProcessRuntime>) -> Router {
         .with_state(Kubelet { pods, runtime })
 }
 
-/// Serves the router on `listener` until `shutdown` resolves.
+/// How long a client's TLS handshake may take.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves the router on `listener` until `shutdown` resolves: over TLS
+/// with `tls`, else plain HTTP (tests of the agent alone).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    let Some(tls) = tls else {
+        return axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await;
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    tracing::warn!(error = %err, "accepting a connection failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let acceptor = acceptor.clone();
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        connections.spawn(async move {
+            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                .await
+            {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(err)) => {
+                    tracing::info!(%peer, error = %err, "refused a connection to the kubelet port");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            let _ = builder
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+        while connections.try_join_next().is_some() {}
+    }
+    // A followed log never ends by itself.
+    connections.abort_all();
+    Ok(())
 }
 
 fn refuse(code: StatusCode, message: String) -> Response {
