@@ -473,6 +473,74 @@ async fn a_service_account_token_works_until_its_account_or_pod_is_gone() -> Res
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_reads_only_the_secrets_and_config_maps_its_pods_use() -> Result<()> {
+    let server = ApiServer::start().await?;
+    let admin = server.http()?;
+    const SECRETS: &str = "/api/v1/namespaces/default/secrets";
+    const CONFIG_MAPS: &str = "/api/v1/namespaces/default/configmaps";
+    for name in ["used", "unused"] {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+                            "stringData": {"k": "v"}});
+        expect_status(&admin.post(SECRETS, &secret).await?, 201, name)?;
+        let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                            "data": {"k": "v"}});
+        expect_status(&admin.post(CONFIG_MAPS, &config).await?, 201, name)?;
+    }
+    let (cert, key) =
+        skiff_tests::test_pki::client_credentials("system:node:n1", &["system:nodes"])?;
+    let kubelet = admin.with_client_cert(&cert, &key);
+    // Before any pod of n1 uses it, the Secret is out of reach.
+    let refused = expect_status(
+        &kubelet.get(&format!("{SECRETS}/used")).await?,
+        403,
+        "a secret no pod of n1 uses",
+    )?;
+    assert_eq!(
+        refused["message"],
+        "secrets \"used\" is forbidden: User \"system:node:n1\" cannot get resource \"secrets\" in API group \"\" in the namespace \"default\": no relationship found between node 'n1' and this object"
+    );
+    // A pod bound to n1 that uses both "used" objects.
+    let mut bound = pod("uses");
+    bound["spec"]["nodeName"] = json!("n1");
+    bound["spec"]["containers"][0]["env"] = json!([
+        {"name": "S", "valueFrom": {"secretKeyRef": {"name": "used", "key": "k"}}}
+    ]);
+    bound["spec"]["volumes"] = json!([{"name": "v", "configMap": {"name": "used"}}]);
+    expect_status(&admin.post(PODS, &bound).await?, 201, "a pod on n1")?;
+    // Read right after the pod is created: allowed at once.
+    let secret = expect_status(
+        &kubelet.get(&format!("{SECRETS}/used")).await?,
+        200,
+        "its secret",
+    )?;
+    assert_eq!(secret["data"]["k"], "dg==");
+    expect_status(
+        &kubelet.get(&format!("{CONFIG_MAPS}/used")).await?,
+        200,
+        "its config map",
+    )?;
+    for path in [
+        format!("{SECRETS}/unused"),
+        format!("{CONFIG_MAPS}/unused"),
+        SECRETS.to_string(),
+        "/api/v1/secrets".to_string(),
+        format!("{SECRETS}?watch=true"),
+    ] {
+        expect_status(&kubelet.get(&path).await?, 403, &path)?;
+    }
+    // Another node's kubelet may not read n1's.
+    let (cert, key) =
+        skiff_tests::test_pki::client_credentials("system:node:n2", &["system:nodes"])?;
+    let other = admin.with_client_cert(&cert, &key);
+    expect_status(
+        &other.get(&format!("{SECRETS}/used")).await?,
+        403,
+        "n2 reading n1's secret",
+    )?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubelet_changes_only_its_own_node_and_the_pods_bound_to_it() -> Result<()> {
     let server = ApiServer::start().await?;
     let admin = server.http()?;
