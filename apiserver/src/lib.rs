@@ -29,6 +29,7 @@ pub(crate) mod schema;
 pub mod selectors;
 pub mod server;
 pub mod serving;
+pub mod skip_verify;
 pub mod status;
 pub mod storage;
 pub mod subresources;

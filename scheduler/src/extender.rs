@@ -23,11 +23,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -1243,7 +1241,9 @@ fn tls_settings(
     let builder = match (insecure, ca) {
         (true, _) => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerification(provider))),
+            .with_custom_certificate_verifier(Arc::new(
+                skiff_apiserver::skip_verify::SkipServerVerification(provider),
+            )),
         (false, Some(pem)) => builder.with_root_certificates(trust_roots(&pem)?),
         (false, None) => builder.with_root_certificates(system_roots()),
     };
@@ -1370,56 +1370,6 @@ fn system_client_config() -> Result<Arc<ClientConfig>, String> {
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(SYSTEM.get_or_init(|| Arc::new(config)).clone())
-}
-
-/// Go's `InsecureSkipVerify`: any certificate is accepted, though the
-/// handshake's signatures are still checked.
-#[derive(Debug)]
-struct NoVerification(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 #[cfg(test)]

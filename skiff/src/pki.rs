@@ -348,7 +348,9 @@ impl Pki {
             .with_safe_default_protocol_versions()
             .context("TLS protocol versions")?
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyKubelet(provider)))
+            .with_custom_certificate_verifier(Arc::new(
+                skiff_apiserver::skip_verify::SkipServerVerification(provider),
+            ))
             .with_client_auth_cert(
                 pem_certs(&credentials.cert_pem)?,
                 private_key(&credentials.key_pem)?,
@@ -446,56 +448,6 @@ impl rustls::server::danger::ClientCertVerifier for MastersOnly {
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.supported_verify_schemes()
-    }
-}
-
-/// A kubelet's serving certificate, taken unchecked (the handshake's
-/// signatures are still verified).
-#[derive(Debug)]
-struct AnyKubelet(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyKubelet {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
