@@ -11,6 +11,7 @@ pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod cache;
+pub mod coalesce;
 pub mod conversion;
 pub mod crd;
 pub mod discovery;

@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use tower::ServiceExt;
 
 use crate::authn::Transport;
+use crate::coalesce::Coalescing;
 
 /// kube-apiserver's default `--http2-max-streams-per-connection`.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 1000;
@@ -28,6 +29,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The first bytes of every HTTP/2 connection (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Serves `router` on `listener` until `shutdown` resolves, then stops
 /// accepting and waits (up to 10 s) for the connections' requests in
@@ -67,7 +70,17 @@ pub async fn serve(
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let Some(acceptor) = acceptor.clone() else {
-            serve_connection(&builder, watcher, stream, router, peer, Transport::Insecure);
+            // Which protocol is known from the first bytes: the task
+            // waits for them, not the accept loop.
+            tokio::spawn(async move {
+                let transport = Transport::Insecure;
+                if sends_h2_preface(&stream).await {
+                    let stream = Coalescing::new(stream);
+                    serve_connection(&builder, watcher, stream, router, peer, transport);
+                } else {
+                    serve_connection(&builder, watcher, stream, router, peer, transport);
+                }
+            });
             continue;
         };
         // The handshake runs in its own task, so a slow client never
@@ -92,14 +105,13 @@ pub async fn serve(
                 .and_then(|chain| chain.first())
                 .and_then(|cert| crate::authn::x509::user_of(cert))
                 .map(Arc::new);
-            serve_connection(
-                &builder,
-                watcher,
-                stream,
-                router,
-                peer,
-                Transport::Tls { client },
-            );
+            let transport = Transport::Tls { client };
+            if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                let stream = Coalescing::new(stream);
+                serve_connection(&builder, watcher, stream, router, peer, transport);
+            } else {
+                serve_connection(&builder, watcher, stream, router, peer, transport);
+            }
         });
     }
     drop(listener);
@@ -141,4 +153,32 @@ fn serve_connection<S>(
             tracing::debug!(error = %err, "an API connection ended with an error");
         }
     });
+}
+
+/// Whether a plain connection starts with HTTP/2's preface (a client with
+/// prior knowledge). Reads nothing: the bytes are left for hyper. A client
+/// that sends nothing within the handshake timeout is served as HTTP/1.1,
+/// whose own timeouts then apply.
+async fn sends_h2_preface(stream: &tokio::net::TcpStream) -> bool {
+    let look = async {
+        let mut first = [0u8; 24];
+        loop {
+            let seen = match stream.peek(&mut first).await {
+                Ok(0) | Err(_) => return false,
+                Ok(seen) => seen,
+            };
+            if first[..seen] != H2_PREFACE[..seen] {
+                return false;
+            }
+            if seen == H2_PREFACE.len() {
+                return true;
+            }
+            // Part of the preface so far: peek returns at once while any
+            // byte is waiting, so wait a little for the rest.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, look)
+        .await
+        .unwrap_or(false)
 }

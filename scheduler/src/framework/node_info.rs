@@ -290,6 +290,10 @@ pub struct ClusterObjects {
 pub struct Snapshot {
     pub nodes: Vec<Arc<NodeInfo>>,
     index: HashMap<String, usize>,
+    /// Image → how many nodes hold it, kept as nodes are replaced:
+    /// ImageLocality reads it for every pod, where counting over every
+    /// node each time cost a tenth of the scheduler's time at 5 000 nodes.
+    images: HashMap<String, usize>,
     pub cluster: Arc<ClusterObjects>,
 }
 
@@ -300,21 +304,49 @@ impl Snapshot {
             .enumerate()
             .map(|(i, n)| (n.name().to_string(), i))
             .collect();
-        Snapshot {
-            nodes,
+        let mut snapshot = Snapshot {
+            nodes: Vec::new(),
             index,
+            images: HashMap::new(),
             cluster,
+        };
+        for node in &nodes {
+            snapshot.count_images(node, true);
         }
+        snapshot.nodes = nodes;
+        snapshot
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
         self.index.get(name).map(|&i| &self.nodes[i])
     }
 
+    /// How many nodes hold `image` (a normalized name).
+    pub fn nodes_with_image(&self, image: &str) -> usize {
+        self.images.get(image).copied().unwrap_or(0)
+    }
+
+    fn count_images(&mut self, node: &NodeInfo, add: bool) {
+        for image in node.images.keys() {
+            if add {
+                *self.images.entry(image.clone()).or_default() += 1;
+            } else if let Some(count) = self.images.get_mut(image) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    self.images.remove(image);
+                }
+            }
+        }
+    }
+
     /// Replaces one node's info (preemption simulates removals on a copy).
     pub fn replace(&mut self, info: Arc<NodeInfo>) {
+        self.count_images(&info, true);
         match self.index.get(info.name()) {
-            Some(&i) => self.nodes[i] = info,
+            Some(&i) => {
+                let old = std::mem::replace(&mut self.nodes[i], info);
+                self.count_images(&old, false);
+            }
             None => {
                 self.index.insert(info.name().to_string(), self.nodes.len());
                 self.nodes.push(info);

@@ -32,6 +32,8 @@ pub fn new(args: &Value) -> Result<Arc<dyn Plugin>, String> {
 /// How many nodes hold each of the pod's images, of how many nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ImageSpread {
+    /// The pod's images, as [`pod_images`] lists them.
+    images: Vec<String>,
     total_nodes: usize,
     nodes_with: HashMap<String, usize>,
 }
@@ -60,11 +62,25 @@ fn container_count(pod: &PodInfo) -> i64 {
         .unwrap_or(0) as i64
 }
 
-fn image_spread<'a>(pod: &PodInfo, nodes: impl Iterator<Item = &'a NodeInfo>) -> ImageSpread {
-    let mut nodes_with: HashMap<String, usize> = pod_images(pod)
-        .into_iter()
-        .map(|image| (image, 0))
+/// The spread over the whole snapshot, from its image counts.
+fn image_spread(pod: &PodInfo, snapshot: &Snapshot) -> ImageSpread {
+    let images = pod_images(pod);
+    let nodes_with = images
+        .iter()
+        .map(|image| (image.clone(), snapshot.nodes_with_image(image)))
         .collect();
+    ImageSpread {
+        images,
+        total_nodes: snapshot.nodes.len(),
+        nodes_with,
+    }
+}
+
+/// The spread over some nodes, counted.
+fn image_spread_over<'a>(pod: &PodInfo, nodes: impl Iterator<Item = &'a NodeInfo>) -> ImageSpread {
+    let images = pod_images(pod);
+    let mut nodes_with: HashMap<String, usize> =
+        images.iter().map(|image| (image.clone(), 0)).collect();
     let mut total_nodes = 0;
     for node in nodes {
         total_nodes += 1;
@@ -75,6 +91,7 @@ fn image_spread<'a>(pod: &PodInfo, nodes: impl Iterator<Item = &'a NodeInfo>) ->
         }
     }
     ImageSpread {
+        images,
         total_nodes,
         nodes_with,
     }
@@ -82,13 +99,16 @@ fn image_spread<'a>(pod: &PodInfo, nodes: impl Iterator<Item = &'a NodeInfo>) ->
 
 /// The images' sizes on `node`, each scaled by the share of nodes that
 /// hold it.
-fn sum_image_scores(pod: &PodInfo, node: &NodeInfo, spread: &ImageSpread) -> i64 {
+fn sum_image_scores(node: &NodeInfo, spread: &ImageSpread) -> i64 {
     let mut sum: i64 = 0;
-    for image in pod_images(pod) {
-        let Some(&size) = node.images.get(&image) else {
+    if node.images.is_empty() {
+        return 0;
+    }
+    for image in &spread.images {
+        let Some(&size) = node.images.get(image) else {
             continue;
         };
-        let holders = spread.nodes_with.get(&image).copied().unwrap_or(1).max(1);
+        let holders = spread.nodes_with.get(image).copied().unwrap_or(1).max(1);
         let share = holders as f64 / spread.total_nodes.max(holders) as f64;
         sum = sum.saturating_add((size as f64 * share) as i64);
     }
@@ -131,10 +151,7 @@ impl Plugin for ImageLocality {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        state.write(
-            STATE_KEY,
-            image_spread(pod, snapshot.nodes.iter().map(|n| n.as_ref())),
-        );
+        state.write(STATE_KEY, image_spread(pod, snapshot));
         (PreFilterResult::default(), Status::success())
     }
 
@@ -144,7 +161,7 @@ impl Plugin for ImageLocality {
         if state.read::<ImageSpread>(STATE_KEY).is_none() {
             state.write(
                 STATE_KEY,
-                image_spread(pod, nodes.iter().map(|n| n.as_ref())),
+                image_spread_over(pod, nodes.iter().map(|n| n.as_ref())),
             );
         }
         Status::success()
@@ -155,11 +172,11 @@ impl Plugin for ImageLocality {
         let spread = match state.read::<ImageSpread>(STATE_KEY) {
             Some(spread) => spread,
             None => {
-                computed = image_spread(pod, std::iter::once(node));
+                computed = image_spread_over(pod, std::iter::once(node));
                 &computed
             }
         };
-        let sum = sum_image_scores(pod, node, spread);
+        let sum = sum_image_scores(node, spread);
         Ok(calculate_priority(sum, container_count(pod)))
     }
 }

@@ -151,3 +151,25 @@ fn takes_no_args() {
     assert!(new(&Value::Null).is_ok());
     assert!(new(&json!({"x": 1})).is_err());
 }
+
+#[test]
+fn the_snapshot_counts_images_as_nodes_change() {
+    let mut snapshot = cluster();
+    assert_eq!(snapshot.nodes_with_image("gcr.io/300:v1"), 2);
+    assert_eq!(snapshot.nodes_with_image("gcr.io/40:latest"), 1);
+    assert_eq!(snapshot.nodes_with_image("gcr.io/none:latest"), 0);
+    // b drops its 300 MiB image and pulls the 40 MiB one.
+    snapshot.replace(node(
+        "b",
+        &[(&["gcr.io/40:latest"], 40), (&["gcr.io/2000:latest"], 2000)],
+    ));
+    assert_eq!(snapshot.nodes_with_image("gcr.io/300:v1"), 1);
+    assert_eq!(snapshot.nodes_with_image("gcr.io/40:latest"), 2);
+    // A new node d with the 2000 MiB image.
+    snapshot.replace(node("d", &[(&["gcr.io/2000:latest"], 2000)]));
+    assert_eq!(snapshot.nodes_with_image("gcr.io/2000:latest"), 2);
+    // The spread a pod sees is the same as counting over every node.
+    let pod = pod(&[], &["gcr.io/2000", "gcr.io/40"]);
+    let counted = image_spread_over(&pod, snapshot.nodes.iter().map(|n| n.as_ref()));
+    assert_eq!(image_spread(&pod, &snapshot), counted);
+}
