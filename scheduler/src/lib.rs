@@ -10,6 +10,7 @@ pub mod leader;
 pub mod metrics;
 pub mod plugins;
 pub mod queue;
+pub mod recent_events;
 pub mod run;
 pub mod scheduler;
 pub mod watch;

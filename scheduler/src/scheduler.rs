@@ -22,10 +22,8 @@ use crate::framework::{Binder, Code, CycleState, PodInfo, Profile, ScheduleFailu
 use crate::metrics::Metrics;
 use crate::plugins::default_preemption;
 use crate::queue::{Popped, SchedulingQueue};
+use crate::recent_events::{RecentEvents, Seen};
 use crate::watch::pod_info;
-
-/// An event's pod key, reason and message.
-type EventKey = (String, String, String);
 
 /// How long a repeated event counts up on the first one.
 const EVENT_AGGREGATION: Duration = Duration::from_secs(600);
@@ -45,7 +43,7 @@ pub struct Scheduler {
     events: AtomicU64,
     /// Events recorded lately: (pod, reason, message) → (event name,
     /// count, when last seen).
-    recent_events: Mutex<HashMap<EventKey, (String, i32, std::time::Instant)>>,
+    recent_events: Mutex<RecentEvents>,
 }
 
 impl Scheduler {
@@ -63,8 +61,12 @@ impl Scheduler {
             metrics,
             nominated: Mutex::new(HashMap::new()),
             events: AtomicU64::new(0),
-            recent_events: Mutex::new(HashMap::new()),
+            recent_events: Mutex::new(RecentEvents::new(EVENT_AGGREGATION)),
         }
+    }
+
+    fn recent_events(&self) -> std::sync::MutexGuard<'_, RecentEvents> {
+        self.recent_events.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn with_cache<T>(&self, f: impl FnOnce(&mut Cache) -> T) -> T {
@@ -498,44 +500,36 @@ impl Scheduler {
     async fn event(&self, pod: &PodInfo, kind: &str, reason: &str, message: &str) {
         let api: Api<Event> = Api::namespaced(self.client.clone(), pod.namespace());
         let same = (pod.key.clone(), reason.to_string(), message.to_string());
-        let repeated = {
-            let mut recent = self.recent_events.lock().unwrap_or_else(|e| e.into_inner());
-            recent.retain(|_, (_, _, at)| at.elapsed() < EVENT_AGGREGATION);
-            recent.get_mut(&same).map(|(name, count, at)| {
-                *count += 1;
-                *at = std::time::Instant::now();
-                (name.clone(), *count)
-            })
-        };
-        if let Some((name, count)) = repeated {
-            if name.is_empty() {
-                // The first one is still being created; it takes this
-                // count when it lands.
-                return;
-            }
-            let patch = json!({"count": count, "lastTimestamp": now()});
-            match api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => return,
-                // Gone (deleted or expired): record it anew, as client-go
-                // does.
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                // Any other failure loses this count rather than starting a
-                // second event for the same thing.
-                Err(err) => {
-                    tracing::debug!(pod = %pod.key, error = %err, "could not update an event");
-                    return;
+        let seen = self.recent_events().seen(&same, std::time::Instant::now());
+        match seen {
+            Seen::New => {}
+            // The first one is still being created; it takes this count
+            // when it lands.
+            Seen::Pending => return,
+            Seen::Repeat { name, count } => {
+                let patch = json!({"count": count, "lastTimestamp": now()});
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => return,
+                    // Gone (deleted or expired): record it anew, as
+                    // client-go does, reserved before the create so that a
+                    // repeat meanwhile is counted on this event.
+                    Err(kube::Error::Api(status)) if status.code == 404 => {
+                        let mut recent = self.recent_events();
+                        recent.forget(&same);
+                        recent.seen(&same, std::time::Instant::now());
+                    }
+                    // Any other failure loses this count rather than
+                    // starting a second event for the same thing.
+                    Err(err) => {
+                        tracing::debug!(pod = %pod.key, error = %err, "could not update an event");
+                        return;
+                    }
                 }
             }
         }
-        // Reserved before the create, so that a repeat meanwhile is counted
-        // on this event instead of making another.
-        self.recent_events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(same.clone(), (String::new(), 1, std::time::Instant::now()));
         let n = self.events.fetch_add(1, Ordering::Relaxed);
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -560,12 +554,7 @@ impl Scheduler {
             "lastTimestamp": now,
             "count": 1,
         });
-        let forget = || {
-            self.recent_events
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&same);
-        };
+        let forget = || self.recent_events().forget(&same);
         let event: Event = match serde_json::from_value(event) {
             Ok(event) => event,
             Err(_) => return forget(),
@@ -573,16 +562,9 @@ impl Scheduler {
         match api.create(&PostParams::default(), &event).await {
             Ok(created) => {
                 let name = created.metadata.name.unwrap_or_default();
-                let count = {
-                    let mut recent = self.recent_events.lock().unwrap_or_else(|e| e.into_inner());
-                    let entry = recent.entry(same.clone()).or_insert((
-                        String::new(),
-                        1,
-                        std::time::Instant::now(),
-                    ));
-                    entry.0 = name.clone();
-                    entry.1
-                };
+                let count =
+                    self.recent_events()
+                        .created(&same, name.clone(), std::time::Instant::now());
                 if count > 1 {
                     let patch = json!({"count": count, "lastTimestamp": now});
                     if let Err(err) = api

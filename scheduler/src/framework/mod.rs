@@ -207,10 +207,25 @@ impl Profile {
 
     /// Runs every Filter on `node`; the first that does not pass answers.
     pub fn run_filters(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        for plugin in self.at(Point::Filter) {
-            if state.skip_filter.contains(plugin.name()) {
-                continue;
-            }
+        Self::run_these_filters(&self.filters_to_run(state), state, pod, node)
+    }
+
+    /// The Filter plugins whose PreFilter did not say Skip, found once per
+    /// cycle rather than once per node.
+    fn filters_to_run(&self, state: &CycleState) -> Vec<&Arc<dyn Plugin>> {
+        self.at(Point::Filter)
+            .iter()
+            .filter(|p| !state.skip_filter.contains(p.name()))
+            .collect()
+    }
+
+    fn run_these_filters(
+        filters: &[&Arc<dyn Plugin>],
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        for plugin in filters {
             let status = plugin.filter(state, pod, node);
             if !status.is_success() {
                 return status.with_plugin(plugin.name());
@@ -306,23 +321,31 @@ impl Profile {
         only: Option<&BTreeSet<String>>,
         next_start: &mut usize,
     ) -> Result<(Vec<Arc<NodeInfo>>, NodeStatuses, usize), ScheduleFailure> {
-        let candidates: Vec<&Arc<NodeInfo>> = match only {
+        let narrowed: Vec<&Arc<NodeInfo>> = match only {
             Some(names) => names.iter().filter_map(|n| snapshot.get(n)).collect(),
-            None => snapshot.nodes.iter().collect(),
+            None => Vec::new(),
         };
-        let wanted = self.feasible_nodes_to_find(candidates.len());
-        let mut feasible = Vec::new();
+        let candidate = |i: usize| match only {
+            Some(_) => narrowed[i],
+            None => &snapshot.nodes[i],
+        };
+        let count = match only {
+            Some(_) => narrowed.len(),
+            None => snapshot.nodes.len(),
+        };
+        let filters = self.filters_to_run(state);
+        let wanted = self.feasible_nodes_to_find(count);
+        let mut feasible = Vec::with_capacity(wanted.min(count));
         let mut statuses = NodeStatuses::new();
-        let count = candidates.len();
         let start = if count == 0 { 0 } else { *next_start % count };
         let mut evaluated = 0;
         for i in 0..count {
             if feasible.len() >= wanted {
                 break;
             }
-            let node = candidates[(start + i) % count];
+            let node = candidate((start + i) % count);
             evaluated += 1;
-            let status = self.run_filters(state, pod, node);
+            let status = Self::run_these_filters(&filters, state, pod, node);
             match status.code {
                 Code::Success => feasible.push(node.clone()),
                 Code::Error => return Err(ScheduleFailure::Error(status)),
@@ -361,19 +384,16 @@ impl Profile {
                 score: 0,
             })
             .collect();
+        // One buffer of each node's score, its names made once per cycle.
+        let mut scores = totals.clone();
         for plugin in self.at(Point::Score) {
             if state.skip_score.contains(plugin.name()) {
                 continue;
             }
-            let mut scores = Vec::with_capacity(nodes.len());
-            for node in nodes {
-                let score = plugin
+            for (slot, node) in scores.iter_mut().zip(nodes) {
+                slot.score = plugin
                     .score(state, pod, node)
                     .map_err(|s| s.with_plugin(plugin.name()))?;
-                scores.push(NodeScore {
-                    name: node.name().to_string(),
-                    score,
-                });
             }
             if let Some(status) = plugin.normalize_scores(state, pod, &mut scores) {
                 if !status.is_success() {
