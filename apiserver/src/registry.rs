@@ -598,6 +598,21 @@ impl Registry {
             .await
     }
 
+    /// Stores `object` over the current one as [`Self::update`] does, but
+    /// leaves `managedFields` as they are: a binding places the pod through
+    /// the storage, as kube-apiserver's does, so no manager owns
+    /// `spec.nodeName` or the PodScheduled condition it sets.
+    pub async fn update_unmanaged(
+        &self,
+        target: &Target<'_>,
+        name: &str,
+        object: Value,
+        write: &Write<'_>,
+    ) -> ApiResult<Value> {
+        self.update_object(target, name, object, None, write, false)
+            .await
+    }
+
     /// Stores `object` over the current one; `record`: the fields the
     /// writer changed become its own in `managedFields`.
     async fn update_object(

@@ -216,7 +216,7 @@ pub async fn bind(
         via: Some("binding"),
         ..*write
     };
-    registry.update(target, name, pod, None, &write).await?;
+    registry.update_unmanaged(target, name, pod, &write).await?;
     Ok(success(201))
 }
 

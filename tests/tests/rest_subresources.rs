@@ -100,7 +100,7 @@ async fn scale_binding_eviction_and_status() -> Result<()> {
     assert_eq!(no_scale.status, 404, "pods have no scale");
 
     // binding, once
-    ok(&http, "POST", PODS, json_type, &pod("web"), 201).await?;
+    let created = ok(&http, "POST", PODS, json_type, &pod("web"), 201).await?;
     let binding = |node: &str| {
         json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "web"},
                                        "target": {"kind": "Node", "name": node}})
@@ -137,6 +137,12 @@ async fn scale_binding_eviction_and_status() -> Result<()> {
     assert_eq!(
         scheduled[0]["status"], "True",
         "the binding marks the pod scheduled"
+    );
+    // As with kube-apiserver, the binding is not a field manager of the
+    // pod: nodeName and PodScheduled belong to no one.
+    assert_eq!(
+        web["metadata"]["managedFields"], created["metadata"]["managedFields"],
+        "the binding leaves managedFields as they were"
     );
 
     // status: the spec does not change through it

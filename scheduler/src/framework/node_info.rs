@@ -144,6 +144,12 @@ pub struct NodeInfo {
     pub pods_with_required_anti_affinity: usize,
     /// Image name → size in bytes, from `status.images`.
     pub images: HashMap<String, i64>,
+    /// `spec.unschedulable` and `spec.taints`, then the NoSchedule taints
+    /// its conditions stand for: kept here so that filtering thousands of
+    /// nodes per pod reads only their NodeInfo, not each Node object.
+    pub unschedulable: bool,
+    taints: Vec<Taint>,
+    pub condition_taints: Vec<Taint>,
     /// Bumped on every change, so snapshots can tell what moved.
     pub generation: u64,
 }
@@ -160,6 +166,9 @@ impl NodeInfo {
             pods_with_affinity: 0,
             pods_with_required_anti_affinity: 0,
             images: HashMap::new(),
+            unschedulable: false,
+            taints: Vec::new(),
+            condition_taints: Vec::new(),
             generation: 0,
         };
         info.set_node(node);
@@ -186,6 +195,11 @@ impl NodeInfo {
                     .map(move |name| (normalized_image(name), size))
             })
             .collect();
+        let spec = node.spec.as_ref();
+        self.unschedulable = spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        self.taints = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
+        self.condition_taints =
+            crate::plugins::taint_toleration::condition_taints(&node, &self.taints);
         self.node = node;
         self.generation += 1;
     }
@@ -200,11 +214,7 @@ impl NodeInfo {
     }
 
     pub fn taints(&self) -> &[Taint] {
-        self.node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.as_deref())
-            .unwrap_or_default()
+        &self.taints
     }
 
     pub fn add_pod(&mut self, pod: Arc<PodInfo>) {

@@ -50,13 +50,7 @@ impl Plugin for NodeUnschedulable {
     }
 
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let unschedulable = node
-            .node
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false);
-        if !unschedulable {
+        if !node.unschedulable {
             return Status::success();
         }
         let tolerated = pod

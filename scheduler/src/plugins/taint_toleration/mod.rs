@@ -96,7 +96,7 @@ pub fn effective_taints(node: &Node) -> Vec<Taint> {
 
 /// The NoSchedule taints `node`'s conditions stand for, less those in
 /// `own` (the taints it carries).
-fn condition_taints(node: &Node, own: &[Taint]) -> Vec<Taint> {
+pub(crate) fn condition_taints(node: &Node, own: &[Taint]) -> Vec<Taint> {
     let conditions = node
         .status
         .as_ref()
@@ -154,10 +154,7 @@ impl Plugin for TaintToleration {
         if let Some(taint) = node.taints().iter().find(|t| blocks(t)) {
             return Status::unresolvable(untolerated_reason(taint));
         }
-        match condition_taints(&node.node, node.taints())
-            .iter()
-            .find(|t| blocks(t))
-        {
+        match node.condition_taints.iter().find(|t| blocks(t)) {
             Some(taint) => Status::unresolvable(untolerated_reason(taint)),
             None => Status::success(),
         }
