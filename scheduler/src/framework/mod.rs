@@ -377,15 +377,16 @@ impl Profile {
                 _ => return Err(status.with_plugin(plugin.name())),
             }
         }
-        let mut totals: Vec<NodeScore> = nodes
+        // One buffer of each node's score, its names made once per cycle;
+        // the totals take the names at the end.
+        let mut scores: Vec<NodeScore> = nodes
             .iter()
             .map(|n| NodeScore {
                 name: n.name().to_string(),
                 score: 0,
             })
             .collect();
-        // One buffer of each node's score, its names made once per cycle.
-        let mut scores = totals.clone();
+        let mut totals = vec![0_i64; nodes.len()];
         for plugin in self.at(Point::Score) {
             if state.skip_score.contains(plugin.name()) {
                 continue;
@@ -410,10 +411,13 @@ impl Profile {
                         score.name
                     )));
                 }
-                total.score += score.score * weight;
+                *total += score.score * weight;
             }
         }
-        Ok(totals)
+        for (slot, total) in scores.iter_mut().zip(totals) {
+            slot.score = total;
+        }
+        Ok(scores)
     }
 
     pub fn run_post_filter(
