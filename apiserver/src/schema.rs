@@ -3,6 +3,7 @@
 //! by strategic merge patch and server-side apply; how lists merge is
 //! `patch::list_strategy`'s business, not this module's.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use schemars::generate::SchemaSettings;
@@ -30,6 +31,7 @@ pub(crate) enum Shape<'s> {
 
 /// What the schema says a field holds: its own definition and, for lists,
 /// the definition of the items.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Field<'s> {
     pub(crate) shape: Shape<'s>,
     pub(crate) items: Option<&'s str>,
@@ -45,16 +47,36 @@ pub(crate) fn definition_name(schema: &Value) -> Option<&str> {
 
 /// The field `name` of an object of the definition `owner`.
 pub(crate) fn field_of<'s>(owner: Option<&str>, name: &str) -> Field<'s> {
-    let unknown = Field {
-        shape: Shape::Struct(None),
-        items: None,
-    };
-    let Some(schema) = owner
-        .and_then(|d| DEFINITIONS.get(d))
-        .and_then(|d| d.get("properties")?.get(name))
-    else {
-        return unknown;
-    };
+    owner
+        .and_then(|owner| FIELDS.get(owner)?.get(name).copied())
+        .unwrap_or(Field {
+            shape: Shape::Struct(None),
+            items: None,
+        })
+}
+
+/// Every definition's fields, worked out once: `field_of` runs for every
+/// field of every object written (server-side apply's field sets, strategic
+/// merge), and reading the schema's JSON each time was a visible share of
+/// a create's cost.
+static FIELDS: LazyLock<HashMap<&'static str, HashMap<&'static str, Field<'static>>>> =
+    LazyLock::new(|| {
+        let definitions: &'static Map<String, Value> = &DEFINITIONS;
+        definitions
+            .iter()
+            .filter_map(|(owner, definition)| {
+                let properties = definition.get("properties")?.as_object()?;
+                let fields = properties
+                    .iter()
+                    .map(|(name, schema)| (name.as_str(), field_from_schema(schema)))
+                    .collect();
+                Some((owner.as_str(), fields))
+            })
+            .collect()
+    });
+
+/// What the schema of one property says it holds.
+fn field_from_schema(schema: &Value) -> Field<'_> {
     match schema.get("type").and_then(Value::as_str) {
         Some("array") => Field {
             shape: Shape::Struct(None),
@@ -68,5 +90,24 @@ pub(crate) fn field_of<'s>(owner: Option<&str>, name: &str) -> Field<'s> {
             shape: Shape::Struct(definition_name(schema)),
             items: None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_say_what_the_schema_holds() {
+        let spec = field_of(Some("io.k8s.api.core.v1.Pod"), "spec");
+        assert!(matches!(spec.shape, Shape::Struct(Some("io.k8s.api.core.v1.PodSpec"))));
+        let containers = field_of(Some("io.k8s.api.core.v1.PodSpec"), "containers");
+        assert_eq!(containers.items, Some("io.k8s.api.core.v1.Container"));
+        let selector = field_of(Some("io.k8s.api.core.v1.PodSpec"), "nodeSelector");
+        assert!(matches!(selector.shape, Shape::Values(None)));
+        // Unknown owners and fields know nothing.
+        let unknown = field_of(Some("io.k8s.api.core.v1.PodSpec"), "noSuchField");
+        assert!(matches!(unknown.shape, Shape::Struct(None)) && unknown.items.is_none());
+        assert!(matches!(field_of(None, "spec").shape, Shape::Struct(None)));
     }
 }

@@ -76,9 +76,9 @@ impl Walker {
                 continue;
             }
             let mut child = FieldSet::default();
-            self.location.push(name.clone());
+            self.enter(|| name.clone());
             self.value(value, node.field(name), &mut child);
-            self.location.pop();
+            self.leave();
             if !child.is_empty() {
                 set.children.insert(fieldset::field(name), child);
             }
@@ -94,7 +94,7 @@ impl Walker {
         }
         let mut seen = BTreeSet::new();
         for (index, (value, element)) in items.iter().zip(elements).enumerate() {
-            self.location.push(format!("[{index}]"));
+            self.enter(|| format!("[{index}]"));
             match element {
                 Err(problem) => self.key_problem(problem, value, key),
                 Ok(element) if self.config && !seen.insert(element.clone()) => {
@@ -107,6 +107,21 @@ impl Walker {
                     child.member = true;
                 }
             }
+            self.leave();
+        }
+    }
+
+    /// Steps into a field or item for error messages: only an apply
+    /// configuration's walk reports errors, so an object's walk (every
+    /// write's managedFields) skips building the path.
+    fn enter(&mut self, segment: impl FnOnce() -> String) {
+        if self.config {
+            self.location.push(segment());
+        }
+    }
+
+    fn leave(&mut self) {
+        if self.config {
             self.location.pop();
         }
     }

@@ -14,6 +14,7 @@
 mod filter;
 pub mod metrics;
 mod object;
+mod partial;
 mod reflector;
 mod resource;
 mod ring;
