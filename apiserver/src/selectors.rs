@@ -783,17 +783,6 @@ pub fn field_value(object: &Value, field: &str) -> String {
     }
 }
 
-/// Adds to `out` the paths of an object that [`field_value`] reads for
-/// `field`, so that a reader may parse only those (the watch cache does).
-pub fn field_paths<'a>(field: &'a str, out: &mut Vec<&'a str>) {
-    match field {
-        "status.successful" => out.push("status.succeeded"),
-        "status.podIP" | "status.podIPs" => out.extend(["status.podIP", "status.podIPs"]),
-        "source" => out.extend(["source", "reportingComponent"]),
-        _ => out.push(field),
-    }
-}
-
 fn scalar_text(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),

@@ -14,7 +14,6 @@
 mod filter;
 pub mod metrics;
 mod object;
-mod partial;
 mod reflector;
 mod resource;
 mod ring;

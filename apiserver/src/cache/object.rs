@@ -24,27 +24,6 @@ pub struct CachedObject {
     splice: Option<crate::object::Splice>,
 }
 
-/// Of the stored JSON, what [`Selectable::new`] reads: the kind, the
-/// labels and the fields a field selector may name for the kind.
-fn selected_fields(resource: &ResourceType, stored: &[u8]) -> Value {
-    let mut paths = vec!["kind", "metadata.labels"];
-    for field in crate::selectors::supported_fields(resource.kind) {
-        crate::selectors::field_paths(field, &mut paths);
-    }
-    match super::partial::parse_fields(stored, &paths) {
-        // Another kind than the resource's picks other fields.
-        Ok(parsed)
-            if parsed
-                .get("kind")
-                .and_then(Value::as_str)
-                .is_none_or(|kind| kind == resource.kind) =>
-        {
-            parsed
-        }
-        _ => serde_json::from_slice(stored).unwrap_or(Value::Null),
-    }
-}
-
 impl CachedObject {
     pub fn new(
         resource: &ResourceType,
@@ -52,7 +31,7 @@ impl CachedObject {
         mod_revision: i64,
         stored: Bytes,
     ) -> CachedObject {
-        let parsed = selected_fields(resource, &stored);
+        let parsed: Value = serde_json::from_slice(&stored).unwrap_or(Value::Null);
         CachedObject {
             key,
             mod_revision,
@@ -394,58 +373,5 @@ mod tests {
         assert_eq!(line["type"], "DELETED");
         assert_eq!(line["object"]["metadata"]["resourceVersion"], "9");
         assert!(a.starts_with(b"{\"type\":") && a.ends_with(b"}\n"));
-    }
-}
-
-#[cfg(test)]
-mod selected_tests {
-    use super::*;
-    use crate::resources::find;
-    use serde_json::json;
-
-    /// Parsing only the selectable fields gives selectors the same as
-    /// parsing the whole object, for every kind with fields of its own.
-    #[test]
-    fn the_fields_parsed_are_all_that_selectors_read() {
-        let cases = [
-            (("", "v1", "pods"), json!({
-                "kind": "Pod", "apiVersion": "v1",
-                "metadata": {"name": "web", "namespace": "ns", "labels": {"app": "web"}, "uid": "u"},
-                "spec": {"nodeName": "n1", "restartPolicy": "Always", "schedulerName": "s",
-                         "serviceAccountName": "sa", "hostNetwork": true, "containers": [{"name": "c"}]},
-                "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.2"}], "nominatedNodeName": "n2"},
-            })),
-            (("", "v1", "events"), json!({
-                "kind": "Event", "metadata": {"name": "e", "namespace": "ns"},
-                "involvedObject": {"kind": "Pod", "name": "web", "uid": "u", "fieldPath": "spec"},
-                "reason": "Scheduled", "reportingComponent": "sched", "type": "Normal",
-            })),
-            (("batch", "v1", "jobs"), json!({
-                "kind": "Job", "metadata": {"name": "j", "namespace": "ns"},
-                "status": {"succeeded": 3},
-            })),
-            (("", "v1", "secrets"), json!({
-                "kind": "Secret", "metadata": {"name": "s", "namespace": "ns"}, "data": {"a": "Yg=="},
-            })),
-            (("", "v1", "nodes"), json!({
-                "kind": "Node", "metadata": {"name": "n1", "labels": {"zone": "a"}},
-                "spec": {"unschedulable": true}, "status": {"capacity": {"cpu": "4"}},
-            })),
-            (("", "v1", "services"), json!({
-                "kind": "Service", "metadata": {"name": "svc", "namespace": "ns"},
-                "spec": {"clusterIP": "10.96.0.10", "type": "ClusterIP", "ports": [{"port": 53}]},
-            })),
-            // No kind in the stored bytes: the resource's kind is used.
-            (("", "v1", "configmaps"), json!({
-                "metadata": {"name": "cm", "namespace": "ns", "labels": {"a": "b"}}, "data": {"k": "v"},
-            })),
-        ];
-        for ((group, version, plural), object) in cases {
-            let resource = find(group, version, plural).expect("a served resource");
-            let bytes = serde_json::to_vec(&object).unwrap();
-            let full = Selectable::new(resource, &object);
-            let partial = Selectable::new(resource, &selected_fields(resource, &bytes));
-            assert_eq!(format!("{full:?}"), format!("{partial:?}"), "{plural}");
-        }
     }
 }
