@@ -196,6 +196,7 @@ impl Scheduler {
             }
             Err(ScheduleFailure::Unfit(fit)) => {
                 let mut message = fit.message();
+                let mut preemption = None;
                 if profile.has(crate::framework::Point::PostFilter) {
                     // What preemption's what-ifs run: this profile's
                     // PreFilter and Filter plugins.
@@ -214,7 +215,9 @@ impl Scheduler {
                     let (outcome, status) = profile.run_post_filter(&state, &pod, snap, &statuses);
                     match outcome.nominated_node {
                         Some(node) if status.is_success() => {
-                            self.preempt(&pod, &node, &outcome.victims).await;
+                            // The next cycles see the nomination at once.
+                            self.nominate(&pod, &node);
+                            preemption = Some((node, outcome.victims));
                         }
                         _ => {
                             if !status.reasons.is_empty()
@@ -227,8 +230,20 @@ impl Scheduler {
                 }
                 self.metrics
                     .attempt("unschedulable", &profile.scheduler_name, started.elapsed());
-                self.record_failure(&pod, "Unschedulable", &message).await;
-                self.queue.unschedulable(&popped);
+                // The failure's writes (the victims' deletions, the
+                // nomination, the event and the condition) go on beside the
+                // next cycles instead of holding them up: one after the
+                // other they took tens of milliseconds per pod. The pod
+                // stays in flight until they are done, so its next attempt
+                // sees them, and a change meanwhile sends it to back-off.
+                let this = self.clone();
+                tokio::spawn(async move {
+                    if let Some((node, victims)) = preemption {
+                        this.preempt(&pod, &node, &victims).await;
+                    }
+                    this.record_failure(&pod, "Unschedulable", &message).await;
+                    this.queue.unschedulable(&popped);
+                });
             }
             Err(ScheduleFailure::Error(status)) => {
                 self.metrics
@@ -404,13 +419,19 @@ impl Scheduler {
         });
     }
 
-    /// Carries out a preemption: the pod is nominated to `node` (status
-    /// nominatedNodeName) and the victims are deleted gracefully.
-    async fn preempt(&self, pod: &PodInfo, node: &str, victims: &[Arc<PodInfo>]) {
+    /// Records that `pod` waits for room on `node`: the cycles after this
+    /// one count it there (for pods of lower or equal priority).
+    fn nominate(&self, pod: &PodInfo, node: &str) {
         self.nominated
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(pod.key.clone(), (node.to_string(), Arc::new(pod.clone())));
+    }
+
+    /// Carries out a preemption [`Self::nominate`]d: the pod's status
+    /// says its nominatedNodeName, and the victims are deleted gracefully,
+    /// all at once.
+    async fn preempt(&self, pod: &PodInfo, node: &str, victims: &[Arc<PodInfo>]) {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.namespace());
         let patch = json!({"status": {"nominatedNodeName": node}});
         if let Err(err) = api
@@ -419,38 +440,41 @@ impl Scheduler {
         {
             tracing::warn!(pod = %pod.key, error = %err, "could not set nominatedNodeName");
         }
-        for victim in victims {
-            let message = format!("Preempted by pod {} on node {node}", pod.key);
-            self.event(victim, "Normal", "Preempted", &message).await;
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), victim.namespace());
-            if victim.pod.metadata.deletion_timestamp.is_some() {
-                continue; // already going
-            }
-            // As kube-scheduler: the victim says why it goes, and a
-            // preemptor waits while a victim so marked terminates.
-            let condition = json!({"status": {"conditions": [{
-                "type": "DisruptionTarget",
-                "status": "True",
-                "reason": "PreemptionByScheduler",
-                "message": format!("{COMPONENT}: preempting to accommodate a higher priority pod"),
-                "lastTransitionTime": now(),
-            }]}});
-            if let Err(err) = api
-                .patch_status(
-                    victim.name(),
-                    &PatchParams::default(),
-                    &Patch::Strategic(&condition),
-                )
-                .await
-            {
-                tracing::debug!(victim = %victim.key, error = %err, "could not mark a preemption victim");
-            }
-            match api.delete(victim.name(), &DeleteParams::default()).await {
-                Ok(_) => self.metrics.preempted(),
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(err) => {
-                    tracing::warn!(victim = %victim.key, error = %err, "could not delete a preemption victim")
-                }
+        futures::future::join_all(victims.iter().map(|v| self.evict(pod, node, v))).await;
+    }
+
+    /// Deletes one preemption victim, saying why.
+    async fn evict(&self, pod: &PodInfo, node: &str, victim: &PodInfo) {
+        let message = format!("Preempted by pod {} on node {node}", pod.key);
+        self.event(victim, "Normal", "Preempted", &message).await;
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), victim.namespace());
+        if victim.pod.metadata.deletion_timestamp.is_some() {
+            return; // already going
+        }
+        // As kube-scheduler: the victim says why it goes, and a
+        // preemptor waits while a victim so marked terminates.
+        let condition = json!({"status": {"conditions": [{
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": format!("{COMPONENT}: preempting to accommodate a higher priority pod"),
+            "lastTransitionTime": now(),
+        }]}});
+        if let Err(err) = api
+            .patch_status(
+                victim.name(),
+                &PatchParams::default(),
+                &Patch::Strategic(&condition),
+            )
+            .await
+        {
+            tracing::debug!(victim = %victim.key, error = %err, "could not mark a preemption victim");
+        }
+        match api.delete(victim.name(), &DeleteParams::default()).await {
+            Ok(_) => self.metrics.preempted(),
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(err) => {
+                tracing::warn!(victim = %victim.key, error = %err, "could not delete a preemption victim")
             }
         }
     }

@@ -41,7 +41,10 @@ impl CycleState {
 impl std::fmt::Debug for CycleState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CycleState")
-            .field("keys", &self.data.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field(
+                "keys",
+                &self.data.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -56,7 +59,10 @@ mod tests {
         state.write("PreFilterA", 1_i64);
         state.write("PreFilterB", String::from("b"));
         assert_eq!(state.read::<i64>("PreFilterA"), Some(&1));
-        assert_eq!(state.read::<String>("PreFilterB").map(String::as_str), Some("b"));
+        assert_eq!(
+            state.read::<String>("PreFilterB").map(String::as_str),
+            Some("b")
+        );
         // The wrong type or an unknown key reads nothing.
         assert_eq!(state.read::<String>("PreFilterA"), None);
         assert_eq!(state.read::<i64>("PreFilterC"), None);
