@@ -100,7 +100,10 @@ mod tests {
     #[test]
     fn fields_say_what_the_schema_holds() {
         let spec = field_of(Some("io.k8s.api.core.v1.Pod"), "spec");
-        assert!(matches!(spec.shape, Shape::Struct(Some("io.k8s.api.core.v1.PodSpec"))));
+        assert!(matches!(
+            spec.shape,
+            Shape::Struct(Some("io.k8s.api.core.v1.PodSpec"))
+        ));
         let containers = field_of(Some("io.k8s.api.core.v1.PodSpec"), "containers");
         assert_eq!(containers.items, Some("io.k8s.api.core.v1.Container"));
         let selector = field_of(Some("io.k8s.api.core.v1.PodSpec"), "nodeSelector");
