@@ -41,8 +41,7 @@ pub struct Scheduler {
     /// Pods nominated to a node by preemption: key → (node, pod).
     nominated: Mutex<HashMap<String, (String, Arc<PodInfo>)>>,
     events: AtomicU64,
-    /// Events recorded lately: (pod, reason, message) → (event name,
-    /// count, when last seen).
+    /// Events recorded lately, so that repeats count on the first one.
     recent_events: Mutex<RecentEvents>,
 }
 

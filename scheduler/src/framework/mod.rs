@@ -321,17 +321,13 @@ impl Profile {
         only: Option<&BTreeSet<String>>,
         next_start: &mut usize,
     ) -> Result<(Vec<Arc<NodeInfo>>, NodeStatuses, usize), ScheduleFailure> {
-        let narrowed: Vec<&Arc<NodeInfo>> = match only {
-            Some(names) => names.iter().filter_map(|n| snapshot.get(n)).collect(),
-            None => Vec::new(),
-        };
-        let candidate = |i: usize| match only {
-            Some(_) => narrowed[i],
+        // PreFilter's narrowed set, or every node (not copied).
+        let narrowed: Option<Vec<&Arc<NodeInfo>>> =
+            only.map(|names| names.iter().filter_map(|n| snapshot.get(n)).collect());
+        let count = narrowed.as_ref().map_or(snapshot.nodes.len(), Vec::len);
+        let candidate = |i: usize| match &narrowed {
+            Some(nodes) => nodes[i],
             None => &snapshot.nodes[i],
-        };
-        let count = match only {
-            Some(_) => narrowed.len(),
-            None => snapshot.nodes.len(),
         };
         let filters = self.filters_to_run(state);
         let wanted = self.feasible_nodes_to_find(count);
