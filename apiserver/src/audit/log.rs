@@ -199,9 +199,18 @@ fn write_events(
                 failing = true;
             }
         }
+        // Events that come meanwhile wait in the queue: a writer asleep
+        // here is not woken by each of them (a thread wake-up per request
+        // cost the API more than the write), and the next turn writes them
+        // as one burst.
+        std::thread::sleep(WRITE_PAUSE);
     }
     let _ = output.flush();
 }
+
+/// How long the writer rests after a burst: the most an event waits for
+/// the file beyond the writing itself.
+const WRITE_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
 
 #[cfg(test)]
 mod tests {

@@ -62,6 +62,9 @@ pub struct Applier<'a> {
     /// The newest main revision written, committed or pending.
     rev: i64,
     applied_index: u64,
+    /// The applied index when the batch began: a batch that applies no
+    /// index and changes no membership writes nothing.
+    started_at: u64,
     committed: Committed,
     /// Member attributes written by this batch (None: removed).
     pending_members: std::collections::HashMap<u64, Option<crate::api::Member>>,
@@ -103,6 +106,7 @@ impl<'a> Applier<'a> {
             pending: Pending::new(),
             rev: kv.current_revision(),
             applied_index: kv.applied_index(),
+            started_at: kv.applied_index(),
             committed: Committed::default(),
             pending_members: Default::default(),
             pending_conf_state: None,
@@ -233,6 +237,17 @@ impl<'a> Applier<'a> {
     /// Writes the batch with its applied index; the caller then publishes
     /// the revision to readers and watchers.
     pub fn commit(mut self) -> Result<Committed> {
+        self.committed.revision = self.rev;
+        self.committed.applied_index = self.applied_index;
+        if self.applied_index == self.started_at
+            && self.pending_conf_state.is_none()
+            && self.pending_members.is_empty()
+        {
+            // Nothing was applied (a ready of reads, messages or a hard
+            // state alone): every sled batch costs two log-buffer writes on
+            // sled's I/O threads, so an empty one is not written.
+            return Ok(self.committed);
+        }
         self.batch.insert(
             META_APPLIED_INDEX,
             &(self.applied_index as i64).to_le_bytes(),
@@ -240,8 +255,6 @@ impl<'a> Applier<'a> {
         self.batch.insert(META_REVISION, &self.rev.to_le_bytes());
         self.kv.tree.apply_batch(self.batch)?;
         self.kv.set_applied_index(self.applied_index);
-        self.committed.revision = self.rev;
-        self.committed.applied_index = self.applied_index;
         Ok(self.committed)
     }
 

@@ -112,11 +112,7 @@ impl Sim {
 
     fn start(&mut self, id: u64) {
         let member = self.members.get_mut(&id).expect("member");
-        let db = sled::Config::new()
-            .path(member.dir.path().join("db"))
-            .flush_every_ms(None)
-            .open()
-            .expect("sled");
+        let db = open_db(&member.dir.path().join("db"));
         let (kv, recovered) = KvStore::open(db.open_tree("mvcc").expect("tree")).expect("kv");
         let conf_state = recovered
             .conf_state
@@ -444,5 +440,25 @@ impl Sim {
 
     pub fn ids(&self) -> Vec<u64> {
         self.members.keys().copied().collect()
+    }
+}
+
+/// Opens a member's state database. After a crash, sled's I/O threads may
+/// still hold the old instance's file lock for a moment (a log buffer they
+/// are writing keeps it open): a restart waits for them, as a restarted
+/// process would find the lock released.
+fn open_db(path: &std::path::Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match sled::Config::new().path(path).flush_every_ms(None).open() {
+            Ok(db) => return db,
+            Err(sled::Error::Io(err))
+                if err.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(err) => panic!("sled: {err:?}"),
+        }
     }
 }
