@@ -51,6 +51,8 @@ pub(crate) enum DriverRequest {
 pub struct WriterStats {
     pub syncs: AtomicU64,
     pub entries: AtomicU64,
+    /// Linearizable reads confirmed through raft's read index.
+    pub read_index_reads: AtomicU64,
 }
 
 /// What the rest of the store may know of raft's view, kept current by
@@ -63,6 +65,10 @@ pub struct Leadership {
     pub commit_index: AtomicU64,
     /// This member was removed from the cluster.
     pub removed: AtomicBool,
+    /// This member leads and is the only voter, has committed in its term
+    /// and applied all that is committed: its applied state holds every
+    /// acknowledged write, so a linearizable read needs no read index.
+    pub reads_local: AtomicBool,
 }
 
 /// A proposal raft has taken, waiting to be applied.
@@ -147,6 +153,8 @@ impl Driver {
         if let Err(err) = runtime.block_on(self.serve(requests)) {
             tracing::error!(error = %err, "the store cannot write any more; stopping its raft driver");
         }
+        // Stopped: reads wait for a driver that no longer answers.
+        self.leadership.reads_local.store(false, Ordering::Release);
         self.fail_waiting(|| StoreError::Stopped);
         self.compactor.stop();
         self.notifier.stop();
@@ -389,6 +397,9 @@ impl Driver {
     }
 
     fn note_leadership(&mut self) {
+        self.leadership
+            .reads_local
+            .store(self.core.reads_are_local(), Ordering::Release);
         let is_leader = self.core.is_leader();
         let was_leader = self.leadership.is_leader.swap(is_leader, Ordering::AcqRel);
         self.leadership

@@ -168,6 +168,20 @@ async fn three_members_replicate_writes_made_through_any_member() {
             .unwrap();
         assert_eq!(resp.kvs.len(), 1, "member {reader} missed {key}");
     }
+    // With others voting, no member reads its own state unconfirmed.
+    let confirmed: u64 = (0..3)
+        .map(|i| {
+            cluster
+                .member(i)
+                .stats()
+                .read_index_reads
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+        .sum();
+    assert!(
+        confirmed >= 30,
+        "{confirmed} reads went through the read index"
+    );
 
     // Stopping the leader: another takes over and writes go on.
     cluster.stop(leader).await;

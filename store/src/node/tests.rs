@@ -165,3 +165,35 @@ async fn a_small_byte_budget_throttles_but_never_deadlocks() {
     }
     assert_eq!(store.kv().current_revision(), 32);
 }
+
+/// A lone member leads alone and acknowledges a write only once applied:
+/// its linearizable reads read its state at once, without a read index,
+/// and see every acknowledged write. Once closed it answers none.
+#[tokio::test]
+async fn a_lone_member_reads_its_own_state_linearizably() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(test_config(dir.path())).await.unwrap();
+    for i in 0..50 {
+        let key = format!("k{i}");
+        let revision = put(&store, &key, "v").await;
+        let kv = get(&store, &key)
+            .await
+            .expect("the write just acknowledged");
+        assert_eq!(kv.mod_revision, revision);
+    }
+    let rounds = store
+        .stats()
+        .read_index_reads
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(rounds, 0, "reads of a lone leader took the read index");
+    let store2 = store.clone();
+    store.close().await.unwrap();
+    let err = store2
+        .range(crate::api::RangeRequest::key("k0"))
+        .await
+        .expect_err("a closed store reads nothing");
+    assert!(
+        matches!(err, StoreError::Stopped | StoreError::Timeout),
+        "{err:?}"
+    );
+}

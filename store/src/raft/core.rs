@@ -320,6 +320,25 @@ impl RaftCore {
         self.node.transfer_leader(to);
     }
 
+    /// Whether this member alone decides what is committed and has applied
+    /// all of it: it leads, it is the only voter (of both halves of a
+    /// joint configuration), its term has a committed entry (so its commit
+    /// index is final), and nothing committed waits to be applied. Every
+    /// acknowledged write is then in its applied state. A change of
+    /// membership or leadership can only come in a later ready.
+    pub fn reads_are_local(&self) -> bool {
+        let raft = &self.node.raft;
+        if raft.state != StateRole::Leader || !raft.commit_to_current_term() {
+            return false;
+        }
+        // Both halves of a joint configuration together.
+        let voters = raft.prs().conf().voters().ids();
+        let mut voters = voters.iter();
+        voters.next() == Some(self.id)
+            && voters.next().is_none()
+            && self.kv.applied_index() >= raft.raft_log.committed
+    }
+
     /// The current voters.
     pub fn voters(&self) -> Vec<u64> {
         let mut voters: Vec<u64> = self.node.raft.prs().conf().voters().ids().iter().collect();
