@@ -51,21 +51,32 @@ static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 impl ClusterIndex {
     /// Brings the index to `nodes`: only positions holding another
-    /// `Arc<NodeInfo>` than last time are re-read.
+    /// `Arc<NodeInfo>` than last time are re-read, and of a node whose
+    /// labels did not change only the pods that came or went (by `Arc`)
+    /// — a cycle's binding changes one pod of one node.
     pub fn sync(&mut self, nodes: &[Arc<NodeInfo>]) {
         for at in 0..self.nodes.len().max(nodes.len()) {
-            let old = self.nodes.get(at);
+            let old = self.nodes.get(at).cloned();
             let new = nodes.get(at);
-            if let (Some(old), Some(new)) = (old, new) {
-                if Arc::ptr_eq(old, new) {
-                    continue;
+            match (&old, new) {
+                (Some(old), Some(new)) if Arc::ptr_eq(old, new) => continue,
+                (Some(old), Some(new)) if old.labels() == new.labels() => {
+                    self.update_pods(at, old, new);
+                }
+                _ => {
+                    if let Some(old) = &old {
+                        for pod in &old.pods {
+                            self.remove_pod(at, old.labels(), pod);
+                        }
+                    }
+                    if let Some(new) = new {
+                        for pod in &new.pods {
+                            self.add_pod(at, new.labels(), pod);
+                        }
+                    }
                 }
             }
-            if let Some(old) = old.cloned() {
-                self.remove_node(at, &old);
-            }
             if let Some(new) = new {
-                self.add_node(at, new);
                 match self.nodes.get_mut(at) {
                     Some(slot) => *slot = new.clone(),
                     None => self.nodes.push(new.clone()),
@@ -75,106 +86,141 @@ impl ClusterIndex {
         self.nodes.truncate(nodes.len());
     }
 
-    fn add_node(&mut self, at: usize, node: &NodeInfo) {
-        let node_labels = node.labels();
-        for pod in &node.pods {
-            for (key, value) in pod.labels() {
-                let values = match self.by_label.get_mut(key) {
-                    Some(values) => values,
-                    None => self.by_label.entry(key.clone()).or_default(),
-                };
-                let pods = match values.get_mut(value) {
-                    Some(pods) => pods,
-                    None => values.entry(value.clone()).or_default(),
-                };
-                pods.total += 1;
-                pods.by_node.entry(at).or_default().push(pod.clone());
-            }
-            if !pod.has_pod_affinity() {
-                continue;
-            }
-            let placed = self.terms.terms(&pod.pod);
-            let anti = placed.terms.required_anti_affinity.iter();
-            for (term, key) in anti.zip(&placed.anti_affinity_keys) {
-                let Some(value) = node_labels.get(&term.topology_key) else {
-                    continue;
-                };
-                let entry = match self.anti_terms.get_mut(key) {
-                    Some(entry) => entry,
-                    None => {
-                        file(
-                            &mut self.anti_by_anchor,
-                            &mut self.anti_unanchored,
-                            term,
-                            key,
-                            true,
-                        );
-                        self.anti_terms
-                            .entry(key.clone())
-                            .or_insert_with(|| AntiTerm {
-                                term: term.clone(),
-                                pairs: HashMap::new(),
-                            })
-                    }
-                };
-                *entry.pairs.entry(value.clone()).or_insert(0) += 1;
-            }
-            if placed.scores_others() {
-                self.scoring_pods.entry(at).or_default().push(pod.clone());
-            }
+    /// Removes the pods of `old` that `new` does not share and adds those
+    /// it brings: past the common head and tail (by `Arc`), as adding
+    /// pushes a pod and removing swaps the last one into its place.
+    fn update_pods(&mut self, at: usize, old: &NodeInfo, new: &NodeInfo) {
+        let same = |(a, b): &(&Arc<PodInfo>, &Arc<PodInfo>)| Arc::ptr_eq(a, b);
+        let head = old.pods.iter().zip(&new.pods).take_while(same).count();
+        let (old_rest, new_rest) = (&old.pods[head..], &new.pods[head..]);
+        let tail = old_rest
+            .iter()
+            .rev()
+            .zip(new_rest.iter().rev())
+            .take_while(same)
+            .count();
+        for pod in &old_rest[..old_rest.len() - tail] {
+            self.remove_pod(at, old.labels(), pod);
+        }
+        for pod in &new_rest[..new_rest.len() - tail] {
+            self.add_pod(at, new.labels(), pod);
         }
     }
 
-    fn remove_node(&mut self, at: usize, node: &NodeInfo) {
-        let node_labels = node.labels();
-        for pod in &node.pods {
-            for (key, value) in pod.labels() {
-                let Some(values) = self.by_label.get_mut(key) else {
-                    continue;
-                };
-                if let Some(pods) = values.get_mut(value) {
-                    if let Some(here) = pods.by_node.remove(&at) {
-                        pods.total -= here.len();
-                    }
-                    if pods.total == 0 {
-                        values.remove(value);
-                    }
-                }
-                if values.is_empty() {
-                    self.by_label.remove(key);
-                }
-            }
-            if !pod.has_pod_affinity() {
+    fn add_pod(&mut self, at: usize, node_labels: &BTreeMap<String, String>, pod: &Arc<PodInfo>) {
+        for (key, value) in pod.labels() {
+            let values = match self.by_label.get_mut(key) {
+                Some(values) => values,
+                None => self.by_label.entry(key.clone()).or_default(),
+            };
+            let pods = match values.get_mut(value) {
+                Some(pods) => pods,
+                None => values.entry(value.clone()).or_default(),
+            };
+            pods.total += 1;
+            pods.by_node.entry(at).or_default().push(pod.clone());
+        }
+        if !pod.has_pod_affinity() {
+            return;
+        }
+        let placed = self.terms.terms(&pod.pod);
+        let anti = placed.terms.required_anti_affinity.iter();
+        for (term, key) in anti.zip(&placed.anti_affinity_keys) {
+            let Some(value) = node_labels.get(&term.topology_key) else {
                 continue;
-            }
-            let placed = self.terms.terms(&pod.pod);
-            let anti = placed.terms.required_anti_affinity.iter();
-            for (term, key) in anti.zip(&placed.anti_affinity_keys) {
-                let Some(value) = node_labels.get(&term.topology_key) else {
-                    continue;
-                };
-                let Some(entry) = self.anti_terms.get_mut(key) else {
-                    continue;
-                };
-                if let Some(count) = entry.pairs.get_mut(value) {
-                    *count -= 1;
-                    if *count <= 0 {
-                        entry.pairs.remove(value);
-                    }
-                }
-                if entry.pairs.is_empty() {
-                    self.anti_terms.remove(key);
+            };
+            let entry = match self.anti_terms.get_mut(key) {
+                Some(entry) => entry,
+                None => {
                     file(
                         &mut self.anti_by_anchor,
                         &mut self.anti_unanchored,
                         term,
                         key,
-                        false,
+                        true,
                     );
+                    self.anti_terms
+                        .entry(key.clone())
+                        .or_insert_with(|| AntiTerm {
+                            term: term.clone(),
+                            pairs: HashMap::new(),
+                        })
+                }
+            };
+            *entry.pairs.entry(value.clone()).or_insert(0) += 1;
+        }
+        if placed.scores_others() {
+            self.scoring_pods.entry(at).or_default().push(pod.clone());
+        }
+    }
+
+    fn remove_pod(
+        &mut self,
+        at: usize,
+        node_labels: &BTreeMap<String, String>,
+        pod: &Arc<PodInfo>,
+    ) {
+        for (key, value) in pod.labels() {
+            let Some(values) = self.by_label.get_mut(key) else {
+                continue;
+            };
+            if let Some(pods) = values.get_mut(value) {
+                if let Some(here) = pods.by_node.get_mut(&at) {
+                    if let Some(i) = here.iter().position(|p| Arc::ptr_eq(p, pod)) {
+                        here.swap_remove(i);
+                        pods.total -= 1;
+                    }
+                    if here.is_empty() {
+                        pods.by_node.remove(&at);
+                    }
+                }
+                if pods.total == 0 {
+                    values.remove(value);
+                }
+            }
+            if values.is_empty() {
+                self.by_label.remove(key);
+            }
+        }
+        if !pod.has_pod_affinity() {
+            return;
+        }
+        let placed = self.terms.terms(&pod.pod);
+        let anti = placed.terms.required_anti_affinity.iter();
+        for (term, key) in anti.zip(&placed.anti_affinity_keys) {
+            let Some(value) = node_labels.get(&term.topology_key) else {
+                continue;
+            };
+            let Some(entry) = self.anti_terms.get_mut(key) else {
+                continue;
+            };
+            if let Some(count) = entry.pairs.get_mut(value) {
+                *count -= 1;
+                if *count <= 0 {
+                    entry.pairs.remove(value);
+                }
+            }
+            if entry.pairs.is_empty() {
+                self.anti_terms.remove(key);
+                file(
+                    &mut self.anti_by_anchor,
+                    &mut self.anti_unanchored,
+                    term,
+                    key,
+                    false,
+                );
+            }
+        }
+        if placed.scores_others() {
+            if let Some(here) = self.scoring_pods.get_mut(&at) {
+                if let Some(i) = here.iter().position(|p| Arc::ptr_eq(p, pod)) {
+                    here.swap_remove(i);
+                }
+                if here.is_empty() {
+                    self.scoring_pods.remove(&at);
                 }
             }
         }
-        self.scoring_pods.remove(&at);
     }
 
     /// How many pods have one of the anchor's values.

@@ -861,15 +861,31 @@ fn the_cluster_index_agrees_with_a_scan_of_every_pod() {
         ("ns2", json!({"team": "y"})),
         ("ns3", json!({})),
     ];
-    let mut nodes: Vec<(NodeInfo, Vec<PodInfo>)> = (0..12)
+    // Pods keep their Arc while they stay on a node, as in the
+    // scheduler's cache, so the index sees pods come and go one by one.
+    let mut nodes: Vec<(NodeInfo, Vec<Arc<PodInfo>>)> = (0..12)
         .map(|i| {
             let pods = (0..rng.below(4))
-                .map(|j| random_pod(&mut rng, &format!("p{i}-{j}")))
+                .map(|j| Arc::new(random_pod(&mut rng, &format!("p{i}-{j}"))))
                 .collect();
             (random_node(&mut rng, &format!("n{i}")), pods)
         })
         .collect();
-    let mut snap = snapshot(nodes.clone(), &namespaces);
+    let build = |nodes: &[(NodeInfo, Vec<Arc<PodInfo>>)]| {
+        let nodes = nodes
+            .iter()
+            .map(|(info, pods)| {
+                let mut info = info.clone();
+                for pod in pods {
+                    info.add_pod(pod.clone());
+                }
+                Arc::new(info)
+            })
+            .collect();
+        let plain = snapshot(Vec::new(), &namespaces);
+        Snapshot::new(nodes, plain.cluster.clone())
+    };
+    let mut snap = build(&nodes);
     let mut index = index::ClusterIndex::default();
     let mut cache = terms::TermCache::default();
     for round in 0..60 {
@@ -881,18 +897,24 @@ fn the_cluster_index_agrees_with_a_scan_of_every_pod() {
                     nodes.push((random_node(&mut rng, &format!("m{round}")), Vec::new()))
                 }
                 0 if !nodes[at].1.is_empty() => {
-                    nodes[at].1.pop();
+                    let which = rng.below(nodes[at].1.len());
+                    nodes[at].1.swap_remove(which);
                 }
                 1 if nodes.len() > 3 => {
                     nodes.remove(at);
                 }
+                2 if rng.below(3) == 0 => {
+                    // Relabelled: its pods now count in other domains.
+                    let name = nodes[at].0.name().to_string();
+                    nodes[at].0 = random_node(&mut rng, &name);
+                }
                 _ => {
                     let pod = random_pod(&mut rng, &format!("q{round}"));
-                    nodes[at].1.push(pod);
+                    nodes[at].1.push(Arc::new(pod));
                 }
             }
         }
-        let next = snapshot(nodes.clone(), &namespaces);
+        let next = build(&nodes);
         // Keep the Arcs of unchanged nodes, as the scheduler's cache does.
         let kept: Vec<Arc<NodeInfo>> = next
             .nodes
