@@ -53,6 +53,8 @@ pub struct ServeOptions {
     pub authn: std::sync::Arc<authn::Authenticator>,
     /// RBAC, or every authenticated request allowed.
     pub authorization: authz::Mode,
+    /// Serves this process's own clients too, without a socket.
+    pub in_process: Option<serving::InProcess>,
 }
 
 /// One address the API is served on: HTTPS with `tls`, else plain HTTP
@@ -132,6 +134,9 @@ pub async fn serve(
         authenticator,
         authn::authenticate,
     ));
+    if let Some(in_process) = &options.in_process {
+        in_process.serve(router.clone());
+    }
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
     for ApiListener { listener, tls } in listeners {
@@ -149,6 +154,9 @@ pub async fn serve(
     }
     // Open watches end now, so the graceful stop does not wait on them.
     stopping.begin_shutdown();
+    if let Some(in_process) = &options.in_process {
+        in_process.stop();
+    }
     let _ = stop.send(true);
     while let Some(done) = servers.join_next().await {
         if let Ok(Err(err)) = done {

@@ -182,3 +182,246 @@ async fn sends_h2_preface(stream: &tokio::net::TcpStream) -> bool {
         .await
         .unwrap_or(false)
 }
+
+/// The API for clients in the server's own process — `skiff up`'s
+/// scheduler, controllers and kubelet — without a socket: each request
+/// goes through the same router and layers (authentication as the user
+/// the client was made for, authorization, limits, audit) that a request
+/// over TCP goes through, only without TCP, TLS and HTTP framing.
+/// Cloned handles share one router, set when the API starts serving.
+#[derive(Clone)]
+pub struct InProcess {
+    state: tokio::sync::watch::Sender<InProcessState>,
+}
+
+#[derive(Clone)]
+enum InProcessState {
+    Starting,
+    Serving(Router),
+    Stopped,
+}
+
+impl Default for InProcess {
+    fn default() -> Self {
+        InProcess {
+            state: tokio::sync::watch::Sender::new(InProcessState::Starting),
+        }
+    }
+}
+
+impl std::fmt::Debug for InProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &*self.state.borrow() {
+            InProcessState::Starting => "starting",
+            InProcessState::Serving(_) => "serving",
+            InProcessState::Stopped => "stopped",
+        };
+        f.debug_struct("InProcess").field("state", &state).finish()
+    }
+}
+
+impl InProcess {
+    /// Requests made before this wait for it.
+    pub(crate) fn serve(&self, router: Router) {
+        self.state.send_replace(InProcessState::Serving(router));
+    }
+
+    /// Requests from now on are answered 503, as a stopped server's would
+    /// fail to connect.
+    pub(crate) fn stop(&self) {
+        self.state.send_replace(InProcessState::Stopped);
+    }
+
+    /// A client transport whose requests are authenticated as `user`, as
+    /// a client certificate naming that user would be.
+    pub fn service(&self, user: crate::user::UserInfo) -> InProcessService {
+        InProcessService {
+            state: self.state.subscribe(),
+            transport: Transport::InProcess {
+                user: Arc::new(user),
+            },
+        }
+    }
+}
+
+/// One in-process client's transport: a `tower::Service` taking requests
+/// with any body (e.g. a `kube::Client`'s).
+#[derive(Clone)]
+pub struct InProcessService {
+    state: tokio::sync::watch::Receiver<InProcessState>,
+    transport: Transport,
+}
+
+/// The address in-process requests come from, for the per-client limits
+/// and the audit log.
+const IN_PROCESS_PEER: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
+
+impl<B> tower::Service<axum::http::Request<B>> for InProcessService
+where
+    B: axum::body::HttpBody<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
+        let mut state = self.state.clone();
+        let transport = self.transport.clone();
+        Box::pin(async move {
+            let router = match state
+                .wait_for(|s| !matches!(s, InProcessState::Starting))
+                .await
+                .map(|s| s.clone())
+            {
+                Ok(InProcessState::Serving(router)) => router,
+                _ => {
+                    use axum::response::IntoResponse;
+                    return Ok(crate::status::ApiError::unavailable(
+                        "the API server in this process has stopped".to_string(),
+                    )
+                    .into_response());
+                }
+            };
+            let (mut parts, body) = request.into_parts();
+            parts
+                .extensions
+                .insert(crate::limits::Peer(IN_PROCESS_PEER));
+            parts.extensions.insert(transport);
+            let request = axum::http::Request::from_parts(parts, axum::body::Body::new(body));
+            router.oneshot(request).await
+        })
+    }
+}
+
+#[cfg(test)]
+mod in_process_tests {
+    use super::*;
+    use crate::user::UserInfo;
+    use axum::body::Body;
+    use axum::http::{Method, Request, StatusCode};
+    use serde_json::{json, Value};
+
+    fn user(name: &str, groups: &[&str]) -> UserInfo {
+        UserInfo {
+            name: name.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+
+    async fn send(
+        service: &InProcessService,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        let response = service.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    /// In-process requests wait for the API to serve, are authenticated
+    /// as the client's user and authorized as that user, and get 503
+    /// once the API has stopped.
+    #[tokio::test]
+    async fn in_process_clients_are_their_user_and_stop_with_the_api() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = skiff_store::Store::open(skiff_store::StoreConfig::new(dir.path()))
+            .await
+            .unwrap();
+        let registry = crate::Registry::new(crate::Storage::local(store));
+        let in_process = InProcess::default();
+        let alice = in_process.service(user("alice", &[]));
+        let admin = in_process.service(user("root", &["system:masters"]));
+        let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+        // Sent before the API serves: it waits.
+        let early = {
+            let alice = alice.clone();
+            let review = review.clone();
+            tokio::spawn(async move {
+                send(
+                    &alice,
+                    Method::POST,
+                    "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                    Some(review),
+                )
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!early.is_finished());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let options = crate::ServeOptions {
+            in_process: Some(in_process.clone()),
+            ..Default::default()
+        };
+        let serving = tokio::spawn(crate::serve(Vec::new(), registry, options, async move {
+            let _ = stopped.await;
+        }));
+        // Answered once it serves: allowed, or refused by name while the
+        // bootstrap roles (which let anyone review themselves) are not
+        // there yet.
+        let (code, body) = early.await.unwrap();
+        assert!(
+            code == StatusCode::CREATED
+                || body["message"].to_string().contains(r#"User \"alice\""#),
+            "{code} {body}"
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let (code, body) = loop {
+            let (code, body) = send(
+                &alice,
+                Method::POST,
+                "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                Some(review.clone()),
+            )
+            .await;
+            if code != StatusCode::FORBIDDEN || tokio::time::Instant::now() > deadline {
+                break (code, body);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(code, StatusCode::CREATED, "{body}");
+        assert_eq!(body["status"]["userInfo"]["username"], "alice");
+        assert_eq!(
+            body["status"]["userInfo"]["groups"],
+            json!(["system:authenticated"])
+        );
+        // RBAC applies to the user: alice may not read secrets, an
+        // administrator may.
+        let secrets = "/api/v1/namespaces/default/secrets";
+        let (code, body) = send(&alice, Method::GET, secrets, None).await;
+        assert_eq!(code, StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(body["reason"], "Forbidden");
+        let (code, body) = send(&admin, Method::GET, secrets, None).await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        assert_eq!(body["kind"], "SecretList");
+        let _ = stop.send(());
+        serving.await.unwrap().unwrap();
+        let (code, body) = send(&admin, Method::GET, secrets, None).await;
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    }
+}

@@ -14,15 +14,6 @@ use skiff_scheduler::config::SchedulerConfig;
 use skiff_scheduler::metrics::Metrics;
 use skiff_scheduler::run::{run, scheduler_lease, RunOptions};
 
-/// A client from a kubeconfig's text.
-pub async fn client_from_kubeconfig_text(text: &str) -> Result<kube::Client> {
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(text).context("reading a kubeconfig")?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .context("using a kubeconfig")?;
-    kube::Client::try_from(config).context("building the API client")
-}
-
 /// The scheduler's user, as kube-scheduler's.
 pub const SCHEDULER_USER: &str = "system:kube-scheduler";
 /// The controller-manager's user, as kube-controller-manager's.
@@ -106,7 +97,7 @@ impl ControlPlane {
         };
         let mut parts = Vec::new();
         if let Some(config) = scheduler {
-            let client = api.client(SCHEDULER_USER, &[]).await?;
+            let client = api.client(SCHEDULER_USER, &[]);
             let options = RunOptions {
                 config,
                 lease: Some(scheduler_lease(&identity(name))),
@@ -115,7 +106,7 @@ impl ControlPlane {
             parts.push(tokio::spawn(run(client, options, until_stopped())));
         }
         if !controllers.is_empty() {
-            let client = api.client(CONTROLLER_MANAGER_USER, &[]).await?;
+            let client = api.client(CONTROLLER_MANAGER_USER, &[]);
             parts.push(tokio::spawn(manager::run(
                 client,
                 controllers,

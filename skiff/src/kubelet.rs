@@ -262,7 +262,7 @@ impl LocalKubelet {
         let roots = crate::pki::pem_certs(api.pki.ca_pem())?;
         let config = with_tls(kubelet_config(args, root_dir)?, roots)?;
         let user = format!("system:node:{}", config.node.name);
-        let client = api.client(&user, &["system:nodes"]).await?;
+        let client = api.client(&user, &["system:nodes"]);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(agent::run(client, config, async move {
             let _ = stopped.await;

@@ -276,6 +276,7 @@ pub async fn run_member(
             let mut options = api.serve.clone();
             options.authn = api.security.authn.clone();
             options.authorization = api.security.authorization;
+            options.in_process = Some(local.in_process.clone());
             local_api = Some((local, api.kubeconfig.clone()));
             Some(tokio::spawn(skiff_apiserver::serve(
                 listeners,

@@ -169,6 +169,7 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
             audit: Some(args.audit.auditor(&args.data_dir)?),
             authn: Default::default(),
             authorization: Default::default(),
+            in_process: None,
         },
         encryption,
         security,
@@ -212,6 +213,7 @@ async fn api_only(args: UpArgs) -> Result<()> {
         audit: Some(args.audit.auditor(&args.data_dir)?),
         authn: security.authn.clone(),
         authorization: security.authorization,
+        in_process: Some(local.in_process.clone()),
     };
     let mut serving = tokio::spawn(skiff_apiserver::serve(
         listeners,
@@ -324,6 +326,7 @@ pub async fn server(args: ServerArgs) -> Result<()> {
             audit: Some(args.audit.auditor(&args.store.data_dir)?),
             authn: Default::default(),
             authorization: Default::default(),
+            in_process: None,
         },
         encryption,
         security: args.security.resolve(&args.store.data_dir)?,

@@ -43,6 +43,9 @@ pub enum Transport {
     /// TLS, with the user of the client certificate if one was presented
     /// and the cluster CA signed it.
     Tls { client: Option<Arc<UserInfo>> },
+    /// A client in the server's own process, made for this user (see
+    /// [`crate::serving::InProcess`]).
+    InProcess { user: Arc<UserInfo> },
 }
 
 /// The credentials the server accepts beyond client certificates.
@@ -168,7 +171,10 @@ impl Authenticator {
             Some(Transport::Insecure) => return Ok(Some(insecure_user())),
             Some(Transport::Tls {
                 client: Some(client),
-            }) => return Ok(Some(with_authenticated(client.as_ref().clone()))),
+            })
+            | Some(Transport::InProcess { user: client }) => {
+                return Ok(Some(with_authenticated(client.as_ref().clone())))
+            }
             _ => {}
         }
         let Some(header) = &credentials.authorization else {
