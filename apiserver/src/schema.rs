@@ -55,6 +55,12 @@ pub(crate) fn field_of<'s>(owner: Option<&str>, name: &str) -> Field<'s> {
         })
 }
 
+/// The fields of the definition `owner`; `None` for a definition without
+/// properties (free-form JSON, strings such as Quantity and Time).
+pub(crate) fn fields_of(owner: &str) -> Option<&'static HashMap<&'static str, Field<'static>>> {
+    FIELDS.get(owner)
+}
+
 /// Every definition's fields, worked out once: `field_of` runs for every
 /// field of every object written (server-side apply's field sets, strategic
 /// merge), and reading the schema's JSON each time was a visible share of

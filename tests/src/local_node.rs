@@ -95,8 +95,9 @@ pub fn jsonpath(kubectl: &Kubectl, kind: &str, name: &str, path: &str) -> Result
     kubectl.ok(&["get", kind, name, "-o", &format!("jsonpath={path}")])
 }
 
-/// Waits until `jsonpath` of the object is `want`; on a timeout the error
-/// shows the object.
+/// Waits until `jsonpath` of the object is `want` (an object that is not
+/// there yet, or a failed kubectl, is waited out too); on a timeout the
+/// error shows the object and kubectl's last error.
 pub async fn wait_for(
     kubectl: &Kubectl,
     kind: &str,
@@ -105,12 +106,23 @@ pub async fn wait_for(
     want: &str,
 ) -> Result<()> {
     let what = format!("{kind} {name} to have {path} = {want}");
-    let outcome = wait_until(&what, || Ok(jsonpath(kubectl, kind, name, path)? == want)).await;
+    let mut last_error = None;
+    let outcome = wait_until(&what, || match jsonpath(kubectl, kind, name, path) {
+        Ok(value) => Ok(value == want),
+        Err(err) => {
+            last_error = Some(format!("{err:#}"));
+            Ok(false)
+        }
+    })
+    .await;
     if outcome.is_err() {
         let yaml = kubectl
             .ok(&["get", kind, name, "-o", "yaml"])
             .unwrap_or_default();
-        bail!("timed out waiting for {what}; the object:\n{yaml}");
+        let last_error = last_error.unwrap_or_default();
+        bail!(
+            "timed out waiting for {what}; kubectl's last error: {last_error}; the object:\n{yaml}"
+        );
     }
     Ok(())
 }
