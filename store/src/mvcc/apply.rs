@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::key_range::KeyRange;
 use super::kvstore::{
-    lease_key, lease_value, KvStore, Pending, META_APPLIED_INDEX, META_COMPACT_SCHEDULED,
+    lease_key, lease_value, KvStore, Op, Pending, META_APPLIED_INDEX, META_COMPACT_SCHEDULED,
     META_REVISION,
 };
 use super::record::Record;
@@ -54,10 +54,24 @@ pub struct Committed {
     pub compactions: Vec<CompactionJob>,
 }
 
+/// The writes of the batch being applied, in order, for sled.
+#[derive(Default)]
+struct Writes(Vec<Op>);
+
+impl Writes {
+    fn insert(&mut self, key: impl Into<sled::IVec>, value: impl Into<sled::IVec>) {
+        self.0.push((key.into(), Some(value.into())));
+    }
+
+    fn remove(&mut self, key: impl Into<sled::IVec>) {
+        self.0.push((key.into(), None));
+    }
+}
+
 pub struct Applier<'a> {
     kv: &'a KvStore,
     lessor: &'a Lessor,
-    batch: sled::Batch,
+    batch: Writes,
     pending: Pending,
     /// The newest main revision written, committed or pending.
     rev: i64,
@@ -102,7 +116,7 @@ impl<'a> Applier<'a> {
         Applier {
             kv,
             lessor,
-            batch: sled::Batch::default(),
+            batch: Writes::default(),
             pending: Pending::new(),
             rev: kv.current_revision(),
             applied_index: kv.applied_index(),
@@ -226,6 +240,7 @@ impl<'a> Applier<'a> {
         if let Some(pending) = self.pending_members.get(&id) {
             return Ok(pending.clone());
         }
+        self.kv.flush_behind()?;
         match self.kv.tree.get(super::kvstore::member_key(id))? {
             Some(bytes) => bincode::deserialize(&bytes)
                 .map(Some)
@@ -234,8 +249,10 @@ impl<'a> Applier<'a> {
         }
     }
 
-    /// Writes the batch with its applied index; the caller then publishes
-    /// the revision to readers and watchers.
+    /// Hands the batch with its applied index to sled (which writes
+    /// batches together, see `WRITE_BEHIND`; readers find the records
+    /// meanwhile); the caller then publishes the revision to readers and
+    /// watchers.
     pub fn commit(mut self) -> Result<Committed> {
         self.committed.revision = self.rev;
         self.committed.applied_index = self.applied_index;
@@ -253,7 +270,7 @@ impl<'a> Applier<'a> {
             &(self.applied_index as i64).to_le_bytes(),
         );
         self.batch.insert(META_REVISION, &self.rev.to_le_bytes());
-        self.kv.tree.apply_batch(self.batch)?;
+        self.kv.write_behind(self.batch.0, self.pending)?;
         self.kv.set_applied_index(self.applied_index);
         Ok(self.committed)
     }

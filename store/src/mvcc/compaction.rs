@@ -61,6 +61,8 @@ impl Drop for Compactor {
 /// Records at the compacted revision itself all stay: they are its state
 /// (and its tombstones, which a watch from that revision must still see).
 pub(crate) fn compact_on_disk(kv: &KvStore, job: &CompactionJob) -> Result<usize> {
+    // Every record below the revision is applied: in sled once this returns.
+    kv.flush_behind()?;
     let end = Revision::new(job.revision, 0).to_key();
     let mut start = Revision::new(0, 0).to_key().to_vec();
     let mut removed = 0;

@@ -34,6 +34,28 @@ pub(crate) fn member_key(id: u64) -> Vec<u8> {
 /// Records written by the batch being applied, not yet in sled.
 pub(crate) type Pending = HashMap<Revision, KeyValue>;
 
+/// A write to the state tree: a value, or a removal.
+pub(crate) type Op = (sled::IVec, Option<sled::IVec>);
+
+/// Applied batches are written to sled together, at most this long after
+/// the first of them: every `apply_batch` seals sled's log buffer twice,
+/// and each seal costs its I/O threads a write and a `sync_file_range`.
+/// Nothing is lost by the wait: what was applied is in the Raft log, which
+/// is only released up to what sled has made durable.
+pub(crate) const WRITE_BEHIND: std::time::Duration = std::time::Duration::from_millis(5);
+/// ... or once this many bytes wait.
+const WRITE_BEHIND_BYTES: usize = 4 << 20;
+
+/// Applied writes not yet in sled, oldest first.
+#[derive(Default)]
+struct Behind {
+    ops: Vec<Op>,
+    bytes: usize,
+    /// The records among them, which readers find in `KvStore::unwritten`.
+    revisions: Vec<Revision>,
+    since: Option<std::time::Instant>,
+}
+
 pub struct KvStore {
     pub(crate) tree: sled::Tree,
     pub(crate) index: RwLock<TreeIndex>,
@@ -44,6 +66,12 @@ pub struct KvStore {
     applied_index: AtomicU64,
     /// The newest revision whose physical compaction has finished.
     pub(crate) compact_finished: watch::Sender<i64>,
+    /// Applied writes waiting to go to sled together (see [`WRITE_BEHIND`]).
+    behind: parking_lot::Mutex<Behind>,
+    /// The records among them, for readers.
+    unwritten: RwLock<Pending>,
+    /// [`WRITE_BEHIND`], longer in tests that look at what waits.
+    write_behind_for: std::time::Duration,
 }
 
 /// One change read back from disk for watch history.
@@ -101,8 +129,69 @@ impl KvStore {
             compact_rev: AtomicI64::new(loaded.compact_scheduled),
             applied_index: AtomicU64::new(loaded.applied),
             compact_finished: watch::channel(loaded.compact_finished).0,
+            behind: Default::default(),
+            unwritten: Default::default(),
+            write_behind_for: WRITE_BEHIND,
         };
         Ok((store, recovered))
+    }
+
+    /// Takes an applied batch's writes (and its records, for readers);
+    /// writes everything waiting to sled once the oldest has waited
+    /// [`WRITE_BEHIND`] or enough bytes wait.
+    pub(crate) fn write_behind(&self, ops: Vec<Op>, records: Pending) -> Result<()> {
+        let mut behind = self.behind.lock();
+        if !records.is_empty() {
+            behind.revisions.extend(records.keys().copied());
+            self.unwritten.write().extend(records);
+        }
+        behind.bytes += ops
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()))
+            .sum::<usize>();
+        behind.ops.extend(ops);
+        let since = *behind.since.get_or_insert_with(std::time::Instant::now);
+        if behind.bytes >= WRITE_BEHIND_BYTES || since.elapsed() >= self.write_behind_for {
+            self.write_out(&mut behind)?;
+        }
+        Ok(())
+    }
+
+    /// Applied writes wait for `flush_behind` alone (tests).
+    #[cfg(test)]
+    pub(crate) fn hold_writes(&mut self) {
+        self.write_behind_for = std::time::Duration::MAX;
+    }
+
+    /// Writes every applied write still waiting to sled: before anything
+    /// reads sled other than by record (history, snapshots, membership),
+    /// compacts it, or makes it durable.
+    pub(crate) fn flush_behind(&self) -> Result<()> {
+        let mut behind = self.behind.lock();
+        self.write_out(&mut behind)
+    }
+
+    fn write_out(&self, behind: &mut Behind) -> Result<()> {
+        if behind.ops.is_empty() {
+            return Ok(());
+        }
+        let mut batch = sled::Batch::default();
+        for (key, value) in &behind.ops {
+            match value {
+                Some(value) => batch.insert(key.clone(), value.clone()),
+                None => batch.remove(key.clone()),
+            }
+        }
+        // On failure everything stays waiting, to be tried again: a later
+        // batch must never reach sled (with its applied index) without it.
+        self.tree.apply_batch(batch)?;
+        let revisions = std::mem::take(&mut behind.revisions);
+        *behind = Behind::default();
+        let mut unwritten = self.unwritten.write();
+        for revision in revisions {
+            unwritten.remove(&revision);
+        }
+        Ok(())
     }
 
     /// Replaces the whole state with `entries` (a snapshot from the leader)
@@ -112,6 +201,9 @@ impl KvStore {
         entries: impl Iterator<Item = (Vec<u8>, Vec<u8>)>,
     ) -> Result<Recovered> {
         let mut index = self.index.write();
+        // What was applied before is replaced whole.
+        *self.behind.lock() = Behind::default();
+        self.unwritten.write().clear();
         self.tree.clear()?;
         let mut batch = sled::Batch::default();
         for (key, value) in entries {
@@ -239,6 +331,7 @@ impl KvStore {
     /// Members' attributes as applied (who is a member is the membership's
     /// say; this holds names and URLs).
     pub fn member_registry(&self) -> Result<Vec<crate::api::Member>> {
+        self.flush_behind()?;
         let mut members = Vec::new();
         for item in self.tree.scan_prefix(META_MEMBER_PREFIX) {
             let (_, value) = item?;
@@ -251,6 +344,7 @@ impl KvStore {
 
     /// The membership as applied (protobuf `ConfState`), if any.
     pub fn conf_state_bytes(&self) -> Result<Option<Vec<u8>>> {
+        self.flush_behind()?;
         Ok(self.tree.get(META_CONF_STATE)?.map(|v| v.to_vec()))
     }
 
@@ -369,6 +463,13 @@ impl KvStore {
             }
             return Ok(Some(kv));
         }
+        if let Some(kv) = self.unwritten.read().get(&rev) {
+            let mut kv = kv.clone();
+            if !with_value {
+                kv.value.clear();
+            }
+            return Ok(Some(kv));
+        }
         let Some(bytes) = self.tree.get(rev.to_key())? else {
             return Ok(None);
         };
@@ -396,6 +497,7 @@ impl KvStore {
         to: i64,
         max_records: usize,
     ) -> Result<(Vec<HistoryRecord>, i64)> {
+        self.flush_behind()?;
         let start = Revision::new(from, 0).to_key();
         let end = Revision::new(to + 1, 0).to_key();
         let mut out: Vec<HistoryRecord> = Vec::new();

@@ -20,6 +20,7 @@ impl KvStore {
     /// meanwhile (the Raft driver's thread), so the blob is exactly the
     /// state at [`KvStore::applied_index`].
     pub fn dump(&self) -> Result<Vec<u8>> {
+        self.flush_behind()?;
         let mut out = Vec::with_capacity(64 * 1024);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&0u64.to_le_bytes());

@@ -85,8 +85,10 @@ pub(crate) async fn flush_loop(
         if applied == flushed {
             continue;
         }
-        let (db, path) = (db.clone(), db_path.clone());
-        match tokio::task::spawn_blocking(move || flush_state(&db, &path)).await {
+        let (db, path, state) = (db.clone(), db_path.clone(), kv.clone());
+        // Everything applied up to `applied` goes to sled, then to disk.
+        let flush = move || state.flush_behind().and_then(|()| flush_state(&db, &path));
+        match tokio::task::spawn_blocking(flush).await {
             Ok(Ok(())) => {
                 flushed = applied;
                 if requests

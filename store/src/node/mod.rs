@@ -583,6 +583,7 @@ impl Store {
         let driver = inner.driver.lock().take();
         let db = inner.db.clone();
         let db_path = inner.config.data_dir.join("db");
+        let kv = inner.kv.clone();
         // Everything queued before the stop is still written and answered.
         let _ = inner.requests.send(DriverRequest::Stop).await;
         drop(inner);
@@ -590,6 +591,7 @@ impl Store {
             if let Some(driver) = driver {
                 let _ = driver.join();
             }
+            kv.flush_behind()?;
             durability::flush_state(&db, &db_path)
         })
         .await

@@ -654,6 +654,7 @@ fn persist_conf_state(kv: &KvStore, conf_state: &ConfState) -> Result<()> {
     let bytes = conf_state
         .write_to_bytes()
         .map_err(|e| StoreError::storage("encoding the membership", e))?;
+    kv.flush_behind()?;
     kv.tree
         .insert(crate::mvcc::kvstore::META_CONF_STATE, bytes)?;
     kv.tree.flush()?;

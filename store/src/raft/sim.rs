@@ -435,6 +435,8 @@ impl Sim {
     pub fn compact_log(&mut self, id: u64) {
         let core = self.core_mut(id);
         let applied = core.kv().applied_index();
+        // As the store's flush loop: what is applied goes to sled first.
+        core.kv().flush_behind().expect("write applied batches");
         core.compact_log(applied).expect("compact log");
     }
 
