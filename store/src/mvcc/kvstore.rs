@@ -51,8 +51,6 @@ const WRITE_BEHIND_BYTES: usize = 4 << 20;
 struct Behind {
     ops: Vec<Op>,
     bytes: usize,
-    /// The records among them, which readers find in `KvStore::unwritten`.
-    revisions: Vec<Revision>,
     since: Option<std::time::Instant>,
 }
 
@@ -140,9 +138,10 @@ impl KvStore {
     /// writes everything waiting to sled once the oldest has waited
     /// [`WRITE_BEHIND`] or enough bytes wait.
     pub(crate) fn write_behind(&self, ops: Vec<Op>, records: Pending) -> Result<()> {
+        // Under `behind`'s lock, so that `unwritten` holds exactly the
+        // records of the writes waiting.
         let mut behind = self.behind.lock();
         if !records.is_empty() {
-            behind.revisions.extend(records.keys().copied());
             self.unwritten.write().extend(records);
         }
         behind.bytes += ops
@@ -185,12 +184,8 @@ impl KvStore {
         // On failure everything stays waiting, to be tried again: a later
         // batch must never reach sled (with its applied index) without it.
         self.tree.apply_batch(batch)?;
-        let revisions = std::mem::take(&mut behind.revisions);
         *behind = Behind::default();
-        let mut unwritten = self.unwritten.write();
-        for revision in revisions {
-            unwritten.remove(&revision);
-        }
+        self.unwritten.write().clear();
         Ok(())
     }
 
@@ -456,15 +451,11 @@ impl KvStore {
         pending: Option<&Pending>,
         with_value: bool,
     ) -> Result<Option<KeyValue>> {
-        if let Some(kv) = pending.and_then(|p| p.get(&rev)) {
-            let mut kv = kv.clone();
-            if !with_value {
-                kv.value.clear();
-            }
-            return Ok(Some(kv));
-        }
-        if let Some(kv) = self.unwritten.read().get(&rev) {
-            let mut kv = kv.clone();
+        // The batch being applied, then applied writes not yet in sled.
+        let waiting = pending
+            .and_then(|p| p.get(&rev).cloned())
+            .or_else(|| self.unwritten.read().get(&rev).cloned());
+        if let Some(mut kv) = waiting {
             if !with_value {
                 kv.value.clear();
             }
