@@ -708,6 +708,14 @@ async fn metrics_name_store_requests_and_each_cache() {
         .list(&in_default(), &list_options("0"))
         .await
         .unwrap();
+    // The list is served once the cache has listed; its reflector opens
+    // the store watch right after.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while registry.storage().requests().total("watch") == 0
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let text = metrics::render(&registry);
     for sample in [
         "skiff_storage_requests_total{operation=\"list\"} ",
