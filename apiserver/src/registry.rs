@@ -231,6 +231,9 @@ impl Registry {
     /// Ends every open watch (the server is stopping).
     pub fn begin_shutdown(&self) {
         self.stopping.send_replace(true);
+        // A watch that starts from here on sees `stopping` before its
+        // first line; one already open finds its queue closed.
+        self.cache.end_watches();
     }
 
     /// Flips to true when the server stops.

@@ -152,6 +152,14 @@ pub async fn start(
     .boxed())
 }
 
+/// Resolves when the watch's timer fires; never without one.
+async fn timed_out(timer: &mut Option<Pin<Box<tokio::time::Sleep>>>) {
+    match timer {
+        Some(timer) => timer.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// One open watch: its initial objects, its replay from the ring, then its
 /// live queue, rendered as it asked.
 struct Watching {
@@ -159,9 +167,12 @@ struct Watching {
     /// Flips when the server stops: the stream then ends cleanly.
     stopping: tokio::sync::watch::Receiver<bool>,
     deadline: Option<tokio::time::Instant>,
-    /// Resolves at the deadline or when the server stops: one timer and
-    /// one registration for the watch's whole life, not one per event.
-    ended: Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    /// Fires at the deadline (`timeoutSeconds`): one timer for the watch's
+    /// whole life. The server's stop needs no wake-up of its own: it
+    /// closes every watcher's queue (`WatchCache::end_watches`), so a
+    /// delivered event costs one queue read, not a poll of a signal that
+    /// every watch shares.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
     initial: std::vec::IntoIter<Arc<CachedObject>>,
     /// The initial-events-end bookmark, sent after the initial objects.
     initial_end: Option<Bytes>,
@@ -179,14 +190,7 @@ impl Watching {
         let initial_end = (options.send_initial_events && options.allow_bookmarks)
             .then(|| bookmark(resource, subscription.revision, true));
         let deadline = options.timeout.map(|t| tokio::time::Instant::now() + t);
-        let forever = tokio::time::Instant::now() + Duration::from_secs(3600 * 24 * 365);
-        let mut stopping = registry.stopping();
-        let ended = Box::pin(async move {
-            tokio::select! {
-                _ = tokio::time::sleep_until(deadline.unwrap_or(forever)) => {}
-                _ = stopping.wait_for(|stopped| *stopped) => {}
-            }
-        });
+        let timer = deadline.map(|d| Box::pin(tokio::time::sleep_until(d)));
         let initial = std::mem::take(&mut subscription.initial).into_iter();
         let backlog = std::mem::take(&mut subscription.backlog).into();
         Watching {
@@ -197,7 +201,7 @@ impl Watching {
             },
             stopping: registry.stopping(),
             deadline,
-            ended,
+            timer,
             initial,
             initial_end,
             backlog,
@@ -253,7 +257,7 @@ impl Watching {
                         return Some(bookmark(self.render.resource, revision, false));
                     }
                 },
-                _ = self.ended.as_mut() => return None,
+                _ = timed_out(&mut self.timer) => return None,
             }
         }
     }

@@ -15,6 +15,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc, as the skiff binary: the watch benchmark's client reads
+/// thousands of streams, and glibc's malloc growing and trimming its heap
+/// under that (page faults on every new buffer) made the client, which
+/// shares the cores with the server it measures, cost more than the server.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "skiff-bench",

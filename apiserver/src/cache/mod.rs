@@ -227,6 +227,13 @@ impl WatchCache {
         all
     }
 
+    /// Ends every open watch of every cache (the server is stopping).
+    pub fn end_watches(&self) {
+        for cache in self.caches() {
+            cache.end_watches();
+        }
+    }
+
     /// The resource's cache once it is at least as fresh as asked; `None`
     /// when it cannot be within the waits (the store should serve).
     pub async fn fresh(

@@ -309,6 +309,13 @@ impl ResourceCache {
         }
     }
 
+    /// Ends every watch of the resource (the server is stopping): each
+    /// watcher's queue closes, so its stream ends once it has read what
+    /// was queued.
+    pub fn end_watches(&self) {
+        self.write().watchers.clear();
+    }
+
     /// Queues a bookmark at the cache's revision for every watcher that
     /// allows bookmarks (and has reached the revision it started from).
     pub fn send_bookmarks(&self) {

@@ -625,6 +625,69 @@ async fn initial_events_end_with_a_bookmark_when_asked() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_watches_end_at_their_timeout_or_when_the_server_stops() {
+    let (registry, _dir) = registry().await;
+    let from = create(&registry, "seed", "web").await;
+    let open = |timeout: Option<Duration>| {
+        let registry = registry.clone();
+        async move {
+            let options = crate::watch::WatchOptions {
+                list: list_options(&from.to_string()),
+                allow_bookmarks: false,
+                timeout,
+                send_initial_events: false,
+                table: None,
+                convert: None,
+            };
+            crate::watch::start(&registry, &in_default(), options)
+                .await
+                .unwrap()
+        }
+    };
+    // A watch with a timeout ends at it, with nothing to send.
+    let timed = open(Some(Duration::from_millis(300))).await;
+    let lines = tokio::time::timeout(Duration::from_secs(10), timed.collect::<Vec<_>>())
+        .await
+        .expect("a watch ends at its timeout");
+    assert!(lines.is_empty());
+    // Watches without one, waiting for their next event, end when the
+    // server stops (the client watches again from its last
+    // resourceVersion, so an event queued but not sent is not lost).
+    let mut endless = Vec::new();
+    for _ in 0..3 {
+        endless.push(open(None).await);
+    }
+    let mut readers = Vec::new();
+    for stream in endless {
+        readers.push(tokio::spawn(stream.collect::<Vec<_>>()));
+    }
+    let created = create(&registry, "late", "web").await;
+    let cache = registry.cache.resource(pods(), 0);
+    assert!(
+        cache
+            .wait_for_revision(created, Duration::from_secs(10))
+            .await
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    registry.begin_shutdown();
+    for reader in readers {
+        let lines = tokio::time::timeout(Duration::from_secs(10), reader)
+            .await
+            .expect("an open watch ends when the server stops")
+            .unwrap();
+        assert_eq!(lines.len(), 1, "the event before the stop was sent");
+        let event: Value = serde_json::from_slice(lines[0].as_ref().unwrap()).unwrap();
+        assert_eq!(event["object"]["metadata"]["name"], "late");
+    }
+    // A watch started after the stop ends at once.
+    let late = open(None).await;
+    let lines = tokio::time::timeout(Duration::from_secs(10), late.collect::<Vec<_>>())
+        .await
+        .expect("a watch started while stopping ends");
+    assert!(lines.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_watchers_see_every_event_in_order_from_one_store_watch() {
     let (registry, _dir) = registry().await;
     let from = create(&registry, "seed", "web").await;

@@ -124,8 +124,7 @@ impl Drop for ApiConnection {
 /// dropped.
 pub struct WatchStream {
     body: Incoming,
-    /// Bytes of a line not yet complete.
-    partial: Vec<u8>,
+    lines: Lines,
     /// Its own HTTP/1.1 connection, ended with the watch; `None` for a
     /// stream of a shared HTTP/2 connection.
     own: Option<(SendRequest<Full<Bytes>>, JoinHandle<()>)>,
@@ -166,7 +165,7 @@ impl WatchStream {
         match Self::started(path, answer).await {
             Ok(body) => Ok(WatchStream {
                 body,
-                partial: Vec::new(),
+                lines: Lines::default(),
                 own: Some((sender, conn)),
             }),
             Err(err) => {
@@ -188,7 +187,7 @@ impl WatchStream {
         let answer = tokio::time::timeout(REQUEST_TIMEOUT, sender.send_request(request)).await;
         Ok(WatchStream {
             body: Self::started(path, answer).await?,
-            partial: Vec::new(),
+            lines: Lines::default(),
             own: None,
         })
     }
@@ -247,9 +246,24 @@ impl WatchStream {
     }
 
     /// Hands `on_line` every line `data` completes, keeping the rest.
+    pub fn split(&mut self, data: &[u8], on_line: impl FnMut(&[u8])) {
+        self.lines.split(data, on_line);
+    }
+}
+
+/// Newline-delimited lines from chunks that may end mid-line.
+#[derive(Default)]
+pub struct Lines {
+    /// Bytes of a line not yet complete.
+    partial: Vec<u8>,
+}
+
+impl Lines {
+    /// Hands `on_line` every line `data` completes (without its newline),
+    /// keeping the rest for the next chunk.
     pub fn split(&mut self, data: &[u8], mut on_line: impl FnMut(&[u8])) {
         let mut rest = data;
-        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+        while let Some(end) = memchr::memchr(b'\n', rest) {
             if self.partial.is_empty() {
                 on_line(&rest[..end]);
             } else {
@@ -316,7 +330,7 @@ pub fn query_value(value: &str) -> String {
 
 /// Where `needle` first starts in `haystack`.
 pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(haystack, needle)
 }
 
 #[cfg(test)]
@@ -333,5 +347,21 @@ mod tests {
     fn needles_are_found() {
         assert_eq!(find(b"abcabd", b"abd"), Some(3));
         assert_eq!(find(b"ab", b"abd"), None);
+    }
+
+    #[test]
+    fn lines_are_joined_across_chunks() {
+        let mut lines = Lines::default();
+        let mut seen = Vec::new();
+        for chunk in [&b"{\"a\":1}\n{\"b\""[..], b":2", b"}\n\n{\"c\":3}\n{"] {
+            lines.split(chunk, |line| {
+                seen.push(String::from_utf8_lossy(line).into_owned())
+            });
+        }
+        assert_eq!(seen, ["{\"a\":1}", "{\"b\":2}", "", "{\"c\":3}"]);
+        lines.split(b"}\n", |line| {
+            seen.push(String::from_utf8_lossy(line).into_owned())
+        });
+        assert_eq!(seen.last().map(String::as_str), Some("{}"));
     }
 }
