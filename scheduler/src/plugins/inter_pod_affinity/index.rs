@@ -56,10 +56,16 @@ impl ClusterIndex {
     /// — a cycle's binding changes one pod of one node.
     pub fn sync(&mut self, nodes: &[Arc<NodeInfo>]) {
         for at in 0..self.nodes.len().max(nodes.len()) {
-            let old = self.nodes.get(at).cloned();
             let new = nodes.get(at);
+            // Most nodes are unchanged: compared by pointer, without
+            // touching (or counting a reference to) the NodeInfo itself.
+            if let (Some(old), Some(new)) = (self.nodes.get(at), new) {
+                if Arc::ptr_eq(old, new) {
+                    continue;
+                }
+            }
+            let old = self.nodes.get(at).cloned();
             match (&old, new) {
-                (Some(old), Some(new)) if Arc::ptr_eq(old, new) => continue,
                 (Some(old), Some(new)) if old.labels() == new.labels() => {
                     self.update_pods(at, old, new);
                 }

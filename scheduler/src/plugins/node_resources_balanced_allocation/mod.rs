@@ -76,7 +76,7 @@ impl NodeResourcesBalancedAllocation {
 /// 100 × (1 − the standard deviation of the requested fractions), each
 /// fraction capped at 1; resources with no allocatable are left out.
 fn balanced_score(requested: &[i64], allocatable: &[i64]) -> i64 {
-    let fractions: Vec<f64> = requested
+    let fractions: smallvec::SmallVec<[f64; 4]> = requested
         .iter()
         .zip(allocatable)
         .filter(|(_, &alloc)| alloc != 0)

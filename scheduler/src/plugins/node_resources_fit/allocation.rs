@@ -135,6 +135,10 @@ pub fn allocatable_and_requested(
     }
 }
 
+/// Amounts per scored resource: inline for the usual few (scoring runs
+/// per node for hundreds of nodes a pod, so no allocation per node).
+pub type Amounts = smallvec::SmallVec<[i64; 4]>;
+
 /// Requested and allocatable amounts of each resource on `node`, in the
 /// order of `resources`; an allocatable of 0 marks a resource to skip.
 pub fn node_amounts(
@@ -142,9 +146,9 @@ pub fn node_amounts(
     resources: &[ResourceSpec],
     pod_requests: &[i64],
     use_requested: bool,
-) -> (Vec<i64>, Vec<i64>) {
-    let mut requested = vec![0; resources.len()];
-    let mut allocatable = vec![0; resources.len()];
+) -> (Amounts, Amounts) {
+    let mut requested: Amounts = smallvec::smallvec![0; resources.len()];
+    let mut allocatable: Amounts = smallvec::smallvec![0; resources.len()];
     for (i, resource) in resources.iter().enumerate() {
         let pod_request = pod_requests.get(i).copied().unwrap_or(0);
         let (alloc, req) =
