@@ -1365,7 +1365,7 @@ pub fn strict_decoding_error(resource: &ResourceType, problems: &[String]) -> Ap
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::resources::{find, find_kind};
     use serde_json::json;
@@ -1415,7 +1415,7 @@ mod tests {
     /// one key; a definition inside itself is left empty), with an unknown
     /// field beside the known ones of every object. `inside`: the
     /// definitions being generated.
-    fn instance(schema: &Value, inside: &mut Vec<String>) -> Value {
+    pub(crate) fn instance(schema: &Value, inside: &mut Vec<String>) -> Value {
         if let Some(name) = crate::schema::definition_name(schema) {
             // Types that read several JSON shapes (apiextensions').
             if name.ends_with("OrBool") {

@@ -228,7 +228,55 @@ pub fn record_update(
     let root = Node::root(resource.definition);
     let stored = old.and_then(|o| o.pointer("/metadata/managedFields"));
     let requested = new.pointer("/metadata/managedFields");
-    let (mut entries, kept_stored) = starting_entries(stored, requested, manager);
+    let (entries, kept_stored) = starting_entries(stored, requested, manager);
+    if old.is_none() && kept_stored && entries.is_empty() {
+        record_create(resource, root, new, manager, now);
+    } else {
+        record_change(resource, root, old, new, manager, now, entries, kept_stored);
+    }
+}
+
+/// A create that names no managers of its own: the manager owns every
+/// tracked field of the new object. What `record_change` finds comparing
+/// the object with nothing, without the comparison (a create is most
+/// writes; the comparison was a third of a pod create's CPU time).
+fn record_create(
+    resource: &ResourceType,
+    root: Node,
+    new: &mut Value,
+    manager: &Manager,
+    now: &str,
+) {
+    let all = tracked(fields::of_object(new, root), resource, manager.subresource);
+    let fields = fields::existing(&all, new);
+    if fields.is_empty() {
+        set_managed_fields(new, None);
+        return;
+    }
+    let me = manager.identity(Operation::Update);
+    let mut entries = Vec::new();
+    replace_fields(&mut entries, manager, me, fields);
+    for entry in &mut entries {
+        entry.time = Some(now.to_string());
+    }
+    set_managed_fields(new, managed::encode(entries));
+}
+
+/// `record_update` in general: the fields that changed between `old` (or
+/// nothing) and `new` go to the manager, from the `entries` the write
+/// starts with.
+#[allow(clippy::too_many_arguments)]
+fn record_change(
+    resource: &ResourceType,
+    root: Node,
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &Manager,
+    now: &str,
+    mut entries: Vec<Entry>,
+    kept_stored: bool,
+) {
+    let stored = old.and_then(|o| o.pointer("/metadata/managedFields"));
     let empty = Value::Object(Map::new());
     let changes = changes_between(resource, manager, root, old.unwrap_or(&empty), new);
     if kept_stored && changes.is_empty() {

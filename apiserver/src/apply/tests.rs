@@ -563,6 +563,65 @@ fn status_is_owned_only_through_the_status_subresource() {
 
 // --- record_update ---
 
+/// A create's managedFields, found without comparing the object with
+/// nothing, are what the comparison finds: for an object of every
+/// built-in resource with every field set (pruned as a create would be)
+/// and for a plain pod, by a main-resource and a status manager.
+#[test]
+fn a_create_records_what_comparing_with_nothing_records() {
+    let (mut compared, mut recorded) = (0, 0);
+    for resource in crate::resources::served() {
+        if resource.custom.is_some() || resource.conversion.is_some() {
+            continue;
+        }
+        let definition = &crate::schema::DEFINITIONS[resource.definition];
+        let mut full = crate::validation::tests::instance(
+            definition,
+            &mut vec![resource.definition.to_string()],
+        );
+        full["apiVersion"] = json!(resource.api_version());
+        full["kind"] = json!(resource.kind);
+        crate::validation::prune_unknown_fields(resource, &mut full);
+        let _ = full["metadata"]
+            .as_object_mut()
+            .map(|m| m.remove("managedFields"));
+        let pod = json!({"apiVersion": resource.api_version(), "kind": resource.kind,
+            "metadata": {"name": "a", "namespace": "default", "labels": {"app": "a"}},
+            "spec": {"containers": [{"name": "c", "image": "nginx",
+                "ports": [{"containerPort": 80, "protocol": "TCP"}]}]}});
+        let bare = json!({"apiVersion": resource.api_version(), "kind": resource.kind,
+            "metadata": {"name": "a"}});
+        for object in [full, pod, bare] {
+            for manager in [manager("kubectl-create"), status_manager("kubelet")] {
+                let root = Node::root(resource.definition);
+                let mut fast = object.clone();
+                record_create(resource, root, &mut fast, &manager, T1);
+                let mut general = object.clone();
+                record_change(
+                    resource,
+                    root,
+                    None,
+                    &mut general,
+                    &manager,
+                    T1,
+                    Vec::new(),
+                    true,
+                );
+                assert_eq!(fast, general, "{} by {}", resource.plural, manager.name);
+                compared += 1;
+                if fast["metadata"]["managedFields"].is_array() {
+                    recorded += 1;
+                }
+            }
+        }
+    }
+    assert!(compared >= 180, "{compared} objects compared");
+    assert!(
+        recorded >= 60,
+        "{recorded} of {compared} recorded any field"
+    );
+}
+
 #[test]
 fn an_update_that_creates_owns_every_field() {
     let mut object = web(3, "nginx:1.25");
