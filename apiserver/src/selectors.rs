@@ -746,6 +746,17 @@ impl FieldSelector {
     }
 }
 
+/// Adds to `out` the dotted paths of an object that [`field_value`] reads
+/// for `field` (besides `kind`), so that a reader may parse only those.
+pub fn paths_read(field: &'static str, out: &mut Vec<&'static str>) {
+    match field {
+        "status.podIP" | "status.podIPs" => out.extend(["status.podIP", "status.podIPs"]),
+        "source" => out.extend(["source.component", "reportingComponent"]),
+        "status.successful" => out.push("status.succeeded"),
+        _ => out.push(field),
+    }
+}
+
 /// The value Kubernetes indexes for `field` of `object`, as a string.
 pub fn field_value(object: &Value, field: &str) -> String {
     let at = |path: &str| path.split('.').try_fold(object, |v, part| v.get(part));

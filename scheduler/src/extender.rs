@@ -681,7 +681,7 @@ pub async fn run_extenders_prioritize(
         }
     }
     for total in totals.iter_mut() {
-        if let Some(sum) = sums.get(&total.name) {
+        if let Some(sum) = sums.get(total.name.as_ref()) {
             total.score = total.score.saturating_add(*sum);
         }
     }

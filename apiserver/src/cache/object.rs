@@ -5,6 +5,8 @@
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::resources::ResourceType;
@@ -31,12 +33,18 @@ impl CachedObject {
         mod_revision: i64,
         stored: Bytes,
     ) -> CachedObject {
-        let parsed: Value = serde_json::from_slice(&stored).unwrap_or(Value::Null);
+        let parsed = parse_selectable(resource, &stored);
+        // Bytes that are not a JSON object (written past the API, with
+        // etcdctl say) are served only through a parse, which refuses them.
+        let splice = match parsed {
+            Some(_) if std::str::from_utf8(&stored).is_ok() => crate::object::Splice::find(&stored),
+            _ => None,
+        };
         CachedObject {
             key,
             mod_revision,
-            selectable: Selectable::new(resource, &parsed),
-            splice: crate::object::Splice::find(&stored),
+            selectable: Selectable::new(resource, parsed.as_ref().unwrap_or(&Value::Null)),
+            splice,
             stored,
         }
     }
@@ -75,12 +83,143 @@ impl CachedObject {
     }
 }
 
+/// What selectors read of a stored object: its `kind`, its labels and the
+/// paths its kind's selectable fields read, built alone; the rest of the
+/// JSON is checked but not built (most of a pod is neither). `None` when
+/// the bytes are not one JSON object.
+fn parse_selectable(resource: &ResourceType, stored: &[u8]) -> Option<Value> {
+    let mut paths = vec!["kind", "metadata.labels"];
+    for field in crate::selectors::supported_fields(resource.kind) {
+        crate::selectors::paths_read(field, &mut paths);
+    }
+    let mut reader = serde_json::Deserializer::from_slice(stored);
+    let parsed = Wanted(paths).deserialize(&mut reader).ok()?;
+    reader.end().ok()?;
+    if !parsed.is_object() {
+        return None;
+    }
+    match parsed.get("kind").and_then(Value::as_str) {
+        // Another kind's fields: rare enough to parse it whole.
+        Some(kind) if kind != resource.kind => serde_json::from_slice(stored).ok(),
+        _ => Some(parsed),
+    }
+}
+
+/// Builds the members of a JSON object at these dotted paths (relative to
+/// it) and skips the rest; anything but an object reads as null, as the
+/// paths would find nothing in it.
+struct Wanted(Vec<&'static str>);
+
+impl<'de> DeserializeSeed<'de> for Wanted {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Wanted {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            let key = key.as_str();
+            if self.0.contains(&key) {
+                out.insert(key.to_string(), map.next_value::<Value>()?);
+                continue;
+            }
+            let deeper: Vec<&'static str> = self
+                .0
+                .iter()
+                .filter_map(|path| path.strip_prefix(key)?.strip_prefix('.'))
+                .collect();
+            if deeper.is_empty() {
+                map.next_value::<IgnoredAny>()?;
+            } else {
+                out.insert(key.to_string(), map.next_value_seed(Wanted(deeper))?);
+            }
+        }
+        Ok(Value::Object(out))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Value::Null)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+}
+
+/// An object key, borrowed from the input when it has no escapes.
+enum Key<'de> {
+    Borrowed(&'de str),
+    Owned(String),
+}
+
+impl Key<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Key::Borrowed(key) => key,
+            Key::Owned(key) => key,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object key")
+            }
+
+            fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key::Borrowed(key))
+            }
+
+            fn visit_str<E>(self, key: &str) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(key.to_string()))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
 /// The labels and selectable field values of an object, packed so that
 /// 100 000 pods cost little more than their JSON: one string holding every
 /// label key and value and every field value back to back, and the offsets
 /// where each ends. A parsed `Value` of the same fields cost more than the
 /// whole JSON of a pod.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Selectable {
     text: Box<str>,
     /// Per label, sorted by key: where its key starts, where its key ends
@@ -249,8 +388,19 @@ impl WatchEvent {
         if let Some(line) = self.lines[event.index()].get() {
             return Some(line.clone());
         }
-        let served = self.served(resource).ok()?;
-        let line = encode_event(event.as_str(), &served);
+        let line = match self.object.splice {
+            // The stored bytes with the revision spliced in, unparsed.
+            Some(splice) => {
+                let mut line = Vec::with_capacity(self.object.stored.len() + 48);
+                line.extend_from_slice(b"{\"type\":\"");
+                line.extend_from_slice(event.as_str().as_bytes());
+                line.extend_from_slice(b"\",\"object\":");
+                splice.write(&mut line, &self.object.stored, self.revision);
+                line.extend_from_slice(b"}\n");
+                Bytes::from(line)
+            }
+            None => encode_event(event.as_str(), &self.served(resource).ok()?),
+        };
         Some(self.lines[event.index()].get_or_init(|| line).clone())
     }
 
@@ -355,6 +505,137 @@ mod tests {
         );
         assert_eq!(cached.selectable().field("type"), Some("Opaque"));
         assert_eq!(cached.selectable().label("app"), None);
+    }
+
+    /// Selectable as it was built before objects were parsed in part.
+    fn selectable_of_whole(resource: &ResourceType, stored: &[u8]) -> Selectable {
+        let whole: Value = serde_json::from_slice(stored).unwrap_or(Value::Null);
+        Selectable::new(resource, &whole)
+    }
+
+    #[test]
+    fn selectors_read_the_same_of_a_partly_parsed_object() {
+        let mut checked = 0;
+        for resource in crate::resources::served() {
+            if resource.custom.is_some() || resource.conversion.is_some() {
+                continue;
+            }
+            let definition = &crate::schema::DEFINITIONS[resource.definition];
+            let mut full = crate::validation::tests::instance(
+                definition,
+                &mut vec![resource.definition.to_string()],
+            );
+            full["apiVersion"] = json!(resource.api_version());
+            full["kind"] = json!(resource.kind);
+            full["metadata"]["labels"] = json!({"b": "2", "a": "1", "e\"scaped": "x"});
+            let without_kind = json!({"metadata": full["metadata"].clone()});
+            for object in [full, without_kind] {
+                let stored = serde_json::to_vec(&object).unwrap();
+                let cached =
+                    CachedObject::new(resource, "/k".into(), 1, Bytes::from(stored.clone()));
+                assert_eq!(
+                    cached.selectable,
+                    selectable_of_whole(resource, &stored),
+                    "{}",
+                    resource.kind
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 60, "only {checked} objects checked");
+        // The fields read at other paths than their own, and odd shapes.
+        let odd = [
+            (
+                crate::resources::find("", "v1", "pods").unwrap(),
+                json!({"kind": "Pod", "status": {"podIPs": [{"ip": "10.0.0.2"}], "phase": 3},
+                    "spec": {"hostNetwork": true, "nodeName": ["x"]}, "metadata": "m"}),
+            ),
+            (
+                crate::resources::find("", "v1", "events").unwrap(),
+                json!({"kind": "Event", "source": {"component": "kubelet"}, "reportingComponent": "r",
+                    "involvedObject": {"kind": "Pod", "name": "web"}, "type": "Warning"}),
+            ),
+            (
+                crate::resources::find("", "v1", "events").unwrap(),
+                json!({"kind": "Event", "reportingComponent": "r", "source": "s"}),
+            ),
+            (
+                crate::resources::find("batch", "v1", "jobs").unwrap(),
+                json!({"kind": "Job", "status": {"succeeded": 2}}),
+            ),
+            (
+                crate::resources::find("", "v1", "secrets").unwrap(),
+                json!({"kind": "Secret"}),
+            ),
+            // Another kind than the resource's: its own fields.
+            (
+                crate::resources::find("", "v1", "secrets").unwrap(),
+                json!({"kind": "Node", "spec": {"unschedulable": true}, "metadata": {"name": "n"}}),
+            ),
+            (
+                crate::resources::find("", "v1", "nodes").unwrap(),
+                json!({"kind": "Node", "spec": {"unschedulable": true}, "metadata": {"name": "n", "labels": {"a": 1}}}),
+            ),
+        ];
+        for (resource, object) in odd {
+            let stored = serde_json::to_vec(&object).unwrap();
+            let cached = CachedObject::new(resource, "/k".into(), 1, Bytes::from(stored.clone()));
+            assert_eq!(
+                cached.selectable,
+                selectable_of_whole(resource, &stored),
+                "{object}"
+            );
+        }
+    }
+
+    #[test]
+    fn bytes_that_are_not_one_json_object_are_not_spliced() {
+        let pods = pods();
+        for bad in [
+            &br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"#[..],
+            br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}} {}"#,
+            br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"x":tru}}"#,
+            b"{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"\xff\"}}",
+        ] {
+            let cached = CachedObject::new(pods, "/k".into(), 1, Bytes::copy_from_slice(bad));
+            assert!(!cached.splices(), "{}", String::from_utf8_lossy(bad));
+            let event = WatchEvent::new(2, ChangeType::Put, Arc::new(cached), None);
+            assert_eq!(event.line(pods, EventType::Added), None);
+        }
+        let good = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}"#;
+        assert!(CachedObject::new(pods, "/k".into(), 1, Bytes::from_static(good)).splices());
+    }
+
+    #[test]
+    fn a_spliced_event_line_is_the_served_object() {
+        let stored = serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}))
+        .unwrap();
+        let cached = Arc::new(CachedObject::new(
+            pods(),
+            "/k".into(),
+            4,
+            Bytes::from(stored),
+        ));
+        assert!(cached.splices());
+        for (change, event, revision) in [
+            (ChangeType::Put, EventType::Added, 4),
+            (ChangeType::Put, EventType::Modified, 4),
+            (ChangeType::Delete, EventType::Deleted, 11),
+        ] {
+            let watch_event = WatchEvent::new(revision, change, cached.clone(), None);
+            let line = watch_event.line(pods(), event).unwrap();
+            assert!(line.starts_with(format!("{{\"type\":\"{}\",", event.as_str()).as_bytes()));
+            assert!(line.ends_with(b"}\n") && line.iter().filter(|b| **b == b'\n').count() == 1);
+            let parsed: Value = serde_json::from_slice(&line).unwrap();
+            let served = watch_event.served(pods()).unwrap();
+            assert_eq!(parsed, json!({"type": event.as_str(), "object": served}));
+            assert_eq!(
+                parsed["object"]["metadata"]["resourceVersion"],
+                revision.to_string()
+            );
+        }
     }
 
     #[test]

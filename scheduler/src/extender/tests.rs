@@ -699,7 +699,7 @@ async fn extender_scores_are_added_to_the_totals() {
     let mut totals: Vec<NodeScore> = ["n1", "n2", "n3"]
         .iter()
         .map(|n| NodeScore {
-            name: n.to_string(),
+            name: (*n).into(),
             score: 5,
         })
         .collect();

@@ -378,7 +378,7 @@ impl Profile {
         let mut scores: Vec<NodeScore> = nodes
             .iter()
             .map(|n| NodeScore {
-                name: n.name().to_string(),
+                name: n.shared_name(),
                 score: 0,
             })
             .collect();
@@ -543,7 +543,7 @@ pub fn select_host(scores: &[NodeScore], rng: &mut impl rand::Rng) -> String {
             }
         }
     }
-    best.map(|b| b.name.clone()).unwrap_or_default()
+    best.map(|b| b.name.to_string()).unwrap_or_default()
 }
 
 #[cfg(test)]

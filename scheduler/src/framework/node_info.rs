@@ -131,6 +131,9 @@ pub fn pod_key(pod: &Pod) -> String {
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
     pub node: Arc<Node>,
+    /// The node's name, shared with the scores of every cycle that
+    /// scores it (no copy of it per node per pod).
+    name: Arc<str>,
     pub pods: Vec<Arc<PodInfo>>,
     /// Sum of the pods' requests.
     pub requested: Resources,
@@ -158,6 +161,7 @@ impl NodeInfo {
     pub fn new(node: Arc<Node>) -> NodeInfo {
         let mut info = NodeInfo {
             node: node.clone(),
+            name: Arc::from(""),
             pods: Vec::new(),
             requested: Resources::default(),
             non_zero_requested: Resources::default(),
@@ -200,12 +204,20 @@ impl NodeInfo {
         self.taints = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
         self.condition_taints =
             crate::plugins::taint_toleration::condition_taints(&node, &self.taints);
+        if self.name.as_ref() != node.metadata.name.as_deref().unwrap_or_default() {
+            self.name = Arc::from(node.metadata.name.as_deref().unwrap_or_default());
+        }
         self.node = node;
         self.generation += 1;
     }
 
     pub fn name(&self) -> &str {
-        self.node.metadata.name.as_deref().unwrap_or_default()
+        &self.name
+    }
+
+    /// The name, shared.
+    pub fn shared_name(&self) -> Arc<str> {
+        self.name.clone()
     }
 
     pub fn labels(&self) -> &BTreeMap<String, String> {

@@ -74,7 +74,7 @@ pub struct PreFilterResult {
 /// A node's score from one plugin.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeScore {
-    pub name: String,
+    pub name: Arc<str>,
     pub score: i64,
 }
 

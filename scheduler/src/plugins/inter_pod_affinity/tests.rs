@@ -541,7 +541,7 @@ fn scores(plugin: &InterPodAffinity, pod: &PodInfo, snap: &Snapshot) -> Vec<(Str
         .nodes
         .iter()
         .map(|n| NodeScore {
-            name: n.name().to_string(),
+            name: n.name().into(),
             score: match status.code {
                 Code::Skip => 0,
                 _ => plugin.score(&state, pod, n).unwrap(),
@@ -551,7 +551,9 @@ fn scores(plugin: &InterPodAffinity, pod: &PodInfo, snap: &Snapshot) -> Vec<(Str
     if status.code != Code::Skip {
         plugin.normalize_scores(&state, pod, &mut list);
     }
-    list.into_iter().map(|s| (s.name, s.score)).collect()
+    list.into_iter()
+        .map(|s| (s.name.to_string(), s.score))
+        .collect()
 }
 
 fn regions() -> Vec<NodeInfo> {
@@ -685,7 +687,7 @@ fn placed_pods_anywhere_count_not_only_on_feasible_nodes() {
     let mut list: Vec<NodeScore> = feasible
         .iter()
         .map(|n| NodeScore {
-            name: n.name().to_string(),
+            name: n.name().into(),
             score: plugin.score(&state, &incoming, n).unwrap(),
         })
         .collect();

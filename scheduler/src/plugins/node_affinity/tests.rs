@@ -335,7 +335,7 @@ fn run_score(
     let mut scores = Vec::new();
     for node in nodes {
         scores.push(NodeScore {
-            name: node.name().to_string(),
+            name: node.name().into(),
             score: plugin.score(&state, pod, node)?,
         });
     }

@@ -114,13 +114,13 @@ impl PreScoreState {
         let counted = || {
             scores
                 .iter()
-                .filter(|s| !self.ignored_nodes.contains(&s.name))
+                .filter(|s| !self.ignored_nodes.contains(s.name.as_ref()))
         };
         let min = counted().map(|s| s.score).min().unwrap_or(i64::MAX) as i128;
         let max = counted().map(|s| s.score).max().unwrap_or(0).max(0) as i128;
         for s in scores.iter_mut() {
             s.score = match () {
-                _ if self.ignored_nodes.contains(&s.name) => 0,
+                _ if self.ignored_nodes.contains(s.name.as_ref()) => 0,
                 _ if max == 0 => MAX_NODE_SCORE,
                 _ => (MAX_NODE_SCORE as i128 * (max + min - s.score as i128) / max) as i64,
             };

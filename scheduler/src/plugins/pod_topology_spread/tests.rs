@@ -394,7 +394,7 @@ fn scores(
     let mut list: Vec<NodeScore> = feasible
         .iter()
         .map(|n| NodeScore {
-            name: n.name().to_string(),
+            name: n.name().into(),
             score: plugin.score(&state, pod, n).unwrap(),
         })
         .collect();

@@ -83,7 +83,7 @@ fn scores(pod: &PodInfo, nodes: Vec<Arc<NodeInfo>>) -> Option<Vec<i64>> {
     let mut scores: Vec<NodeScore> = nodes
         .iter()
         .map(|n| NodeScore {
-            name: n.name().to_string(),
+            name: n.name().into(),
             score: plugin.score(&state, pod, n).unwrap(),
         })
         .collect();

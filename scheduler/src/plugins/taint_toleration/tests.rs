@@ -274,7 +274,7 @@ fn scores(tolerations: Value, nodes: &[Arc<NodeInfo>]) -> Vec<i64> {
     let mut scores: Vec<NodeScore> = nodes
         .iter()
         .map(|n| NodeScore {
-            name: n.name().to_string(),
+            name: n.name().into(),
             score: plugin.score(&state, &pod, n).unwrap(),
         })
         .collect();
