@@ -113,6 +113,12 @@ pub enum ScheduleFailure {
 #[derive(Debug, Clone)]
 pub struct Feasible {
     pub nodes: Vec<Arc<NodeInfo>>,
+    /// The nodes a Filter plugin rejected, with why, in the order tried:
+    /// named only for a FitError, when no node is left (with hard
+    /// constraints most nodes fail, and a map insert by name per node per
+    /// pod cost more than the filter itself).
+    failed: Vec<(Arc<NodeInfo>, Status)>,
+    /// Rejections by name of PreFilter's narrowing and of extenders.
     pub statuses: NodeStatuses,
     pub evaluated: usize,
 }
@@ -121,11 +127,17 @@ impl Feasible {
     /// The nodes, or the FitError when none is left of `all`.
     pub fn check(&self, all: usize) -> Result<&[Arc<NodeInfo>], ScheduleFailure> {
         match self.nodes.is_empty() {
-            true => Err(ScheduleFailure::Unfit(FitError {
-                all_nodes: all,
-                statuses: self.statuses.clone(),
-                pre_filter: None,
-            })),
+            true => {
+                let mut statuses = self.statuses.clone();
+                for (node, status) in &self.failed {
+                    statuses.insert(node.name().to_string(), status.clone());
+                }
+                Err(ScheduleFailure::Unfit(FitError {
+                    all_nodes: all,
+                    statuses,
+                    pre_filter: None,
+                }))
+            }
             false => Ok(&self.nodes),
         }
     }
@@ -286,13 +298,14 @@ impl Profile {
                 }))
             }
         };
-        let (nodes, mut statuses, evaluated) = self.find_feasible(
+        let (nodes, failed, evaluated) = self.find_feasible(
             state,
             pod,
             snapshot,
             narrowed.node_names.as_ref(),
             next_start,
         )?;
+        let mut statuses = NodeStatuses::new();
         if let Some(names) = &narrowed.node_names {
             let reason = format!(
                 "node(s) didn't satisfy plugin(s) [{}]",
@@ -308,6 +321,7 @@ impl Profile {
         }
         Ok(Feasible {
             nodes,
+            failed,
             statuses,
             evaluated,
         })
@@ -320,7 +334,7 @@ impl Profile {
         snapshot: &Snapshot,
         only: Option<&BTreeSet<String>>,
         next_start: &mut usize,
-    ) -> Result<(Vec<Arc<NodeInfo>>, NodeStatuses, usize), ScheduleFailure> {
+    ) -> Result<(Vec<Arc<NodeInfo>>, Vec<(Arc<NodeInfo>, Status)>, usize), ScheduleFailure> {
         // PreFilter's narrowed set, or every node (not copied).
         let narrowed: Option<Vec<&Arc<NodeInfo>>> =
             only.map(|names| names.iter().filter_map(|n| snapshot.get(n)).collect());
@@ -332,7 +346,7 @@ impl Profile {
         let filters = self.filters_to_run(state);
         let wanted = self.feasible_nodes_to_find(count);
         let mut feasible = Vec::with_capacity(wanted.min(count));
-        let mut statuses = NodeStatuses::new();
+        let mut failed = Vec::new();
         let start = if count == 0 { 0 } else { *next_start % count };
         let mut evaluated = 0;
         for i in 0..count {
@@ -345,15 +359,13 @@ impl Profile {
             match status.code {
                 Code::Success => feasible.push(node.clone()),
                 Code::Error => return Err(ScheduleFailure::Error(status)),
-                _ => {
-                    statuses.insert(node.name().to_string(), status);
-                }
+                _ => failed.push((node.clone(), status)),
             }
         }
         if count > 0 {
             *next_start = (start + evaluated) % count;
         }
-        Ok((feasible, statuses, evaluated))
+        Ok((feasible, failed, evaluated))
     }
 
     /// PreScore, Score, NormalizeScore and weights: each node's total.

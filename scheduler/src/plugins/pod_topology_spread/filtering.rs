@@ -68,10 +68,18 @@ pub struct PreFilterState {
     /// Domains AddPod/RemovePod made that `base` does not have.
     pub extra_domains: Vec<i64>,
     pub critical_paths: Vec<CriticalPaths>,
+    /// Per constraint: 1 when the incoming pod matches its selector
+    /// (it counts itself in the domain it would join), found once.
+    own: Vec<i64>,
 }
 
 impl PreFilterState {
-    pub fn new(constraints: Vec<Constraint>, base: Arc<Domains>) -> PreFilterState {
+    pub fn new(constraints: Vec<Constraint>, base: Arc<Domains>, pod: &Pod) -> PreFilterState {
+        let own_labels = pod_labels(pod);
+        let own = constraints
+            .iter()
+            .map(|c| i64::from(c.selector.matches(own_labels)))
+            .collect();
         let critical_paths = base
             .iter()
             .map(|values| {
@@ -88,6 +96,7 @@ impl PreFilterState {
             constraints,
             base,
             critical_paths,
+            own,
         }
     }
 
@@ -136,9 +145,10 @@ impl PreFilterState {
         }
     }
 
-    pub fn filter(&self, pod: &Pod, node: &NodeInfo) -> Status {
+    /// Whether `node` keeps every constraint's skew for the pod this state
+    /// was made for.
+    pub fn filter(&self, node: &NodeInfo) -> Status {
         let labels = node.labels();
-        let own_labels = pod_labels(pod);
         for (i, c) in self.constraints.iter().enumerate() {
             let Some(value) = labels.get(&c.topology_key) else {
                 return Status::unresolvable(REASON_NODE_LABEL_NOT_MATCH);
@@ -149,8 +159,7 @@ impl PreFilterState {
                 true => 0,
                 false => self.critical_paths[i].min(),
             };
-            let own = i64::from(c.selector.matches(own_labels));
-            if self.matching(i, value) + own - min > c.max_skew {
+            if self.matching(i, value) + self.own[i] - min > c.max_skew {
                 return Status::unschedulable(REASON_CONSTRAINTS_NOT_MATCH);
             }
         }

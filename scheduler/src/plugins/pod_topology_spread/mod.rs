@@ -253,7 +253,10 @@ impl Plugin for PodTopologySpread {
         // Nodes without every topology key are no domain.
         let key = MemoKey::new(constraints.clone(), &pod.pod, true);
         let domains = memos.domains(key, &pod.pod, &snapshot.nodes);
-        state.write(PRE_FILTER_KEY, PreFilterState::new(constraints, domains));
+        state.write(
+            PRE_FILTER_KEY,
+            PreFilterState::new(constraints, domains, &pod.pod),
+        );
         (PreFilterResult::default(), Status::success())
     }
 
@@ -283,9 +286,9 @@ impl Plugin for PodTopologySpread {
         Status::success()
     }
 
-    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
         match state.read::<PreFilterState>(PRE_FILTER_KEY) {
-            Some(computed) => computed.filter(&pod.pod, node),
+            Some(computed) => computed.filter(node),
             None => Status::error(format!(
                 "reading {PRE_FILTER_KEY:?} from cycleState: not found"
             )),
