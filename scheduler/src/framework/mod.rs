@@ -109,6 +109,9 @@ pub enum ScheduleFailure {
     Error(Status),
 }
 
+/// Nodes a Filter plugin rejected, with the status that rejected each.
+type Rejected = Vec<(Arc<NodeInfo>, Status)>;
+
 /// What Filter left: the nodes that fit and why the others do not.
 #[derive(Debug, Clone)]
 pub struct Feasible {
@@ -117,7 +120,7 @@ pub struct Feasible {
     /// named only for a FitError, when no node is left (with hard
     /// constraints most nodes fail, and a map insert by name per node per
     /// pod cost more than the filter itself).
-    failed: Vec<(Arc<NodeInfo>, Status)>,
+    failed: Rejected,
     /// Rejections by name of PreFilter's narrowing and of extenders.
     pub statuses: NodeStatuses,
     pub evaluated: usize,
@@ -334,7 +337,7 @@ impl Profile {
         snapshot: &Snapshot,
         only: Option<&BTreeSet<String>>,
         next_start: &mut usize,
-    ) -> Result<(Vec<Arc<NodeInfo>>, Vec<(Arc<NodeInfo>, Status)>, usize), ScheduleFailure> {
+    ) -> Result<(Vec<Arc<NodeInfo>>, Rejected, usize), ScheduleFailure> {
         // PreFilter's narrowed set, or every node (not copied).
         let narrowed: Option<Vec<&Arc<NodeInfo>>> =
             only.map(|names| names.iter().filter_map(|n| snapshot.get(n)).collect());
