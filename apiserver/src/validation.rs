@@ -1477,6 +1477,22 @@ pub(crate) mod tests {
         }
     }
 
+    /// Every built-in resource served at its storage version, with an
+    /// object of it that sets every field ([`instance`]), its apiVersion
+    /// and kind.
+    pub(crate) fn instances(
+    ) -> impl Iterator<Item = (&'static crate::resources::ResourceType, Value)> {
+        crate::resources::served()
+            .filter(|r| r.custom.is_none() && r.conversion.is_none())
+            .map(|resource| {
+                let definition = &crate::schema::DEFINITIONS[resource.definition];
+                let mut object = instance(definition, &mut vec![resource.definition.to_string()]);
+                object["apiVersion"] = json!(resource.api_version());
+                object["kind"] = json!(resource.kind);
+                (resource, object)
+            })
+    }
+
     /// Pruning by the schema keeps exactly what the typed round trip
     /// keeps, for an object of every built-in resource with every field
     /// set and unknown fields at every level.
@@ -1484,14 +1500,7 @@ pub(crate) mod tests {
     fn pruning_by_the_schema_agrees_with_the_typed_round_trip() {
         let mut compared = Vec::new();
         let mut unreadable = Vec::new();
-        for resource in crate::resources::served() {
-            if resource.custom.is_some() || resource.conversion.is_some() {
-                continue;
-            }
-            let definition = &crate::schema::DEFINITIONS[resource.definition];
-            let mut object = instance(definition, &mut vec![resource.definition.to_string()]);
-            object["apiVersion"] = json!(resource.api_version());
-            object["kind"] = json!(resource.kind);
+        for (resource, object) in instances() {
             if (resource.roundtrip)(&object).is_err() {
                 unreadable.push(resource.plural);
                 continue;

@@ -570,17 +570,7 @@ fn status_is_owned_only_through_the_status_subresource() {
 #[test]
 fn a_create_records_what_comparing_with_nothing_records() {
     let (mut compared, mut recorded) = (0, 0);
-    for resource in crate::resources::served() {
-        if resource.custom.is_some() || resource.conversion.is_some() {
-            continue;
-        }
-        let definition = &crate::schema::DEFINITIONS[resource.definition];
-        let mut full = crate::validation::tests::instance(
-            definition,
-            &mut vec![resource.definition.to_string()],
-        );
-        full["apiVersion"] = json!(resource.api_version());
-        full["kind"] = json!(resource.kind);
+    for (resource, mut full) in crate::validation::tests::instances() {
         crate::validation::prune_unknown_fields(resource, &mut full);
         let _ = full["metadata"]
             .as_object_mut()

@@ -516,17 +516,7 @@ mod tests {
     #[test]
     fn selectors_read_the_same_of_a_partly_parsed_object() {
         let mut checked = 0;
-        for resource in crate::resources::served() {
-            if resource.custom.is_some() || resource.conversion.is_some() {
-                continue;
-            }
-            let definition = &crate::schema::DEFINITIONS[resource.definition];
-            let mut full = crate::validation::tests::instance(
-                definition,
-                &mut vec![resource.definition.to_string()],
-            );
-            full["apiVersion"] = json!(resource.api_version());
-            full["kind"] = json!(resource.kind);
+        for (resource, mut full) in crate::validation::tests::instances() {
             full["metadata"]["labels"] = json!({"b": "2", "a": "1", "e\"scaped": "x"});
             let without_kind = json!({"metadata": full["metadata"].clone()});
             for object in [full, without_kind] {
