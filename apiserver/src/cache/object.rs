@@ -390,15 +390,9 @@ impl WatchEvent {
         }
         let line = match self.object.splice {
             // The stored bytes with the revision spliced in, unparsed.
-            Some(splice) => {
-                let mut line = Vec::with_capacity(self.object.stored.len() + 48);
-                line.extend_from_slice(b"{\"type\":\"");
-                line.extend_from_slice(event.as_str().as_bytes());
-                line.extend_from_slice(b"\",\"object\":");
-                splice.write(&mut line, &self.object.stored, self.revision);
-                line.extend_from_slice(b"}\n");
-                Bytes::from(line)
-            }
+            Some(splice) => event_line(event.as_str(), self.object.stored.len(), |out| {
+                splice.write(out, &self.object.stored, self.revision)
+            }),
             None => encode_event(event.as_str(), &self.served(resource).ok()?),
         };
         Some(self.lines[event.index()].get_or_init(|| line).clone())
@@ -412,8 +406,20 @@ impl WatchEvent {
 
 /// One watch event line: "type" first, as Kubernetes writes it.
 pub fn encode_event(kind: &str, object: &Value) -> Bytes {
-    let mut line = format!("{{\"type\":\"{kind}\",\"object\":").into_bytes();
-    line.extend(serde_json::to_vec(object).unwrap_or_default());
+    event_line(kind, 0, |out| {
+        // A Value always serializes (its keys are strings).
+        let _ = serde_json::to_writer(out, object);
+    })
+}
+
+/// `{"type":<kind>,"object":…}\n`, the object written by `object`;
+/// `size`: roughly how many bytes it writes.
+fn event_line(kind: &str, size: usize, object: impl FnOnce(&mut Vec<u8>)) -> Bytes {
+    let mut line = Vec::with_capacity(size + 48);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    object(&mut line);
     line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }

@@ -204,8 +204,9 @@ impl NodeInfo {
         self.taints = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
         self.condition_taints =
             crate::plugins::taint_toleration::condition_taints(&node, &self.taints);
-        if self.name.as_ref() != node.metadata.name.as_deref().unwrap_or_default() {
-            self.name = Arc::from(node.metadata.name.as_deref().unwrap_or_default());
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        if self.name.as_ref() != name {
+            self.name = Arc::from(name);
         }
         self.node = node;
         self.generation += 1;

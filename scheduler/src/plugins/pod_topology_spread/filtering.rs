@@ -70,13 +70,13 @@ pub struct PreFilterState {
     pub critical_paths: Vec<CriticalPaths>,
     /// Per constraint: 1 when the incoming pod matches its selector
     /// (it counts itself in the domain it would join), found once.
-    own: Vec<i64>,
+    incoming_matches: Vec<i64>,
 }
 
 impl PreFilterState {
     pub fn new(constraints: Vec<Constraint>, base: Arc<Domains>, pod: &Pod) -> PreFilterState {
         let own_labels = pod_labels(pod);
-        let own = constraints
+        let incoming_matches = constraints
             .iter()
             .map(|c| i64::from(c.selector.matches(own_labels)))
             .collect();
@@ -96,7 +96,7 @@ impl PreFilterState {
             constraints,
             base,
             critical_paths,
-            own,
+            incoming_matches,
         }
     }
 
@@ -159,7 +159,7 @@ impl PreFilterState {
                 true => 0,
                 false => self.critical_paths[i].min(),
             };
-            if self.matching(i, value) + self.own[i] - min > c.max_skew {
+            if self.matching(i, value) + self.incoming_matches[i] - min > c.max_skew {
                 return Status::unschedulable(REASON_CONSTRAINTS_NOT_MATCH);
             }
         }
