@@ -597,7 +597,7 @@ impl Registry {
         subresource: Option<&str>,
         write: &Write<'_>,
     ) -> ApiResult<Value> {
-        self.update_object(target, name, object, subresource, write, true)
+        self.update_object(target, name, object, None, subresource, write, true)
             .await
     }
 
@@ -605,24 +605,38 @@ impl Registry {
     /// leaves `managedFields` as they are: a binding places the pod through
     /// the storage, as kube-apiserver's does, so no manager owns
     /// `spec.nodeName` or the PodScheduled condition it sets.
+    /// `current`: the object and revision `object` was made from, as
+    /// [`Self::read_current`] gave them (the write fails with a conflict if
+    /// the object changed since).
     pub async fn update_unmanaged(
         &self,
         target: &Target<'_>,
         name: &str,
         object: Value,
+        current: (Value, i64),
         write: &Write<'_>,
     ) -> ApiResult<Value> {
-        self.update_object(target, name, object, None, write, false)
+        self.update_object(target, name, object, Some(current), None, write, false)
             .await
     }
 
+    /// The stored object and its revision, read from the store.
+    pub async fn read_current(&self, target: &Target<'_>, name: &str) -> ApiResult<(Value, i64)> {
+        self.read(target, name).await
+    }
+
     /// Stores `object` over the current one; `record`: the fields the
-    /// writer changed become its own in `managedFields`.
+    /// writer changed become its own in `managedFields`. `read`: the
+    /// current object and revision if the caller has just read them
+    /// (a write after a change since then fails with a conflict, as it
+    /// would had they been read here); `None` reads them.
+    #[allow(clippy::too_many_arguments)]
     async fn update_object(
         &self,
         target: &Target<'_>,
         name: &str,
         mut object: Value,
+        read: Option<(Value, i64)>,
         subresource: Option<&str>,
         write: &Write<'_>,
         record: bool,
@@ -632,7 +646,10 @@ impl Registry {
         object::check_type(resource, &mut object)?;
         object::check_namespace(resource, target.namespace, &mut object)?;
         name_from_url(&mut object, name)?;
-        let (current, revision) = self.read(target, name).await?;
+        let (current, revision) = match read {
+            Some(read) => read,
+            None => self.read(target, name).await?,
+        };
         if let Some(asked) = object::meta_str(&object, "resourceVersion").filter(|v| !v.is_empty())
         {
             if asked != revision.to_string() {
@@ -677,7 +694,7 @@ impl Registry {
         };
         // What the server owns stays as it was.
         {
-            let old = current["metadata"].clone();
+            let old = &current["metadata"];
             let meta = metadata_mut(&mut next);
             for field in [
                 "uid",
@@ -704,12 +721,13 @@ impl Registry {
             namespace: target.namespace.map(str::to_string),
             name: name.to_string(),
             object: Some(next),
-            old_object: Some(current.clone()),
+            old_object: Some(current),
             dry_run,
             user: crate::user::current(),
         };
         self.admission.mutate(self, &mut attrs).await?;
         let mut next = attrs.object.take().unwrap_or_default();
+        let current = attrs.old_object.take().unwrap_or_default();
         if !same_spec(&current, &next) {
             let generation = current["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
             metadata_mut(&mut next).insert("generation".into(), json!(generation));
@@ -733,6 +751,7 @@ impl Registry {
             return Ok(current);
         }
         attrs.object = Some(next);
+        attrs.old_object = Some(current);
         self.admission.validate(self, &attrs).await?;
         let mut next = attrs.object.take().unwrap_or_default();
         if dry_run {
@@ -837,7 +856,16 @@ impl Registry {
                     check_precondition(target, name, &patched, revision)?;
                     metadata_mut(&mut patched)
                         .insert("resourceVersion".into(), json!(revision.to_string()));
-                    self.update(target, name, patched, subresource, write).await
+                    self.update_object(
+                        target,
+                        name,
+                        patched,
+                        Some((current, revision)),
+                        subresource,
+                        write,
+                        true,
+                    )
+                    .await
                 }
             };
             match attempt {
@@ -910,8 +938,16 @@ impl Registry {
         )?;
         check_precondition(target, name, applied, revision)?;
         metadata_mut(&mut merged).insert("resourceVersion".into(), json!(revision.to_string()));
-        self.update_object(target, name, merged, subresource, write, false)
-            .await
+        self.update_object(
+            target,
+            name,
+            merged,
+            Some((current, revision)),
+            subresource,
+            write,
+            false,
+        )
+        .await
     }
 
     /// DELETE: removes the object, or marks it when finalizers (or a pod's

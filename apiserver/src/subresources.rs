@@ -193,7 +193,8 @@ pub async fn bind(
             )
         })?
         .to_string();
-    let mut pod = registry.get(target, name).await?;
+    let (current, revision) = registry.read_current(target, name).await?;
+    let mut pod = current.clone();
     if let Some(current) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
         return Err(ApiError::conflict(
             "",
@@ -216,7 +217,9 @@ pub async fn bind(
         via: Some("binding"),
         ..*write
     };
-    registry.update_unmanaged(target, name, pod, &write).await?;
+    registry
+        .update_unmanaged(target, name, pod, (current, revision), &write)
+        .await?;
     Ok(success(201))
 }
 
