@@ -1,9 +1,9 @@
 //! The benchmark's HTTP client of the Kubernetes API: one HTTP/1.1
 //! keep-alive connection per concurrent client (hyper's connection-level
 //! client, no pool in between), JSON bodies in and out, and watch responses
-//! read line by line, each on its own HTTP/1.1 connection or as streams of
-//! a shared HTTP/2 connection. Plain HTTP on loopback only; not a general
-//! client.
+//! read line by line, each on its own HTTP/1.1 connection (`h2watch` reads
+//! watches multiplexed on HTTP/2). Plain HTTP on loopback only; not a
+//! general client.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -13,10 +13,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper::client::conn::http2;
 use hyper::header::{ACCEPT, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
@@ -125,34 +124,8 @@ impl Drop for ApiConnection {
 pub struct WatchStream {
     body: Incoming,
     lines: Lines,
-    /// Its own HTTP/1.1 connection, ended with the watch; `None` for a
-    /// stream of a shared HTTP/2 connection.
+    /// Its own HTTP/1.1 connection, ended with the watch.
     own: Option<(SendRequest<Full<Bytes>>, JoinHandle<()>)>,
-}
-
-/// One HTTP/2 connection whose streams are watches; it closes when the
-/// last clone of it and the last of its streams are dropped.
-#[derive(Clone)]
-pub struct SharedConnection {
-    addr: SocketAddr,
-    sender: http2::SendRequest<Full<Bytes>>,
-}
-
-impl SharedConnection {
-    /// Connects with HTTP/2 prior knowledge (h2c), as the API serves it.
-    pub async fn connect(addr: SocketAddr) -> Result<SharedConnection> {
-        let stream = TcpStream::connect(addr)
-            .await
-            .with_context(|| format!("connecting to the API at {addr}"))?;
-        stream.set_nodelay(true)?;
-        let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .with_context(|| format!("HTTP/2 handshake with {addr}"))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(SharedConnection { addr, sender })
-    }
 }
 
 impl WatchStream {
@@ -173,23 +146,6 @@ impl WatchStream {
                 Err(err)
             }
         }
-    }
-
-    /// Opens a watch on `path` as a new stream of `shared`.
-    pub async fn open_on(shared: &SharedConnection, path: &str) -> Result<WatchStream> {
-        let mut sender = shared.sender.clone();
-        sender
-            .ready()
-            .await
-            .context("the HTTP/2 connection to the API closed")?;
-        let host = format!("http://{}{path}", shared.addr);
-        let request = request(Method::GET, &host, &shared.addr.to_string(), Bytes::new())?;
-        let answer = tokio::time::timeout(REQUEST_TIMEOUT, sender.send_request(request)).await;
-        Ok(WatchStream {
-            body: Self::started(path, answer).await?,
-            lines: Lines::default(),
-            own: None,
-        })
     }
 
     /// The body of a watch answered 200, else the error.

@@ -4,6 +4,7 @@
 //! pod creates, lists, watch fan-out and the API server's memory, in one
 //! table with ratios. Not for the store alone: `store` and `versus` do that.
 
+mod h2watch;
 pub(crate) mod http;
 mod list;
 mod pods;
@@ -440,7 +441,7 @@ fn print_setup(plan: &Plan, skiff: &Program, etcd: Option<&Program>, root: &Path
         "servers: `skiff up` (in-process store), then etcd + `skiff up --store-endpoints`; one at a time, on 127.0.0.1"
     );
     println!(
-        "client:  plain HTTP JSON (hyper): one HTTP/1.1 keep-alive connection per client; watchers each on their own HTTP/1.1 connection, or as streams of shared HTTP/2 connections (h2c, up to 1 000 each); tokio with 2 workers"
+        "client:  plain HTTP JSON (hyper): one HTTP/1.1 keep-alive connection per client; watchers each on their own HTTP/1.1 connection (hyper), or as streams of shared HTTP/2 connections (h2c, up to 1 000 each, read frame by frame by one task per connection); tokio with 2 workers"
     );
     let watchers: Vec<String> = plan
         .watchers

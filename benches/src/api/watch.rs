@@ -19,7 +19,8 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use hyper::StatusCode;
 use tokio::sync::{watch, Notify};
 
-use super::http::{find, ApiConnection, SharedConnection, WatchStream};
+use super::h2watch::H2Watches;
+use super::http::{find, ApiConnection, WatchStream};
 use super::list;
 use super::pods::{pod_json, pods_path, SEQ_ANNOTATION};
 use crate::report::{duration_nanos, Latencies};
@@ -160,40 +161,31 @@ pub async fn measure_point(
     let opening = Instant::now();
     progress.set_length(watchers as u64);
     let mut tasks = Vec::with_capacity(READERS);
-    let mut streams = Vec::with_capacity(watchers);
-    let mut shared_connections = Vec::new();
-    if transport == WatchTransport::Http2 {
-        for _ in 0..watchers.div_ceil(STREAMS_PER_CONNECTION) {
-            shared_connections.push(SharedConnection::connect(api).await?);
+    match transport {
+        WatchTransport::Http1 => {
+            let streams = open_each(api, &path, watchers, progress).await?;
+            let mut groups: Vec<Vec<WatchStream>> = (0..READERS).map(|_| Vec::new()).collect();
+            for (i, stream) in streams.into_iter().enumerate() {
+                groups[i % READERS].push(stream);
+            }
+            for group in groups.into_iter().filter(|g| !g.is_empty()) {
+                let shared = Arc::clone(&shared);
+                tasks.push(tokio::spawn(read_events(group, shared, stopped.clone())));
+            }
         }
-    }
-    for start in (0..watchers).step_by(OPEN_AT_ONCE) {
-        let batch = start..(start + OPEN_AT_ONCE).min(watchers);
-        let mut opens = Vec::with_capacity(batch.len());
-        for watcher in batch {
-            let path = path.clone();
-            let shared = shared_connections
-                .get(watcher / STREAMS_PER_CONNECTION)
-                .cloned();
-            opens.push(tokio::spawn(async move {
-                match shared {
-                    Some(shared) => WatchStream::open_on(&shared, &path).await,
-                    None => WatchStream::open(api, &path).await,
-                }
-            }));
+        WatchTransport::Http2 => {
+            for start in (0..watchers).step_by(STREAMS_PER_CONNECTION) {
+                let count = STREAMS_PER_CONNECTION.min(watchers - start);
+                let connection = H2Watches::open(api, &path, count).await?;
+                progress.inc(count as u64);
+                let shared = Arc::clone(&shared);
+                tasks.push(tokio::spawn(read_multiplexed(
+                    connection,
+                    shared,
+                    stopped.clone(),
+                )));
+            }
         }
-        for open in opens {
-            streams.push(open.await.context("opening a watch panicked")??);
-            progress.inc(1);
-        }
-    }
-    let mut groups: Vec<Vec<WatchStream>> = (0..READERS).map(|_| Vec::new()).collect();
-    for (i, stream) in streams.into_iter().enumerate() {
-        groups[i % READERS].push(stream);
-    }
-    for group in groups.into_iter().filter(|g| !g.is_empty()) {
-        let shared = Arc::clone(&shared);
-        tasks.push(tokio::spawn(read_events(group, shared, stopped.clone())));
     }
     let opened_in = opening.elapsed();
     progress.set_length(writes as u64 + 1);
@@ -211,7 +203,6 @@ pub async fn measure_point(
         unexpected += outcome.unexpected;
         nanos.extend(outcome.nanos);
     }
-    drop(shared_connections);
     Ok(WatchPoint {
         watchers,
         transport,
@@ -225,6 +216,32 @@ pub async fn measure_point(
         client_cpu,
         stalled,
     })
+}
+
+/// Opens `watchers` watches of `path`, each on its own HTTP/1.1
+/// connection, a few at a time.
+async fn open_each(
+    api: SocketAddr,
+    path: &str,
+    watchers: usize,
+    progress: &Progress,
+) -> Result<Vec<WatchStream>> {
+    let mut streams = Vec::with_capacity(watchers);
+    for start in (0..watchers).step_by(OPEN_AT_ONCE) {
+        let batch = start..(start + OPEN_AT_ONCE).min(watchers);
+        let mut opens = Vec::with_capacity(batch.len());
+        for _ in batch {
+            let path = path.to_string();
+            opens.push(tokio::spawn(
+                async move { WatchStream::open(api, &path).await },
+            ));
+        }
+        for open in opens {
+            streams.push(open.await.context("opening a watch panicked")??);
+            progress.inc(1);
+        }
+    }
+    Ok(streams)
 }
 
 /// Creates pods `watch-<K>-<seq>` for seq 0 (warm-up) ..= `writes`, each
@@ -301,6 +318,34 @@ async fn read_events(
             on_event(line, arrived, &shared, marker.as_bytes(), &mut outcome)
         });
         pending.push(next_chunk(stream));
+    }
+    outcome
+}
+
+/// The watches of one HTTP/2 connection, read by one task until told to
+/// stop or the connection ends.
+async fn read_multiplexed(
+    mut watches: H2Watches,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) -> WatcherOutcome {
+    let mut outcome = WatcherOutcome {
+        delivered: 0,
+        unexpected: 0,
+        nanos: Vec::with_capacity(shared.sent.len() * STREAMS_PER_CONNECTION),
+    };
+    let marker = format!("\"{SEQ_ANNOTATION}\":\"");
+    loop {
+        let read = watches.read(|_, line, arrived| {
+            on_event(line, arrived, &shared, marker.as_bytes(), &mut outcome)
+        });
+        let more = tokio::select! {
+            more = read => more,
+            _ = stop.changed() => break,
+        };
+        if !matches!(more, Ok(true)) {
+            break;
+        }
     }
     outcome
 }
