@@ -287,6 +287,22 @@ struct WatcherOutcome {
     nanos: Vec<u64>,
 }
 
+impl WatcherOutcome {
+    /// Nothing yet, with room for every measured event of `watchers`.
+    fn for_watchers(shared: &Shared, watchers: usize) -> WatcherOutcome {
+        WatcherOutcome {
+            delivered: 0,
+            unexpected: 0,
+            nanos: Vec::with_capacity(shared.sent.len() * watchers),
+        }
+    }
+}
+
+/// What precedes a pod's sequence number in its event's line.
+fn seq_marker() -> String {
+    format!("\"{SEQ_ANNOTATION}\":\"")
+}
+
 /// A share of the watchers, read by one task: whichever stream has a chunk
 /// is read next, so a write's fan-out costs the client no task wake-up per
 /// watcher. Reads until told to stop; a stream the server ends is dropped
@@ -296,12 +312,8 @@ async fn read_events(
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) -> WatcherOutcome {
-    let mut outcome = WatcherOutcome {
-        delivered: 0,
-        unexpected: 0,
-        nanos: Vec::with_capacity(shared.sent.len() * streams.len()),
-    };
-    let marker = format!("\"{SEQ_ANNOTATION}\":\"");
+    let mut outcome = WatcherOutcome::for_watchers(&shared, streams.len());
+    let marker = seq_marker();
     let mut pending: FuturesUnordered<_> = streams.into_iter().map(next_chunk).collect();
     loop {
         let next = tokio::select! {
@@ -329,12 +341,8 @@ async fn read_multiplexed(
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) -> WatcherOutcome {
-    let mut outcome = WatcherOutcome {
-        delivered: 0,
-        unexpected: 0,
-        nanos: Vec::with_capacity(shared.sent.len() * STREAMS_PER_CONNECTION),
-    };
-    let marker = format!("\"{SEQ_ANNOTATION}\":\"");
+    let mut outcome = WatcherOutcome::for_watchers(&shared, STREAMS_PER_CONNECTION);
+    let marker = seq_marker();
     loop {
         let read = watches.read(|_, line, arrived| {
             on_event(line, arrived, &shared, marker.as_bytes(), &mut outcome)
@@ -416,7 +424,7 @@ mod tests {
 
     #[test]
     fn sequence_numbers_are_read_from_the_annotation() {
-        let marker = format!("\"{SEQ_ANNOTATION}\":\"");
+        let marker = seq_marker();
         let line =
             br#"{"type":"ADDED","object":{"metadata":{"annotations":{"skiff-bench/seq":"42"}}}}"#;
         assert_eq!(sequence(line, marker.as_bytes()), Some(42));
