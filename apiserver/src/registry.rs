@@ -427,7 +427,8 @@ impl Registry {
         }
     }
 
-    async fn read(&self, target: &Target<'_>, name: &str) -> ApiResult<(Value, i64)> {
+    /// The stored object and its revision, read from the store.
+    pub(crate) async fn read(&self, target: &Target<'_>, name: &str) -> ApiResult<(Value, i64)> {
         let key = target.resource.key(target.namespace, name);
         match self.storage.get(&key).await {
             Ok(Some(kv)) => Ok((
@@ -606,7 +607,7 @@ impl Registry {
     /// the storage, as kube-apiserver's does, so no manager owns
     /// `spec.nodeName` or the PodScheduled condition it sets.
     /// `current`: the object and revision `object` was made from, as
-    /// [`Self::read_current`] gave them (the write fails with a conflict if
+    /// [`Self::read`] gave them (the write fails with a conflict if
     /// the object changed since).
     pub async fn update_unmanaged(
         &self,
@@ -618,11 +619,6 @@ impl Registry {
     ) -> ApiResult<Value> {
         self.update_object(target, name, object, Some(current), None, write, false)
             .await
-    }
-
-    /// The stored object and its revision, read from the store.
-    pub async fn read_current(&self, target: &Target<'_>, name: &str) -> ApiResult<(Value, i64)> {
-        self.read(target, name).await
     }
 
     /// Stores `object` over the current one; `record`: the fields the

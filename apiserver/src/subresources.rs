@@ -193,17 +193,19 @@ pub async fn bind(
             )
         })?
         .to_string();
-    let (current, revision) = registry.read_current(target, name).await?;
-    let mut pod = current.clone();
-    if let Some(current) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+    let (current, revision) = registry.read(target, name).await?;
+    if let Some(assigned) = current["spec"]["nodeName"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+    {
         return Err(ApiError::conflict(
             "",
             "pods",
             name,
-            &format!("pod {name} is already assigned to node \"{current}\""),
+            &format!("pod {name} is already assigned to node \"{assigned}\""),
         ));
     }
-    if object::is_deleting(&pod) {
+    if object::is_deleting(&current) {
         return Err(ApiError::conflict(
             "",
             "pods",
@@ -211,6 +213,7 @@ pub async fn bind(
             "pod is being deleted, cannot be assigned to a host",
         ));
     }
+    let mut pod = current.clone();
     pod["spec"]["nodeName"] = json!(node);
     mark_scheduled(&mut pod);
     let write = Write {
