@@ -15,12 +15,12 @@ use crate::validation::{is_qualified_name, is_valid_label_value};
 
 /// A parsed `labelSelector`: a conjunction of requirements, sorted by key.
 /// The empty selector selects everything.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Default)]
 pub struct LabelSelector {
     requirements: Vec<Requirement>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq)]
 struct Requirement {
     key: String,
     operator: Operator,
@@ -28,7 +28,7 @@ struct Requirement {
     values: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq)]
 enum Operator {
     Equals,
     DoubleEquals,
@@ -601,12 +601,12 @@ impl Parser {
 /// A parsed `fieldSelector`: `field=value`, `field==value`, `field!=value`
 /// terms joined by `,` (values may escape `\,` `\=` `\\`). A field an
 /// object lacks reads as the empty string.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Default)]
 pub struct FieldSelector {
     terms: Vec<FieldTerm>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq)]
 struct FieldTerm {
     field: String,
     value: String,

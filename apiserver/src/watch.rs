@@ -7,8 +7,10 @@
 //! with a 410 Status, as Kubernetes answers.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -145,26 +147,15 @@ pub async fn start(
         }
     };
     let watching = Watching::new(registry, target.resource, options, subscription);
-    Ok(futures::stream::unfold(watching, |mut w| async move {
-        let line = w.next_line().await?;
-        Some((Ok(line), w))
-    })
-    .boxed())
-}
-
-/// Resolves when the watch's timer fires; never without one.
-async fn timed_out(timer: &mut Option<Pin<Box<tokio::time::Sleep>>>) {
-    match timer {
-        Some(timer) => timer.as_mut().await,
-        None => std::future::pending().await,
-    }
+    Ok(watching.boxed())
 }
 
 /// One open watch: its initial objects, its replay from the ring, then its
 /// live queue, rendered as it asked.
 struct Watching {
     render: Render,
-    /// Flips when the server stops: the stream then ends cleanly.
+    /// Flips when the server stops: a watch still replaying its initial
+    /// objects or backlog then ends cleanly.
     stopping: tokio::sync::watch::Receiver<bool>,
     deadline: Option<tokio::time::Instant>,
     /// Fires at the deadline (`timeoutSeconds`): one timer for the watch's
@@ -177,6 +168,8 @@ struct Watching {
     /// The initial-events-end bookmark, sent after the initial objects.
     initial_end: Option<Bytes>,
     backlog: VecDeque<Arc<WatchEvent>>,
+    /// The initial objects and backlog are sent: lines come from the queue.
+    live: bool,
     subscription: Subscription,
 }
 
@@ -205,22 +198,18 @@ impl Watching {
             initial,
             initial_end,
             backlog,
+            live: false,
             subscription,
         }
     }
 
-    fn over(&self) -> bool {
-        *self.stopping.borrow()
-            || self
-                .deadline
-                .is_some_and(|d| tokio::time::Instant::now() >= d)
+    fn timed_out(&self) -> bool {
+        self.deadline
+            .is_some_and(|d| tokio::time::Instant::now() >= d)
     }
 
-    /// The next line to send; `None` when the watch ends.
-    async fn next_line(&mut self) -> Option<Bytes> {
-        if self.over() {
-            return None;
-        }
+    /// The next line of the initial objects or the backlog, if any is left.
+    fn replayed(&mut self) -> Option<Bytes> {
         for object in self.initial.by_ref() {
             if let Some(line) = self.render.initial(&object) {
                 return Some(line);
@@ -237,28 +226,54 @@ impl Watching {
                 return Some(line);
             }
         }
-        self.live().await
+        None
     }
 
-    async fn live(&mut self) -> Option<Bytes> {
+    /// The next line to send; `None` when the watch ends. Polled directly
+    /// as the response body (no future built per line): a write's event
+    /// is one such poll per watcher.
+    fn poll_line(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        if self.timed_out() {
+            return Poll::Ready(None);
+        }
+        if !self.live {
+            // A watch that starts while the server stops ends before its
+            // first line; once live, the stop closes its queue instead.
+            if *self.stopping.borrow() {
+                return Poll::Ready(None);
+            }
+            if let Some(line) = self.replayed() {
+                return Poll::Ready(Some(line));
+            }
+            self.live = true;
+        }
         loop {
-            tokio::select! {
-                biased;
-                delivery = self.subscription.queue.recv() => match delivery {
-                    // Dropped for not keeping up, or the cache relisted: the
-                    // client starts again from its last resourceVersion.
-                    None => return None,
-                    Some(Delivery::Event(event, kind)) => {
-                        if let Some(line) = self.render.event(&event, kind) {
-                            return Some(line);
-                        }
+            match self.subscription.queue.poll_recv(cx) {
+                // Dropped for not keeping up, or the cache relisted: the
+                // client starts again from its last resourceVersion.
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Ready(Some(Delivery::Event(event, kind))) => {
+                    if let Some(line) = self.render.event(&event, kind) {
+                        return Poll::Ready(Some(line));
                     }
-                    Some(Delivery::Bookmark(revision)) => {
-                        return Some(bookmark(self.render.resource, revision, false));
-                    }
-                },
-                _ = timed_out(&mut self.timer) => return None,
+                }
+                Poll::Ready(Some(Delivery::Bookmark(revision))) => {
+                    return Poll::Ready(Some(bookmark(self.render.resource, revision, false)));
+                }
+                Poll::Pending => break,
             }
         }
+        match self.timer.as_mut().map(|timer| timer.as_mut().poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(None),
+            _ => Poll::Pending,
+        }
+    }
+}
+
+impl futures::Stream for Watching {
+    type Item = Result<Bytes, std::convert::Infallible>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_line(cx).map(|line| line.map(Ok))
     }
 }

@@ -18,7 +18,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use serde_json::{json, Value};
 
 pub use log::{AuditLog, LogConfig};
@@ -196,12 +195,7 @@ pub async fn record(State(auditor): State<Auditor>, request: Request, next: Next
             pending: Some(pending),
             status,
         };
-        return response.map(|body| {
-            Body::from_stream(body.into_data_stream().map(move |chunk| {
-                let _open = &done;
-                chunk
-            }))
-        });
+        return response.map(|body| crate::holding::Holding::body(body, done));
     }
     let wants_body = pending.decision.level >= Level::RequestResponse || !status.is_success();
     let (response, body) = if wants_body {

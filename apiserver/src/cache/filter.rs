@@ -5,7 +5,7 @@
 use super::object::{CachedObject, ChangeType, EventType, WatchEvent};
 use crate::selectors::{FieldSelector, LabelSelector};
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Filter {
     /// The store prefix of the namespace asked (None: every namespace).
     pub key_prefix: Option<String>,

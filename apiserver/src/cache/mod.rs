@@ -14,6 +14,7 @@
 mod filter;
 pub mod metrics;
 mod object;
+mod queue;
 mod reflector;
 mod resource;
 mod ring;

@@ -7,13 +7,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::Duration;
-
-use tokio::sync::mpsc;
 
 use super::filter::Filter;
 use super::object::{CachedObject, ChangeType, EventType, WatchEvent};
+use super::queue::{self, PushError};
 use super::ring::{EventRing, TooOld};
 use super::CacheConfig;
 use crate::resources::ResourceType;
@@ -28,7 +27,7 @@ pub enum Delivery {
 }
 
 struct Watcher {
-    queue: mpsc::Sender<Delivery>,
+    queue: queue::Sender<Delivery>,
     filter: Arc<Filter>,
     bookmarks: bool,
     /// Events at or below this revision are not this watcher's.
@@ -45,6 +44,28 @@ struct State {
     object_bytes: usize,
     ring: EventRing,
     watchers: HashMap<u64, Watcher>,
+    /// One shared filter per distinct filter of the watchers: an event is
+    /// matched once for all the watchers that share one (many clients
+    /// watch a resource alike), not once each. Dead entries are swept as
+    /// watchers come.
+    filters: HashMap<Filter, Weak<Filter>>,
+}
+
+impl State {
+    /// The watchers' shared copy of `filter`, made if none is alive.
+    fn shared_filter(&mut self, filter: Filter) -> Arc<Filter> {
+        if let Some(shared) = self.filters.get(&filter).and_then(Weak::upgrade) {
+            return shared;
+        }
+        // Sweep filters no watcher holds any more, whenever they could
+        // outnumber the watchers.
+        if self.filters.len() > 2 * self.watchers.len() + 16 {
+            self.filters.retain(|_, shared| shared.strong_count() > 0);
+        }
+        let shared = Arc::new(filter.clone());
+        self.filters.insert(filter, Arc::downgrade(&shared));
+        shared
+    }
 }
 
 pub struct ResourceCache {
@@ -87,7 +108,7 @@ pub struct Subscription {
     /// The revision the initial objects or the start are at.
     pub revision: i64,
     pub filter: Arc<Filter>,
-    pub queue: mpsc::Receiver<Delivery>,
+    pub queue: queue::Receiver<Delivery>,
     cache: Arc<ResourceCache>,
     id: u64,
 }
@@ -133,6 +154,7 @@ impl ResourceCache {
                 object_bytes: 0,
                 ring: EventRing::new(config.max_events, config.max_event_bytes, 0),
                 watchers: HashMap::new(),
+                filters: HashMap::new(),
             }),
             revision: tokio::sync::watch::channel(0).0,
             progress_wanted: tokio::sync::Notify::new(),
@@ -267,16 +289,28 @@ impl ResourceCache {
     /// is full is dropped (its stream ends and its client starts again).
     fn dispatch(&self, state: &mut State, event: &Arc<WatchEvent>) {
         let mut gone = Vec::new();
+        // The last filter matched and what it saw: watchers sharing a
+        // filter share its answer.
+        let mut matched: Option<(*const Filter, Option<EventType>)> = None;
         for (id, watcher) in &state.watchers {
             if event.revision <= watcher.after {
                 continue;
             }
-            let Some(kind) = watcher.filter.event_type(event) else {
+            let shared = Arc::as_ptr(&watcher.filter);
+            let kind = match matched {
+                Some((last, kind)) if last == shared => kind,
+                _ => {
+                    let kind = watcher.filter.event_type(event);
+                    matched = Some((shared, kind));
+                    kind
+                }
+            };
+            let Some(kind) = kind else {
                 continue;
             };
             match watcher.queue.try_send(Delivery::Event(event.clone(), kind)) {
                 Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(_)) => {
+                Err(PushError::Full) => {
                     self.dropped_watchers.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(
                         resource = self.resource.plural,
@@ -287,7 +321,7 @@ impl ResourceCache {
                     );
                     gone.push(*id);
                 }
-                Err(mpsc::error::TrySendError::Closed(_)) => gone.push(*id),
+                Err(PushError::Closed) => gone.push(*id),
             }
         }
         for id in gone {
@@ -347,10 +381,10 @@ impl ResourceCache {
         filter: Filter,
         bookmarks: bool,
     ) -> Result<Subscription, TooOld> {
-        let filter = Arc::new(filter);
-        let (queue, receiver) = mpsc::channel(self.config.watcher_queue.max(1));
+        let (queue, receiver) = queue::queue(self.config.watcher_queue);
         let id = self.next_watcher.fetch_add(1, Ordering::Relaxed);
         let mut state = self.write();
+        let filter = state.shared_filter(filter);
         let (initial, backlog, revision) = match start {
             Start::Now => {
                 let initial = state

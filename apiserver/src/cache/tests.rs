@@ -392,10 +392,69 @@ async fn watchers_see_each_change_once_in_order_with_selectors_applied() {
     let bookmark = next_delivery(&mut all).await.unwrap();
     assert_eq!(bookmark.1, "BOOKMARK");
     assert!(bookmark.2 >= r3);
-    assert!(selected.queue.try_recv().is_err());
+    assert!(selected.queue.try_recv().is_none());
     assert_eq!(cache.stats().watchers, 2);
     drop(selected);
     assert_eq!(cache.stats().watchers, 1, "a closed watch leaves");
+}
+
+/// Watchers asking alike share one filter, matched once per event; mixed
+/// in with watchers of other filters, each still sees exactly its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_with_the_same_filter_share_it_and_each_sees_its_own_events() {
+    let (registry, _dir) = registry().await;
+    let from = create(&registry, "a", "web").await;
+    let cache = &registry.cache;
+    let by_app = |app: &str| Filter {
+        labels: Some(crate::selectors::LabelSelector::parse(&format!("app={app}")).unwrap()),
+        ..filter_of(&in_default(), &ListOptions::default())
+    };
+    let mut watches = Vec::new();
+    for app in ["web", "db", "web", "", "db", "web", ""] {
+        let filter = if app.is_empty() {
+            Filter::default()
+        } else {
+            by_app(app)
+        };
+        let sub = cache
+            .watch(&in_default(), filter, WatchStart::After(from), false)
+            .await
+            .unwrap()
+            .unwrap();
+        watches.push((app, sub));
+    }
+    assert!(Arc::ptr_eq(&watches[0].1.filter, &watches[2].1.filter));
+    assert!(Arc::ptr_eq(&watches[0].1.filter, &watches[5].1.filter));
+    assert!(Arc::ptr_eq(&watches[1].1.filter, &watches[4].1.filter));
+    assert!(!Arc::ptr_eq(&watches[0].1.filter, &watches[1].1.filter));
+    let r1 = create(&registry, "b", "db").await;
+    let r2 = relabel(&registry, "a", "db").await;
+    let r3 = create(&registry, "c", "web").await;
+    use EventType::*;
+    let owned = |events: &[(EventType, &str, i64)]| -> Vec<(EventType, String, i64)> {
+        events
+            .iter()
+            .map(|(k, n, r)| (*k, n.to_string(), *r))
+            .collect()
+    };
+    for (app, sub) in &mut watches {
+        let expected = match *app {
+            "web" => owned(&[(Deleted, "a", r2), (Added, "c", r3)]),
+            "db" => owned(&[(Added, "b", r1), (Added, "a", r2)]),
+            _ => owned(&[(Added, "b", r1), (Modified, "a", r2), (Added, "c", r3)]),
+        };
+        let mut seen = Vec::new();
+        for _ in 0..expected.len() {
+            seen.push(next_delivery(sub).await.unwrap());
+        }
+        assert_eq!(seen, expected, "watcher of app={app:?}");
+        assert!(sub.queue.try_recv().is_none(), "app={app:?} saw more");
+    }
+    // Once every watcher of a filter is gone, a new one starts a new
+    // shared filter.
+    let web = Arc::downgrade(&watches[0].1.filter);
+    watches.retain(|(app, _)| *app != "web");
+    assert!(web.upgrade().is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,12 +21,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{Method, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use rate::ClientBuckets;
@@ -310,12 +308,7 @@ pub async fn enforce(State(limiter): State<Limiter>, request: Request, next: Nex
             match guard {
                 // The count drops when the response body does, which is
                 // when the watch ends.
-                Some(guard) => response.map(|body| {
-                    Body::from_stream(body.into_data_stream().map(move |chunk| {
-                        let _counted = &guard;
-                        chunk
-                    }))
-                }),
+                Some(guard) => response.map(|body| crate::holding::Holding::body(body, guard)),
                 None => response,
             }
         }
@@ -421,7 +414,7 @@ mod tests {
         let request = |user: Option<&str>| {
             let mut request = axum::http::Request::builder()
                 .uri("/api/v1/pods")
-                .body(Body::empty())
+                .body(axum::body::Body::empty())
                 .unwrap();
             request
                 .extensions_mut()

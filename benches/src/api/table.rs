@@ -92,6 +92,10 @@ fn mib(value: f64) -> String {
     format!("{:.1}", value / (1024.0 * 1024.0))
 }
 
+fn one_decimal(value: f64) -> String {
+    format!("{value:.1}")
+}
+
 fn two_decimals(value: f64) -> String {
     format!("{value:.2}")
 }
@@ -145,7 +149,7 @@ fn figures(plan: &Plan, reference: &Measured) -> Vec<Figure> {
                 let point = &m.watches[i];
                 point.server_cpu.as_secs_f64() * 1e6 / point.delivered.max(1) as f64
             }),
-            format: whole,
+            format: one_decimal,
         });
         figures.push(Figure {
             name: format!("bench client CPU µs per watch event ({w} {noun}, {over})"),
@@ -154,7 +158,7 @@ fn figures(plan: &Plan, reference: &Measured) -> Vec<Figure> {
                 let point = &m.watches[i];
                 point.client_cpu.as_secs_f64() * 1e6 / point.delivered.max(1) as f64
             }),
-            format: whole,
+            format: one_decimal,
         });
     }
     let pods = report::group_digits(reference.memory.pods as u64);
