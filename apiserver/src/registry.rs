@@ -721,14 +721,21 @@ impl Registry {
             dry_run,
             user: crate::user::current(),
         };
-        self.admission.mutate(self, &mut attrs).await?;
+        let webhooks_changed = self.admission.mutate(self, &mut attrs).await?;
         let mut next = attrs.object.take().unwrap_or_default();
         let current = attrs.old_object.take().unwrap_or_default();
         if !same_spec(&current, &next) {
             let generation = current["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
             metadata_mut(&mut next).insert("generation".into(), json!(generation));
         }
-        crate::validation::prune_unknown_fields(resource, &mut next);
+        // A binding changes a stored pod (already pruned and valid) in two
+        // fields the server sets itself, as Kubernetes writes it straight
+        // to storage: neither pruned nor checked again, unless a webhook
+        // changed it too.
+        let binding = write.via == Some("binding") && !webhooks_changed;
+        if !binding {
+            crate::validation::prune_unknown_fields(resource, &mut next);
+        }
         if record {
             crate::apply::record_update(
                 resource,
@@ -741,7 +748,9 @@ impl Registry {
         if is_crd(resource) {
             crate::crd::accept(&mut next);
         }
-        crate::validation::validate_object(resource, &next)?;
+        if !binding {
+            crate::validation::validate_object(resource, &next)?;
+        }
         if next == current {
             // Nothing changed: no write, the same resourceVersion.
             return Ok(current);

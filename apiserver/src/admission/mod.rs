@@ -118,7 +118,7 @@ impl Admission {
     /// Priority, ResourceQuota
     /// (a quota's own status), then mutating webhooks (and defaults again
     /// on what they returned).
-    pub async fn mutate(&self, registry: &Registry, attrs: &mut Attributes) -> ApiResult<()> {
+    pub async fn mutate(&self, registry: &Registry, attrs: &mut Attributes) -> ApiResult<bool> {
         if let Some(object) = attrs.object.as_mut() {
             defaults::apply(attrs.resource, object);
         }
@@ -128,7 +128,8 @@ impl Admission {
         default_storage_class::admit(registry, attrs).await?;
         priority::admit(registry, attrs).await?;
         resource_quota::admit(registry, attrs).await?;
-        if self.webhooks.mutate(registry, attrs).await? {
+        let webhooks_changed = self.webhooks.mutate(registry, attrs).await?;
+        if webhooks_changed {
             if let Some(object) = attrs.object.as_mut() {
                 defaults::apply(attrs.resource, object);
             }
@@ -138,7 +139,7 @@ impl Admission {
                 defaults::prepare_for_create(attrs.resource, object);
             }
         }
-        Ok(())
+        Ok(webhooks_changed)
     }
 
     /// The validating phase, after the registry's validation:
