@@ -38,13 +38,25 @@ where
     drive(stream, &mut sink).await;
 }
 
-async fn drive<K, S: Sink<K>>(
+/// Feeds `stream` into `sink`. Objects are kept without their
+/// `managedFields`, as kube-scheduler's informers keep them: nothing here
+/// reads them, and with thousands of pods they would be much of the
+/// cache's memory.
+async fn drive<K: Resource, S: Sink<K>>(
     stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
     sink: &mut S,
 ) {
     let mut stream = std::pin::pin!(stream);
     let mut seen: Option<HashSet<String>> = None;
-    while let Some(event) = stream.next().await {
+    while let Some(mut event) = stream.next().await {
+        if let Ok(
+            watcher::Event::Apply(object)
+            | watcher::Event::Delete(object)
+            | watcher::Event::InitApply(object),
+        ) = &mut event
+        {
+            object.meta_mut().managed_fields = None;
+        }
         match event {
             Ok(watcher::Event::Apply(object)) => sink.apply(object),
             Ok(watcher::Event::Delete(object)) => sink.delete(object),
@@ -251,4 +263,67 @@ pub fn start(client: &Client, scheduler: &Arc<Scheduler>) -> Vec<tokio::task::Jo
 /// The PodInfo of a pod from a watch.
 pub fn pod_info(pod: Pod) -> Arc<PodInfo> {
     Arc::new(PodInfo::new(Arc::new(pod)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Kept {
+        applied: Vec<Pod>,
+        deleted: Vec<Pod>,
+        relisted: Vec<HashSet<String>>,
+    }
+
+    impl Sink<Pod> for Kept {
+        fn apply(&mut self, pod: Pod) {
+            self.applied.push(pod);
+        }
+        fn delete(&mut self, pod: Pod) {
+            self.deleted.push(pod);
+        }
+        fn relisted(&mut self, seen: HashSet<String>) {
+            self.relisted.push(seen);
+        }
+        fn key(pod: &Pod) -> String {
+            object_key(pod)
+        }
+    }
+
+    fn pod(name: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": name, "namespace": "default", "labels": {"app": "web"},
+                "managedFields": [{"manager": "kubectl", "operation": "Update",
+                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {}}}],
+            },
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+        }))
+        .unwrap()
+    }
+
+    /// Every object reaches the sink without its managedFields and
+    /// otherwise whole; a relist reports the keys it saw.
+    #[tokio::test]
+    async fn objects_are_kept_without_managed_fields() {
+        let events = vec![
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(pod("a"))),
+            Ok(watcher::Event::InitDone),
+            Ok(watcher::Event::Apply(pod("b"))),
+            Ok(watcher::Event::Delete(pod("a"))),
+        ];
+        let mut kept = Kept::default();
+        drive(futures::stream::iter(events), &mut kept).await;
+        let names = |pods: &[Pod]| -> Vec<String> { pods.iter().map(|p| p.name_any()).collect() };
+        assert_eq!(names(&kept.applied), ["a", "b"]);
+        assert_eq!(names(&kept.deleted), ["a"]);
+        for pod in kept.applied.iter().chain(&kept.deleted) {
+            assert_eq!(pod.metadata.managed_fields, None);
+            assert_eq!(pod.labels().get("app").map(String::as_str), Some("web"));
+            assert!(pod.spec.is_some());
+        }
+        assert_eq!(kept.relisted, [HashSet::from(["default/a".to_string()])]);
+    }
 }
