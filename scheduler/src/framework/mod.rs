@@ -65,13 +65,13 @@ impl FitError {
         match &self.pre_filter {
             Some(status) => {
                 for reason in &status.reasons {
-                    *counts.entry(reason.clone()).or_default() += self.all_nodes.max(1);
+                    *counts.entry(reason.to_string()).or_default() += self.all_nodes.max(1);
                 }
             }
             None => {
                 for status in self.statuses.values() {
                     for reason in &status.reasons {
-                        *counts.entry(reason.clone()).or_default() += 1;
+                        *counts.entry(reason.to_string()).or_default() += 1;
                     }
                 }
             }

@@ -1,7 +1,12 @@
 //! What an extension point answers: a code, the reasons, and the plugin
 //! that answered, as the scheduling framework's `Status`.
 
+use std::borrow::Cow;
 use std::fmt;
+
+/// One reason: most are fixed texts, given without a copy (a filter
+/// rejects hundreds of nodes per pod, each with its Status).
+pub type Reason = Cow<'static, str>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
@@ -23,7 +28,7 @@ pub enum Code {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     pub code: Code,
-    pub reasons: Vec<String>,
+    pub reasons: Vec<Reason>,
     /// The plugin that answered, once the framework has run it.
     pub plugin: &'static str,
 }
@@ -34,6 +39,10 @@ impl Status {
     }
 
     pub fn new(code: Code, reasons: Vec<String>) -> Status {
+        Status::with_reasons(code, reasons.into_iter().map(Cow::Owned).collect())
+    }
+
+    fn with_reasons(code: Code, reasons: Vec<Reason>) -> Status {
         Status {
             code,
             reasons,
@@ -41,16 +50,16 @@ impl Status {
         }
     }
 
-    pub fn unschedulable(reason: impl Into<String>) -> Status {
-        Status::new(Code::Unschedulable, vec![reason.into()])
+    pub fn unschedulable(reason: impl Into<Reason>) -> Status {
+        Status::with_reasons(Code::Unschedulable, vec![reason.into()])
     }
 
-    pub fn unresolvable(reason: impl Into<String>) -> Status {
-        Status::new(Code::UnschedulableAndUnresolvable, vec![reason.into()])
+    pub fn unresolvable(reason: impl Into<Reason>) -> Status {
+        Status::with_reasons(Code::UnschedulableAndUnresolvable, vec![reason.into()])
     }
 
-    pub fn error(reason: impl Into<String>) -> Status {
-        Status::new(Code::Error, vec![reason.into()])
+    pub fn error(reason: impl Into<Reason>) -> Status {
+        Status::with_reasons(Code::Error, vec![reason.into()])
     }
 
     pub fn skip() -> Status {

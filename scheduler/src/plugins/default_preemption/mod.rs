@@ -346,7 +346,7 @@ fn no_candidate_message(all_nodes: usize, statuses: &NodeStatuses) -> String {
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for status in statuses.values() {
         for reason in &status.reasons {
-            *counts.entry(reason.clone()).or_default() += 1;
+            *counts.entry(reason.to_string()).or_default() += 1;
         }
     }
     let absent = all_nodes.saturating_sub(statuses.len());

@@ -148,9 +148,8 @@ impl PreFilterState {
     /// Whether `node` keeps every constraint's skew for the pod this state
     /// was made for.
     pub fn filter(&self, node: &NodeInfo) -> Status {
-        let labels = node.labels();
         for (i, c) in self.constraints.iter().enumerate() {
-            let Some(value) = labels.get(&c.topology_key) else {
+            let Some(value) = node.label(&c.topology_key) else {
                 return Status::unresolvable(REASON_NODE_LABEL_NOT_MATCH);
             };
             // Fewer domains than minDomains: the global minimum is 0.

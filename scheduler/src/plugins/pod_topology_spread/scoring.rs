@@ -92,15 +92,14 @@ impl PreScoreState {
         if self.ignored_nodes.contains(node.name()) {
             return 0;
         }
-        let labels = node.labels();
         let mut score = 0.0;
         for (i, c) in self.constraints.iter().enumerate() {
-            let Some(value) = labels.get(&c.topology_key) else {
+            let Some(value) = node.label(&c.topology_key) else {
                 continue;
             };
             let count = match c.topology_key == LABEL_HOSTNAME {
                 true => count_matching(&node.pods, &c.selector, &self.namespace),
-                false => self.counts[i].get(value.as_str()).copied().unwrap_or(0),
+                false => self.counts[i].get(value).copied().unwrap_or(0),
             };
             // maxSkew-1 waters down the differences: a bigger skew is
             // tolerated more.
