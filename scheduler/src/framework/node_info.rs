@@ -168,19 +168,27 @@ pub struct NodeInfo {
 #[derive(Debug, Clone, Default, PartialEq)]
 struct FlatLabels {
     text: String,
-    /// Key start, key end, value end (the value starts at the key's end).
-    spans: Vec<(usize, usize, usize)>,
+    /// Key start, key end, value end (the value starts at the key's end);
+    /// kept in the NodeInfo itself for the usual dozen labels or fewer.
+    spans: smallvec::SmallVec<[(u32, u32, u32); 12]>,
 }
 
 impl FlatLabels {
     fn new(labels: Option<&BTreeMap<String, String>>) -> FlatLabels {
         let mut flat = FlatLabels::default();
         for (key, value) in labels.into_iter().flatten() {
-            let start = flat.text.len();
+            let offset = |len: usize| u32::try_from(len).ok();
+            let start = offset(flat.text.len());
             flat.text.push_str(key);
-            let key_end = flat.text.len();
+            let key_end = offset(flat.text.len());
             flat.text.push_str(value);
-            flat.spans.push((start, key_end, flat.text.len()));
+            // A Node's labels come within the API's request size limit,
+            // far below 4 GiB; past that, the rest would not be kept.
+            let (Some(start), Some(key_end), Some(end)) = (start, key_end, offset(flat.text.len()))
+            else {
+                break;
+            };
+            flat.spans.push((start, key_end, end));
         }
         flat
     }
@@ -188,10 +196,11 @@ impl FlatLabels {
     fn get(&self, key: &str) -> Option<&str> {
         self.spans
             .iter()
-            .find(|&&(start, key_end, _)| {
+            .map(|&(start, key_end, end)| (start as usize, key_end as usize, end as usize))
+            .find(|&(start, key_end, _)| {
                 key_end - start == key.len() && &self.text[start..key_end] == key
             })
-            .map(|&(_, key_end, end)| &self.text[key_end..end])
+            .map(|(_, key_end, end)| &self.text[key_end..end])
     }
 }
 
