@@ -635,10 +635,10 @@ async fn the_filter_chain_records_why_nodes_fail() {
     assert_eq!(names, ["n1", "n4"]);
     assert_eq!(statuses.len(), 2);
     assert_eq!(statuses["n2"].code, Code::Unschedulable);
-    assert_eq!(statuses["n2"].reasons, ["n2 is busy"]);
+    assert_eq!(statuses["n2"].reasons[..], ["n2 is busy"]);
     assert_eq!(statuses["n2"].plugin, EXTENDER_PLUGIN_NAME);
     assert_eq!(statuses["n3"].code, Code::UnschedulableAndUnresolvable);
-    assert_eq!(statuses["n3"].reasons, ["n3 has no gpu"]);
+    assert_eq!(statuses["n3"].reasons[..], ["n3 has no gpu"]);
     assert_eq!(seen.bodies("/filter").len(), 1);
 
     // A second extender only sees what the first let through.
@@ -731,7 +731,7 @@ async fn the_first_interested_binder_binds() {
     ))];
     let status = run_extenders_bind(&refusing, &pod, "n1").await.unwrap();
     assert_eq!(status.code, Code::Error);
-    assert_eq!(status.reasons, ["cannot bind here"]);
+    assert_eq!(status.reasons[..], ["cannot bind here"]);
 }
 
 // ---- https ----

@@ -8,6 +8,8 @@ use std::fmt;
 /// rejects hundreds of nodes per pod, each with its Status).
 pub type Reason = Cow<'static, str>;
 
+pub type Reasons = smallvec::SmallVec<[Reason; 1]>;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
     Success,
@@ -28,7 +30,9 @@ pub enum Code {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     pub code: Code,
-    pub reasons: Vec<Reason>,
+    /// Held in the Status itself when there is one (the usual case: no
+    /// allocation for a rejected node's Status).
+    pub reasons: Reasons,
     /// The plugin that answered, once the framework has run it.
     pub plugin: &'static str,
 }
@@ -42,7 +46,7 @@ impl Status {
         Status::with_reasons(code, reasons.into_iter().map(Cow::Owned).collect())
     }
 
-    fn with_reasons(code: Code, reasons: Vec<Reason>) -> Status {
+    fn with_reasons(code: Code, reasons: Reasons) -> Status {
         Status {
             code,
             reasons,
@@ -51,15 +55,18 @@ impl Status {
     }
 
     pub fn unschedulable(reason: impl Into<Reason>) -> Status {
-        Status::with_reasons(Code::Unschedulable, vec![reason.into()])
+        Status::with_reasons(Code::Unschedulable, smallvec::smallvec![reason.into()])
     }
 
     pub fn unresolvable(reason: impl Into<Reason>) -> Status {
-        Status::with_reasons(Code::UnschedulableAndUnresolvable, vec![reason.into()])
+        Status::with_reasons(
+            Code::UnschedulableAndUnresolvable,
+            smallvec::smallvec![reason.into()],
+        )
     }
 
     pub fn error(reason: impl Into<Reason>) -> Status {
-        Status::with_reasons(Code::Error, vec![reason.into()])
+        Status::with_reasons(Code::Error, smallvec::smallvec![reason.into()])
     }
 
     pub fn skip() -> Status {

@@ -97,7 +97,7 @@ mod tests {
         );
         let status = futures::executor::block_on(DefaultBinder.bind(&binder, &pod, "gone"));
         assert_eq!(status.code, Code::Error);
-        assert_eq!(status.reasons, vec!["nodes \"gone\" not found"]);
+        assert_eq!(status.reasons[..], vec!["nodes \"gone\" not found"]);
         assert_eq!(binder.bound.lock().unwrap().len(), 1);
     }
 }

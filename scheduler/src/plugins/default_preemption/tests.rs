@@ -428,7 +428,7 @@ fn unresolvable_nodes_are_not_candidates_and_the_message_says_why() {
         plugin(Value::Null).post_filter(&state(), &preemptor, &snapshot, &statuses);
     assert_eq!(status.code, Code::Unschedulable);
     assert_eq!(
-        status.reasons,
+        status.reasons[..],
         ["preemption: 0/3 nodes are available: 1 Insufficient cpu, \
           1 No preemption victims found for incoming pod, \
           1 Preemption is not helpful for scheduling."]
@@ -439,7 +439,7 @@ fn unresolvable_nodes_are_not_candidates_and_the_message_says_why() {
     let (_, status) =
         plugin(Value::Null).post_filter(&state(), &preemptor, &snapshot, &NodeStatuses::new());
     assert_eq!(
-        status.reasons,
+        status.reasons[..],
         ["preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."]
     );
 }
@@ -456,7 +456,7 @@ fn preemption_policy_never_does_not_preempt() {
         plugin(Value::Null).post_filter(&state(), &preemptor, &snapshot, &statuses);
     assert_eq!(status.code, Code::Unschedulable);
     assert_eq!(
-        status.reasons,
+        status.reasons[..],
         ["preemption: not eligible due to preemptionPolicy=Never."]
     );
     assert_eq!(names(&result), (None, vec![]));
@@ -520,7 +520,7 @@ fn a_pod_waits_while_its_victims_terminate() {
             false => {
                 assert_eq!(status.code, Code::Unschedulable, "{name}");
                 assert_eq!(
-                    status.reasons,
+                    status.reasons[..],
                     ["preemption: not eligible due to a terminating pod on the nominated node."]
                 );
                 assert_eq!(result.nominated_node, None);
@@ -598,7 +598,7 @@ fn a_failing_pre_filter_is_an_error() {
     write_runners(&mut state, failing, filter);
     let (_, status) = plugin(Value::Null).post_filter(&state, &preemptor, &snapshot, &statuses);
     assert_eq!(status.code, Code::Error);
-    assert_eq!(status.reasons, ["preemption: boom"]);
+    assert_eq!(status.reasons[..], ["preemption: boom"]);
 }
 
 #[test]

@@ -93,7 +93,7 @@ mod tests {
                 true => assert!(status.is_success(), "{wanted:?} on {on}"),
                 false => {
                     assert_eq!(status.code, Code::UnschedulableAndUnresolvable);
-                    assert_eq!(status.reasons, vec![ERR_REASON]);
+                    assert_eq!(status.reasons[..], vec![ERR_REASON]);
                 }
             }
         }

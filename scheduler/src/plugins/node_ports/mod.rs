@@ -162,7 +162,7 @@ mod tests {
                 true => assert!(status.is_success(), "{name}"),
                 false => {
                     assert_eq!(status.code, Code::Unschedulable, "{name}");
-                    assert_eq!(status.reasons, vec![ERR_REASON], "{name}");
+                    assert_eq!(status.reasons[..], vec![ERR_REASON], "{name}");
                 }
             }
         }

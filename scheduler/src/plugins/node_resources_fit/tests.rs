@@ -145,7 +145,7 @@ fn filter_names_every_resource_the_node_lacks() {
             true => assert_eq!(status, fits, "{name}"),
             false => {
                 assert_eq!(status.code, Code::Unschedulable, "{name}");
-                assert_eq!(status.reasons, reasons, "{name}");
+                assert_eq!(status.reasons[..], reasons, "{name}");
             }
         }
     }
@@ -163,7 +163,7 @@ fn init_containers_and_overhead_count() {
         }),
     );
     assert_eq!(
-        filter(&plugin, &big_init, &node).reasons,
+        filter(&plugin, &big_init, &node).reasons[..],
         vec!["Insufficient cpu"]
     );
     let overhead = pod_named(
@@ -174,7 +174,7 @@ fn init_containers_and_overhead_count() {
         }),
     );
     assert_eq!(
-        filter(&plugin, &overhead, &node).reasons,
+        filter(&plugin, &overhead, &node).reasons[..],
         vec!["Insufficient memory"]
     );
 }
@@ -185,12 +185,15 @@ fn a_full_node_has_too_many_pods_even_for_a_pod_without_requests() {
     let full = node(json!({"cpu": "4", "pods": "2"}), &[json!({}), json!({})]);
     let status = filter(&plugin, &pod(&[json!({})]), &full);
     assert_eq!(status.code, Code::Unschedulable);
-    assert_eq!(status.reasons, vec!["Too many pods"]);
+    assert_eq!(status.reasons[..], vec!["Too many pods"]);
     let status = filter(&plugin, &pod(&[json!({"cpu": "5"})]), &full);
-    assert_eq!(status.reasons, vec!["Too many pods", "Insufficient cpu"]);
+    assert_eq!(
+        status.reasons[..],
+        vec!["Too many pods", "Insufficient cpu"]
+    );
     // A node that reports no pod capacity takes no pod.
     let status = filter(&plugin, &pod(&[json!({})]), &node(json!({"cpu": "4"}), &[]));
-    assert_eq!(status.reasons, vec!["Too many pods"]);
+    assert_eq!(status.reasons[..], vec!["Too many pods"]);
     let roomy = node(json!({"cpu": "4", "pods": "3"}), &[json!({}), json!({})]);
     assert!(filter(&plugin, &pod(&[json!({})]), &roomy).is_success());
 }
@@ -200,7 +203,7 @@ fn filter_without_pre_filter_uses_the_pod_requests() {
     let plugin = plugin(json!(null));
     let node = node(json!({"cpu": "1", "pods": "10"}), &[]);
     let status = plugin.filter(&CycleState::default(), &pod(&[json!({"cpu": "2"})]), &node);
-    assert_eq!(status.reasons, vec!["Insufficient cpu"]);
+    assert_eq!(status.reasons[..], vec!["Insufficient cpu"]);
 }
 
 /// Scores on two nodes: (4 cpu, 8Gi) empty and (8 cpu, 8Gi) with a pod

@@ -152,7 +152,7 @@ mod tests {
                 true => assert!(status.is_success(), "{name}: {status}"),
                 false => {
                     assert_eq!(status.code, Code::UnschedulableAndUnresolvable, "{name}");
-                    assert_eq!(status.reasons, vec![ERR_REASON_UNSCHEDULABLE], "{name}");
+                    assert_eq!(status.reasons[..], vec![ERR_REASON_UNSCHEDULABLE], "{name}");
                 }
             }
         }

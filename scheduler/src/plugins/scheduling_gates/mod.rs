@@ -72,7 +72,7 @@ mod tests {
             SchedulingGates.pre_enqueue(&pod(json!([{"name": "gate-a"}, {"name": "gate-b"}])));
         assert_eq!(status.code, Code::Pending);
         assert_eq!(
-            status.reasons,
+            status.reasons[..],
             vec!["waiting for scheduling gates: [gate-a gate-b]"]
         );
     }
