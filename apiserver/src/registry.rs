@@ -732,8 +732,8 @@ impl Registry {
         // fields the server sets itself, as Kubernetes writes it straight
         // to storage: neither pruned nor checked again, unless a webhook
         // changed it too.
-        let binding = write.via == Some("binding") && !webhooks_changed;
-        if !binding {
+        let checked_already = write.via == Some("binding") && !webhooks_changed;
+        if !checked_already {
             crate::validation::prune_unknown_fields(resource, &mut next);
         }
         if record {
@@ -748,7 +748,7 @@ impl Registry {
         if is_crd(resource) {
             crate::crd::accept(&mut next);
         }
-        if !binding {
+        if !checked_already {
             crate::validation::validate_object(resource, &next)?;
         }
         if next == current {

@@ -117,7 +117,8 @@ impl Admission {
     /// ServiceAccount, DefaultTolerationSeconds, DefaultStorageClass,
     /// Priority, ResourceQuota
     /// (a quota's own status), then mutating webhooks (and defaults again
-    /// on what they returned).
+    /// on what they returned). Returns whether a webhook changed the
+    /// object.
     pub async fn mutate(&self, registry: &Registry, attrs: &mut Attributes) -> ApiResult<bool> {
         if let Some(object) = attrs.object.as_mut() {
             defaults::apply(attrs.resource, object);

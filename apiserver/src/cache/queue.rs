@@ -9,7 +9,6 @@
 //! watches).
 
 use std::collections::VecDeque;
-use std::future::poll_fn;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
@@ -90,8 +89,9 @@ impl<T> Drop for Sender<T> {
 
 impl<T> Receiver<T> {
     /// The next item; `None` once the sender is gone and every item read.
+    #[cfg(test)]
     pub async fn recv(&mut self) -> Option<T> {
-        poll_fn(|cx| self.poll_recv(cx)).await
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
     }
 
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
@@ -107,6 +107,7 @@ impl<T> Receiver<T> {
     }
 
     /// The next item if there is one, without waiting.
+    #[cfg(test)]
     pub fn try_recv(&mut self) -> Option<T> {
         self.0.lock().items.pop_front()
     }
