@@ -444,6 +444,10 @@ impl Registry {
         }
     }
 
+    pub(crate) fn admission(&self) -> &crate::admission::Admission {
+        &self.admission
+    }
+
     pub async fn get(&self, target: &Target<'_>, name: &str) -> ApiResult<Value> {
         Ok(self.read(target, name).await?.0)
     }

@@ -559,9 +559,10 @@ impl Scheduler {
             .unwrap_or_default()
             .as_nanos();
         let now = now();
+        let name = format!("{}.{:x}{:x}", pod.name(), stamp, n);
         let event = json!({
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": format!("{}.{:x}{:x}", pod.name(), stamp, n), "namespace": pod.namespace()},
+            "metadata": {"name": name, "namespace": pod.namespace()},
             "involvedObject": {
                 "apiVersion": "v1", "kind": "Pod",
                 "name": pod.name(), "namespace": pod.namespace(),
@@ -578,13 +579,17 @@ impl Scheduler {
             "count": 1,
         });
         let forget = || self.recent_events().forget(&same);
-        let event: Event = match serde_json::from_value(event) {
-            Ok(event) => event,
+        // Posted as it is, and the answer not decoded: one is made per pod
+        // scheduled, and nothing but its name (given here) is needed back.
+        let path = format!("/api/v1/namespaces/{}/events", pod.namespace());
+        let request = match kube::core::Request::new(path)
+            .create(&PostParams::default(), event.to_string().into_bytes())
+        {
+            Ok(request) => request,
             Err(_) => return forget(),
         };
-        match api.create(&PostParams::default(), &event).await {
-            Ok(created) => {
-                let name = created.metadata.name.unwrap_or_default();
+        match self.client.request_text(request).await {
+            Ok(_) => {
                 let count =
                     self.recent_events()
                         .created(&same, name.clone(), std::time::Instant::now());

@@ -15,8 +15,8 @@ pub struct AuditFlags {
     #[arg(long)]
     pub audit_log_path: Option<PathBuf>,
     /// An audit Policy (audit.k8s.io/v1) choosing what is recorded and at
-    /// which level [default: writes and every access to Secrets at
-    /// Metadata, other reads not at all].
+    /// which level [default: writes (but of Events) and every access to
+    /// Secrets at Metadata, other reads not at all].
     #[arg(long)]
     pub audit_policy_file: Option<PathBuf>,
     /// Megabytes of the log before it is rotated to FILE.1 (0: never).

@@ -4,6 +4,8 @@
 //! `storageclass.kubernetes.io/is-default-class: "true"` (the newest if
 //! several are). With no default class the claim is left as it is.
 
+use std::borrow::Borrow;
+
 use serde_json::{json, Value};
 
 use super::{list, Attributes, Operation};
@@ -49,9 +51,10 @@ fn is_default(class: &Value) -> bool {
 
 /// The default class among `classes`: the newest of those annotated as
 /// default, then by name.
-pub fn default_class(classes: &[Value]) -> Option<String> {
+pub fn default_class<C: Borrow<Value>>(classes: &[C]) -> Option<String> {
     classes
         .iter()
+        .map(Borrow::borrow)
         .filter(|c| is_default(c))
         .max_by(|a, b| {
             let created = |c: &Value| {

@@ -2,6 +2,8 @@
 //! default requests and limits, and refuse pods (and claims) outside their
 //! min and max. Not quota (ResourceQuota).
 
+use std::sync::Arc;
+
 use serde_json::{json, Map, Value};
 
 use super::quantity::Quantity;
@@ -23,7 +25,7 @@ fn applies(attrs: &Attributes) -> bool {
             || (attrs.is_core("PersistentVolumeClaim") && attrs.operation != Operation::Delete))
 }
 
-async fn ranges(registry: &Registry, attrs: &Attributes) -> ApiResult<Vec<Value>> {
+async fn ranges(registry: &Registry, attrs: &Attributes) -> ApiResult<Vec<Arc<Value>>> {
     match attrs.namespace.as_deref() {
         Some(namespace) => list(registry, LIMIT_RANGES, Some(namespace)).await,
         None => Ok(Vec::new()),

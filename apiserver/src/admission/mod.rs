@@ -16,11 +16,15 @@ pub mod resource_quota;
 pub mod service_account;
 pub mod webhook;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use serde_json::Value;
 
 use crate::registry::Registry;
 use crate::resources::ResourceType;
 use crate::status::{ApiError, ApiResult, Details};
+use crate::storage::Kv;
 
 /// The verb of a write, as admission names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,11 +105,12 @@ pub fn forbidden(group: &str, resource: &str, name: &str, why: impl std::fmt::Di
     err
 }
 
-/// The chain's own state: the webhook client. Plugins read the objects they
-/// need (namespaces, classes, ranges, quotas) through the registry.
+/// The chain's own state: the webhook client, and the objects plugins read
+/// (namespaces, classes, ranges, quotas) as last decoded.
 #[derive(Default)]
 pub struct Admission {
     webhooks: webhook::Caller,
+    decoded: Decoded,
 }
 
 impl Admission {
@@ -182,43 +187,86 @@ impl Admission {
     }
 }
 
-/// Reads one object through the registry; None when it does not exist.
+/// Reads one object of one of the few resources admission consults
+/// (namespaces, priority classes, service accounts…) from the store; None
+/// when it does not exist.
 pub(crate) async fn read(
     registry: &Registry,
     (group, version, plural): (&str, &str, &str),
     namespace: Option<&str>,
     name: &str,
-) -> ApiResult<Option<Value>> {
+) -> ApiResult<Option<Arc<Value>>> {
     let resource = served(group, version, plural)?;
-    let target = crate::registry::Target {
-        resource,
-        namespace,
-    };
-    match registry.get(&target, name).await {
-        Ok(object) => Ok(Some(object)),
-        Err(err) if err.code == 404 => Ok(None),
-        Err(err) => Err(err),
-    }
+    let kv = registry
+        .storage()
+        .get(&resource.key(namespace, name))
+        .await
+        .map_err(unavailable)?;
+    kv.map(|kv| registry.admission().decoded.object(resource, &kv))
+        .transpose()
 }
 
-/// Lists every object of a resource (in `namespace`, if given) through the
-/// registry.
+/// Lists every object of one of the few resources admission consults (in
+/// `namespace`, if given) from the store.
 pub(crate) async fn list(
     registry: &Registry,
     (group, version, plural): (&str, &str, &str),
     namespace: Option<&str>,
-) -> ApiResult<Vec<Value>> {
+) -> ApiResult<Vec<Arc<Value>>> {
     let resource = served(group, version, plural)?;
-    list_resource(registry, resource, namespace).await
+    let decoded = &registry.admission().decoded;
+    list_kvs(registry, resource, namespace)
+        .await?
+        .iter()
+        .map(|kv| decoded.object(resource, kv))
+        .collect()
 }
 
-/// Reads the store itself, not the watch cache: admission decides on the
-/// newest objects (a quota or webhook made a moment ago counts).
-pub(crate) async fn list_resource(
+/// The objects [`read`] and [`list`] decoded, by key, each with the revision
+/// it was decoded at. Admission reads the store on every write, so that it
+/// decides on the newest objects (a quota or a namespace's deletion made a
+/// moment ago counts), but the objects it reads change seldom: one that has
+/// not changed since is not decoded again (a namespace and the priority
+/// classes were two decodes per pod created).
+#[derive(Default)]
+pub(crate) struct Decoded {
+    objects: Mutex<HashMap<String, (i64, Arc<Value>)>>,
+}
+
+/// Objects kept before [`Decoded`] starts afresh.
+const DECODED_MAX: usize = 4096;
+
+impl Decoded {
+    fn object(&self, resource: &ResourceType, kv: &Kv) -> ApiResult<Arc<Value>> {
+        let lock = || self.objects.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((revision, object)) = lock().get(&kv.key) {
+            if *revision == kv.mod_revision {
+                return Ok(object.clone());
+            }
+        }
+        let object = Arc::new(crate::object::from_stored(
+            resource,
+            &kv.value,
+            kv.mod_revision,
+        )?);
+        let mut objects = lock();
+        if objects.len() >= DECODED_MAX && !objects.contains_key(&kv.key) {
+            objects.clear();
+        }
+        objects.insert(kv.key.clone(), (kv.mod_revision, object.clone()));
+        Ok(object)
+    }
+}
+
+fn unavailable(err: crate::storage::StorageError) -> ApiError {
+    ApiError::unavailable(format!("the store is unavailable: {err}"))
+}
+
+async fn list_kvs(
     registry: &Registry,
     resource: &'static ResourceType,
     namespace: Option<&str>,
-) -> ApiResult<Vec<Value>> {
+) -> ApiResult<Vec<Kv>> {
     let prefix = match (resource.namespaced, namespace) {
         (true, Some(namespace)) => resource.namespace_prefix(namespace),
         _ => resource.storage_prefix(),
@@ -227,8 +275,19 @@ pub(crate) async fn list_resource(
         .storage()
         .list(&prefix, &crate::storage::prefix_end(&prefix), 0, 0)
         .await
-        .map_err(|err| ApiError::unavailable(format!("the store is unavailable: {err}")))?;
-    page.kvs
+        .map_err(unavailable)?;
+    Ok(page.kvs)
+}
+
+/// Every object of a resource (in `namespace`, if given), read from the
+/// store itself, not the watch cache, and not kept: what a quota counts.
+pub(crate) async fn list_resource(
+    registry: &Registry,
+    resource: &'static ResourceType,
+    namespace: Option<&str>,
+) -> ApiResult<Vec<Value>> {
+    list_kvs(registry, resource, namespace)
+        .await?
         .iter()
         .map(|kv| crate::object::from_stored(resource, &kv.value, kv.mod_revision))
         .collect()
@@ -286,5 +345,66 @@ pub(crate) mod tests {
             err.message,
             "priorityclasses.scheduling.k8s.io \"p\" is forbidden: no"
         );
+    }
+
+    #[tokio::test]
+    async fn an_object_is_decoded_again_only_once_it_changed() {
+        use crate::registry::{Target, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let store = skiff_store::Store::open(skiff_store::StoreConfig::new(dir.path()))
+            .await
+            .unwrap();
+        let registry = Registry::new(crate::Storage::local(store));
+        registry.ensure_default_namespaces().await.unwrap();
+        let classes = Target {
+            resource: served("scheduling.k8s.io", "v1", "priorityclasses").unwrap(),
+            namespace: None,
+        };
+        let write = Write::new("test", false);
+        let class = serde_json::json!({"metadata": {"name": "high"}, "value": 10});
+        registry.create(&classes, class, &write).await.unwrap();
+        const CLASSES: (&str, &str, &str) = ("scheduling.k8s.io", "v1", "priorityclasses");
+
+        let first = read(&registry, CLASSES, None, "high")
+            .await
+            .unwrap()
+            .unwrap();
+        let again = read(&registry, CLASSES, None, "high")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "decoded once");
+        let listed = list(&registry, CLASSES, None).await.unwrap();
+        let high = listed
+            .iter()
+            .find(|c| c["metadata"]["name"] == "high")
+            .unwrap();
+        assert!(
+            Arc::ptr_eq(&first, high),
+            "a list shares what a read decoded"
+        );
+
+        let mut changed = (*first).clone();
+        changed["value"] = serde_json::json!(20);
+        registry
+            .update(&classes, "high", changed, None, &write)
+            .await
+            .unwrap();
+        let after = read(&registry, CLASSES, None, "high")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(after["value"], 20, "a change is seen at once");
+        assert_ne!(
+            after["metadata"]["resourceVersion"],
+            first["metadata"]["resourceVersion"]
+        );
+
+        let gone = crate::registry::DeleteOptions::default();
+        registry.delete(&classes, "high", &gone).await.unwrap();
+        assert!(read(&registry, CLASSES, None, "high")
+            .await
+            .unwrap()
+            .is_none());
     }
 }

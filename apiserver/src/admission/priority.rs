@@ -4,6 +4,8 @@
 //! default, and the built-in system classes may not be deleted. Not
 //! preemption (the scheduler).
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
 
 use super::{list, read, Attributes, Operation};
@@ -64,7 +66,7 @@ pub async fn admit(registry: &Registry, attrs: &mut Attributes) -> ApiResult<()>
     let class = match &named {
         Some(name) => match read(registry, PRIORITY_CLASSES, None, name).await? {
             Some(class) => Some(class),
-            None => Some(system_class(name).ok_or_else(|| {
+            None => Some(system_class(name).map(Arc::new).ok_or_else(|| {
                 attrs.forbidden(format!("no PriorityClass with name {name} was found"))
             })?),
         },
@@ -111,7 +113,7 @@ pub async fn admit(registry: &Registry, attrs: &mut Attributes) -> ApiResult<()>
 }
 
 /// The class marked `globalDefault` (the lowest one if several are).
-async fn global_default(registry: &Registry) -> ApiResult<Option<Value>> {
+async fn global_default(registry: &Registry) -> ApiResult<Option<Arc<Value>>> {
     let classes = list(registry, PRIORITY_CLASSES, None).await?;
     Ok(classes
         .into_iter()

@@ -231,11 +231,18 @@ pub fn resource_of(name: &str) -> Option<&'static ResourceType> {
 /// The validating part: charges the write's usage to every quota of the
 /// namespace, or refuses it when one would go over its hard limit.
 pub async fn validate(registry: &Registry, attrs: &Attributes) -> ApiResult<()> {
+    let Some(namespace) = attrs.namespace.as_deref().filter(|_| may_charge(attrs)) else {
+        return Ok(());
+    };
+    // Most namespaces have no quota: what the write uses is only counted
+    // when one does.
+    let quotas = list(registry, QUOTAS, Some(namespace)).await?;
+    if quotas.is_empty() {
+        return Ok(());
+    }
     let Some(change) = charged(attrs) else {
         return Ok(());
     };
-    let namespace = attrs.namespace.as_deref().unwrap_or_default();
-    let quotas = list(registry, QUOTAS, Some(namespace)).await?;
     let mut done: Vec<String> = Vec::new();
     for quota in &quotas {
         let name = object::name(quota).to_string();
@@ -258,8 +265,7 @@ pub async fn validate(registry: &Registry, attrs: &Attributes) -> ApiResult<()> 
 
 /// What a create or update adds to its namespace's quotas (None: nothing).
 fn charged(attrs: &Attributes) -> Option<Usage> {
-    let namespace = attrs.namespace.as_deref()?;
-    if !attrs.resource.namespaced || namespace.is_empty() || attrs.operation == Operation::Delete {
+    if !may_charge(attrs) {
         return None;
     }
     let new = usage(attrs.resource, attrs.object.as_ref()?);
@@ -270,6 +276,14 @@ fn charged(attrs: &Attributes) -> Option<Usage> {
         .unwrap_or_default();
     let change = delta(&new, &old);
     (!change.is_empty()).then_some(change)
+}
+
+/// Whether the write is one that may charge its namespace's quotas: a
+/// create or update of a namespaced object.
+fn may_charge(attrs: &Attributes) -> bool {
+    attrs.resource.namespaced
+        && attrs.namespace.as_deref().is_some_and(|n| !n.is_empty())
+        && attrs.operation != Operation::Delete
 }
 
 fn negate(usage: &Usage) -> Usage {

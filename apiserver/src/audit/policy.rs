@@ -116,6 +116,12 @@ rules:
 - level: None
   verbs: ["get", "list", "watch"]
 - level: None
+  resources:
+  - group: ""
+    resources: ["events"]
+  - group: "events.k8s.io"
+    resources: ["events"]
+- level: None
   nonResourceURLs: ["/healthz*", "/livez*", "/readyz*", "/version", "/metrics"]
 - level: Metadata
 "#;
@@ -343,6 +349,11 @@ rules:
         let mut secret = pods("get", "alice", &none);
         secret.resource.as_mut().unwrap().resource = "secrets";
         assert_eq!(policy.decide(&secret).level, Level::Metadata);
+        // Events are written by the thousand and say what they are
+        // themselves: not recorded, as GKE's policy has it.
+        let mut event = pods("create", "alice", &none);
+        event.resource.as_mut().unwrap().resource = "events";
+        assert_eq!(policy.decide(&event).level, Level::None);
     }
 
     #[test]

@@ -330,6 +330,10 @@ impl Profile {
         })
     }
 
+    /// How many nodes ahead of the one being filtered `find_feasible`
+    /// asks for a NodeInfo to be loaded.
+    const PREFETCH_AHEAD: usize = 4;
+
     fn find_feasible(
         &self,
         state: &CycleState,
@@ -356,6 +360,7 @@ impl Profile {
             if feasible.len() >= wanted {
                 break;
             }
+            candidate((start + i + Self::PREFETCH_AHEAD) % count).prefetch();
             let node = candidate((start + i) % count);
             evaluated += 1;
             let status = Self::run_these_filters(&filters, state, pod, node);

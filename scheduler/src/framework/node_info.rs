@@ -265,6 +265,20 @@ impl NodeInfo {
         &self.name
     }
 
+    /// Asks the CPU to start loading the parts of this NodeInfo the
+    /// filters read first (its flags, amounts, taints and labels), without waiting
+    /// for them. A pod's filters visit hundreds of nodes, each NodeInfo
+    /// its own allocation and, on a big cluster, seldom still in cache:
+    /// loaded a few nodes ahead, it is there by the time its turn comes.
+    pub fn prefetch(&self) {
+        prefetch(&self.unschedulable);
+        prefetch(&self.allocatable);
+        prefetch(&self.requested);
+        prefetch(&self.taints);
+        prefetch(&self.condition_taints);
+        prefetch(&self.flat_labels);
+    }
+
     /// The name, shared.
     pub fn shared_name(&self) -> Arc<str> {
         self.name.clone()
@@ -431,6 +445,21 @@ impl Snapshot {
             }
         }
     }
+}
+
+/// A hint to load the cache line that holds `value`.
+#[inline(always)]
+fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it reads nothing the program can
+    // see and cannot fault, whatever the address (here a live reference);
+    // the SSE it needs is part of every x86_64 CPU.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>((value as *const T).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
 }
 
 #[cfg(test)]

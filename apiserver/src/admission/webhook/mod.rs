@@ -9,7 +9,7 @@ mod client;
 mod review;
 mod rules;
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -210,7 +210,7 @@ fn fail_or_ignore(webhook: &Value, why: String) -> ApiResult<()> {
 }
 
 /// Every webhook of the configurations, in configuration name order.
-fn webhooks_of(mut configurations: Vec<Value>) -> Vec<Value> {
+fn webhooks_of(mut configurations: Vec<Arc<Value>>) -> Vec<Value> {
     configurations.sort_by(|a, b| crate::object::name(a).cmp(crate::object::name(b)));
     configurations
         .into_iter()
@@ -267,5 +267,5 @@ async fn namespace_selected(
         return Ok(true);
     };
     let found = read(registry, NAMESPACES, None, namespace).await?;
-    Ok(selector.matches_object(found.as_ref().unwrap_or(&Value::Null)))
+    Ok(selector.matches_object(found.as_deref().unwrap_or(&Value::Null)))
 }

@@ -16,6 +16,35 @@ pub struct ResourceSpec {
     /// 0 (or absent) is defaulted to 1, as the v1 config defaults it.
     #[serde(default)]
     pub weight: i64,
+    /// What `name` is, found once by [`defaulted`] rather than per node
+    /// scored.
+    #[serde(skip)]
+    pub kind: Kind,
+}
+
+/// How a scored resource is read off a node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Kind {
+    Cpu,
+    Memory,
+    EphemeralStorage,
+    /// Extended, hugepages and the like: [`is_scalar_resource_name`].
+    Scalar,
+    /// Anything else (`pods`): not scored.
+    #[default]
+    Other,
+}
+
+impl Kind {
+    pub fn of(name: &str) -> Kind {
+        match name {
+            "cpu" => Kind::Cpu,
+            "memory" => Kind::Memory,
+            "ephemeral-storage" => Kind::EphemeralStorage,
+            name if is_scalar_resource_name(name) => Kind::Scalar,
+            _ => Kind::Other,
+        }
+    }
 }
 
 /// cpu and memory, weight 1 each: the default of both plugins' args.
@@ -25,6 +54,7 @@ pub fn default_resources() -> Vec<ResourceSpec> {
         .map(|name| ResourceSpec {
             name: name.to_string(),
             weight: 1,
+            kind: Kind::of(name),
         })
         .collect()
 }
@@ -40,6 +70,7 @@ pub fn defaulted(resources: Option<Vec<ResourceSpec>>) -> Vec<ResourceSpec> {
         if resource.weight == 0 {
             resource.weight = 1;
         }
+        resource.kind = Kind::of(&resource.name);
     }
     resources
 }
@@ -98,40 +129,43 @@ pub fn is_best_effort(requests: &[i64]) -> bool {
 /// does not have).
 pub fn allocatable_and_requested(
     node: &NodeInfo,
-    name: &str,
+    resource: &ResourceSpec,
     pod_request: i64,
     use_requested: bool,
 ) -> (i64, i64) {
-    if pod_request == 0 && is_scalar_resource_name(name) {
-        return (0, 0);
-    }
     let requested = match use_requested {
         true => &node.requested,
         false => &node.non_zero_requested,
     };
     let allocatable = &node.allocatable;
-    match name {
-        "cpu" => (
+    match resource.kind {
+        Kind::Cpu => (
             allocatable.milli_cpu,
             requested.milli_cpu.saturating_add(pod_request),
         ),
-        "memory" => (
+        Kind::Memory => (
             allocatable.memory,
             requested.memory.saturating_add(pod_request),
         ),
         // Ephemeral storage has no non-zero default: always the requests.
-        "ephemeral-storage" => (
+        Kind::EphemeralStorage => (
             allocatable.ephemeral_storage,
             node.requested.ephemeral_storage.saturating_add(pod_request),
         ),
-        other if is_scalar_resource_name(other) => match allocatable.scalar.get(other) {
+        Kind::Scalar if pod_request == 0 => (0, 0),
+        Kind::Scalar => match allocatable.scalar.get(&resource.name) {
             Some(&amount) => {
-                let used = node.requested.scalar.get(other).copied().unwrap_or(0);
+                let used = node
+                    .requested
+                    .scalar
+                    .get(&resource.name)
+                    .copied()
+                    .unwrap_or(0);
                 (amount, used.saturating_add(pod_request))
             }
             None => (0, 0),
         },
-        _ => (0, 0),
+        Kind::Other => (0, 0),
     }
 }
 
@@ -151,8 +185,7 @@ pub fn node_amounts(
     let mut allocatable: Amounts = smallvec::smallvec![0; resources.len()];
     for (i, resource) in resources.iter().enumerate() {
         let pod_request = pod_requests.get(i).copied().unwrap_or(0);
-        let (alloc, req) =
-            allocatable_and_requested(node, &resource.name, pod_request, use_requested);
+        let (alloc, req) = allocatable_and_requested(node, resource, pod_request, use_requested);
         if alloc == 0 {
             continue;
         }

@@ -340,7 +340,8 @@ fn args_are_defaulted_and_validated() {
         typed.resources,
         vec![ResourceSpec {
             name: "cpu".into(),
-            weight: 1
+            weight: 1,
+            kind: allocation::Kind::Cpu,
         }]
     );
     let rejected = [
