@@ -407,11 +407,9 @@ impl Profile {
             if state.skip_score.contains(plugin.name()) {
                 continue;
             }
-            for (slot, node) in scores.iter_mut().zip(nodes) {
-                slot.score = plugin
-                    .score(state, pod, node)
-                    .map_err(|s| s.with_plugin(plugin.name()))?;
-            }
+            plugin
+                .score_nodes(state, pod, nodes, &mut scores)
+                .map_err(|s| s.with_plugin(plugin.name()))?;
             if let Some(status) = plugin.normalize_scores(state, pod, &mut scores) {
                 if !status.is_success() {
                     return Err(status.with_plugin(plugin.name()));

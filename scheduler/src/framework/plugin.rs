@@ -175,6 +175,23 @@ pub trait Plugin: Send + Sync {
         Ok(0)
     }
 
+    /// Score of each of `nodes` into `scores` (the same length, in the
+    /// same order): one [`Plugin::score`] per node unless the plugin does
+    /// better, as one whose score starts from the cycle state can read it
+    /// once for all the nodes.
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        scores: &mut [NodeScore],
+    ) -> Result<(), Status> {
+        for (slot, node) in scores.iter_mut().zip(nodes) {
+            slot.score = self.score(state, pod, node)?;
+        }
+        Ok(())
+    }
+
     /// NormalizeScore: scales this plugin's scores to 0..=MAX_NODE_SCORE.
     /// `None`: the plugin does not normalize.
     fn normalize_scores(

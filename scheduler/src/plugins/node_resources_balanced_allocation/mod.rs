@@ -8,7 +8,9 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::framework::{CycleState, NodeInfo, Plugin, PodInfo, Point, Status, MAX_NODE_SCORE};
+use crate::framework::{
+    CycleState, NodeInfo, NodeScore, Plugin, PodInfo, Point, Status, MAX_NODE_SCORE,
+};
 use crate::plugins::node_resources_fit::allocation::{self, ResourceSpec};
 
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
@@ -66,6 +68,21 @@ impl NodeResourcesBalancedAllocation {
         Ok(NodeResourcesBalancedAllocation { resources })
     }
 
+    /// The pod's requests as PreScore left them, or computed into
+    /// `computed` without it; None for a best-effort pod (scored 0).
+    fn score_requests<'a>(
+        &self,
+        state: &'a CycleState,
+        pod: &PodInfo,
+        computed: &'a mut Option<Vec<i64>>,
+    ) -> Option<&'a [i64]> {
+        if let Some(requests) = state.read::<Vec<i64>>(PRE_SCORE_KEY) {
+            return Some(requests);
+        }
+        let requests = computed.insert(allocation::pod_request_list(pod, &self.resources, true));
+        (!allocation::is_best_effort(requests)).then_some(requests.as_slice())
+    }
+
     fn score_with(&self, node: &NodeInfo, pod_requests: &[i64]) -> i64 {
         let (requested, allocatable) =
             allocation::node_amounts(node, &self.resources, pod_requests, true);
@@ -115,14 +132,26 @@ impl Plugin for NodeResourcesBalancedAllocation {
     }
 
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        if let Some(requests) = state.read::<Vec<i64>>(PRE_SCORE_KEY) {
-            return Ok(self.score_with(node, requests));
+        let mut computed = None;
+        Ok(match self.score_requests(state, pod, &mut computed) {
+            Some(requests) => self.score_with(node, requests),
+            None => 0,
+        })
+    }
+
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        scores: &mut [NodeScore],
+    ) -> Result<(), Status> {
+        let mut computed = None;
+        let requests = self.score_requests(state, pod, &mut computed);
+        for (slot, node) in scores.iter_mut().zip(nodes) {
+            slot.score = requests.map_or(0, |requests| self.score_with(node, requests));
         }
-        let requests = allocation::pod_request_list(pod, &self.resources, true);
-        if allocation::is_best_effort(&requests) {
-            return Ok(0);
-        }
-        Ok(self.score_with(node, &requests))
+        Ok(())
     }
 }
 

@@ -42,6 +42,15 @@ fn score(plugin: &NodeResourcesBalancedAllocation, pod: &PodInfo, node: &NodeInf
     assert!(status.is_success(), "{status}");
     let score = plugin.score(&state, pod, node).unwrap();
     assert_eq!(plugin.score(&CycleState::default(), pod, node), Ok(score));
+    let nodes = [Arc::new(node.clone())];
+    for state in [&state, &CycleState::default()] {
+        let mut scores = [NodeScore {
+            name: node.shared_name(),
+            score: -1,
+        }];
+        plugin.score_nodes(state, pod, &nodes, &mut scores).unwrap();
+        assert_eq!(scores[0].score, score, "all nodes at once score as one by one");
+    }
     score
 }
 

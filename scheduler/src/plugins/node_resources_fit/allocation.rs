@@ -247,7 +247,7 @@ fn weighted_mean(
     }
     match weights {
         0 => 0,
-        w => clamp_i64(total / w),
+        w => div(total, w),
     }
 }
 
@@ -257,7 +257,7 @@ fn least_requested_score(requested: i64, capacity: i64) -> i64 {
         return 0;
     }
     let free = i128::from(capacity) - i128::from(requested);
-    clamp_i64(free * i128::from(MAX_NODE_SCORE) / i128::from(capacity))
+    div(free * i128::from(MAX_NODE_SCORE), i128::from(capacity))
 }
 
 /// The share taken, 0..=100: MostAllocated. Requests above capacity (the
@@ -267,7 +267,10 @@ fn most_requested_score(requested: i64, capacity: i64) -> i64 {
         return 0;
     }
     let requested = requested.min(capacity);
-    clamp_i64(i128::from(requested) * i128::from(MAX_NODE_SCORE) / i128::from(capacity))
+    div(
+        i128::from(requested) * i128::from(MAX_NODE_SCORE),
+        i128::from(capacity),
+    )
 }
 
 const MAX_UTILIZATION: i64 = 100;
@@ -282,9 +285,11 @@ fn requested_to_capacity_ratio(
         if capacity == 0 || requested > capacity {
             return broken_linear(shape, MAX_UTILIZATION);
         }
-        let utilization =
-            i128::from(requested) * i128::from(MAX_UTILIZATION) / i128::from(capacity);
-        broken_linear(shape, clamp_i64(utilization))
+        let utilization = div(
+            i128::from(requested) * i128::from(MAX_UTILIZATION),
+            i128::from(capacity),
+        );
+        broken_linear(shape, utilization)
     };
     let mut total: i128 = 0;
     let mut weights: i128 = 0;
@@ -324,4 +329,34 @@ fn broken_linear(shape: &[ShapePoint], p: i64) -> i64 {
 
 fn clamp_i64(value: i128) -> i64 {
     value.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+/// `a / b` (towards zero) clamped to an i64, `b` > 0. In i64 when both
+/// fit, as they do for any real node: a 128-bit division is a call that
+/// takes several times as long, and scoring runs it per node per pod.
+fn div(a: i128, b: i128) -> i64 {
+    match (i64::try_from(a), i64::try_from(b)) {
+        (Ok(a), Ok(b)) if b > 0 => a / b,
+        _ => clamp_i64(a / b),
+    }
+}
+
+#[cfg(test)]
+mod div_tests {
+    use super::*;
+
+    #[test]
+    fn division_truncates_and_clamps_as_in_128_bits() {
+        assert_eq!(div(7, 2), 3);
+        assert_eq!(div(-7, 2), -3);
+        assert_eq!(div(0, 5), 0);
+        // Past i64 on the way, back within it.
+        let big = i128::from(i64::MAX) * 100;
+        assert_eq!(div(big, 100), i64::MAX);
+        assert_eq!(div(big, 1), i64::MAX);
+        assert_eq!(div(-big, 1), i64::MIN);
+        // The scores of a node with a petabyte of memory.
+        assert_eq!(least_requested_score(1 << 49, 1 << 50), 50);
+        assert_eq!(most_requested_score(3 << 48, 1 << 50), 75);
+    }
 }

@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use crate::framework::resources::Resources;
 use crate::framework::{
-    Code, CycleState, NodeInfo, Plugin, PodInfo, Point, PreFilterResult, Snapshot, Status,
-    MAX_NODE_SCORE,
+    Code, CycleState, NodeInfo, NodeScore, Plugin, PodInfo, Point, PreFilterResult, Snapshot,
+    Status, MAX_NODE_SCORE,
 };
 use allocation::{ResourceSpec, ShapePoint, Strategy};
 
@@ -91,6 +91,27 @@ struct ShapeArgs {
 }
 
 impl NodeResourcesFit {
+    /// The pod's requests as PreScore left them, or computed into
+    /// `computed` without it.
+    fn score_requests<'a>(
+        &self,
+        state: &'a CycleState,
+        pod: &PodInfo,
+        computed: &'a mut Option<Vec<i64>>,
+    ) -> &'a [i64] {
+        match state.read::<Vec<i64>>(PRE_SCORE_KEY) {
+            Some(requests) => requests,
+            None => computed.insert(allocation::pod_request_list(pod, &self.resources, false)),
+        }
+    }
+
+    fn score_with(&self, node: &NodeInfo, requests: &[i64]) -> i64 {
+        let (requested, allocatable) =
+            allocation::node_amounts(node, &self.resources, requests, false);
+        self.strategy
+            .score(&self.resources, &requested, &allocatable)
+    }
+
     /// Decodes, defaults and validates NodeResourcesFitArgs as
     /// kube-scheduler does.
     pub fn from_args(args: &Value) -> Result<NodeResourcesFit, String> {
@@ -333,19 +354,24 @@ impl Plugin for NodeResourcesFit {
     }
 
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let computed;
-        let requests = match state.read::<Vec<i64>>(PRE_SCORE_KEY) {
-            Some(requests) => requests,
-            None => {
-                computed = allocation::pod_request_list(pod, &self.resources, false);
-                &computed
-            }
-        };
-        let (requested, allocatable) =
-            allocation::node_amounts(node, &self.resources, requests, false);
-        Ok(self
-            .strategy
-            .score(&self.resources, &requested, &allocatable))
+        let mut computed = None;
+        let requests = self.score_requests(state, pod, &mut computed);
+        Ok(self.score_with(node, requests))
+    }
+
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        scores: &mut [NodeScore],
+    ) -> Result<(), Status> {
+        let mut computed = None;
+        let requests = self.score_requests(state, pod, &mut computed);
+        for (slot, node) in scores.iter_mut().zip(nodes) {
+            slot.score = self.score_with(node, requests);
+        }
+        Ok(())
     }
 }
 

@@ -227,6 +227,21 @@ fn two_node_scores(args: Value, pod: &PodInfo) -> (i64, i64) {
         plugin.score(&CycleState::default(), pod, &busy).unwrap(),
     );
     assert_eq!(with_state, without, "PreScore state and its fallback agree");
+    for state in [&state, &CycleState::default()] {
+        let mut scores: Vec<NodeScore> = nodes
+            .iter()
+            .map(|n| NodeScore {
+                name: n.shared_name(),
+                score: -1,
+            })
+            .collect();
+        plugin.score_nodes(state, pod, &nodes, &mut scores).unwrap();
+        assert_eq!(
+            (scores[0].score, scores[1].score),
+            with_state,
+            "all nodes at once score as one by one"
+        );
+    }
     with_state
 }
 
