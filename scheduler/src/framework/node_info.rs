@@ -274,9 +274,16 @@ impl NodeInfo {
         prefetch(&self.unschedulable);
         prefetch(&self.allocatable);
         prefetch(&self.requested);
+        prefetch(&self.non_zero_requested);
         prefetch(&self.taints);
         prefetch(&self.condition_taints);
         prefetch(&self.flat_labels);
+    }
+
+    /// [`NodeInfo::prefetch`] for the name's own allocation, which
+    /// [`NodeInfo::shared_name`] counts a reference in.
+    pub fn prefetch_name(&self) {
+        prefetch(&*self.name);
     }
 
     /// The name, shared.
@@ -449,7 +456,7 @@ impl Snapshot {
 
 /// A hint to load the cache line that holds `value`.
 #[inline(always)]
-fn prefetch<T>(value: &T) {
+fn prefetch<T: ?Sized>(value: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint: it reads nothing the program can
     // see and cannot fault, whatever the address (here a live reference);

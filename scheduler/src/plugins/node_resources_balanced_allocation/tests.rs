@@ -49,7 +49,10 @@ fn score(plugin: &NodeResourcesBalancedAllocation, pod: &PodInfo, node: &NodeInf
             score: -1,
         }];
         plugin.score_nodes(state, pod, &nodes, &mut scores).unwrap();
-        assert_eq!(scores[0].score, score, "all nodes at once score as one by one");
+        assert_eq!(
+            scores[0].score, score,
+            "all nodes at once score as one by one"
+        );
     }
     score
 }
