@@ -331,7 +331,8 @@ impl Profile {
     }
 
     /// How many nodes ahead of the one being filtered `find_feasible`
-    /// asks for a NodeInfo to be loaded.
+    /// asks for what a NodeInfo points to (its labels) to be loaded; the
+    /// NodeInfo itself, twice as many.
     const PREFETCH_AHEAD: usize = 4;
 
     fn find_feasible(
@@ -360,14 +361,22 @@ impl Profile {
             if feasible.len() >= wanted {
                 break;
             }
-            candidate((start + i + Self::PREFETCH_AHEAD) % count).prefetch();
+            candidate((start + i + 2 * Self::PREFETCH_AHEAD) % count).prefetch();
+            candidate((start + i + Self::PREFETCH_AHEAD) % count).prefetch_labels();
             let node = candidate((start + i) % count);
             evaluated += 1;
             let status = Self::run_these_filters(&filters, state, pod, node);
             match status.code {
                 Code::Success => feasible.push(node.clone()),
                 Code::Error => return Err(ScheduleFailure::Error(status)),
-                _ => failed.push((node.clone(), status)),
+                _ => {
+                    // Room for the rest at once: where nodes fail, most do
+                    // (a topology spread rejects all but a domain's).
+                    if failed.capacity() == 0 {
+                        failed.reserve(count - i);
+                    }
+                    failed.push((node.clone(), status))
+                }
             }
         }
         if count > 0 {

@@ -280,6 +280,17 @@ impl NodeInfo {
         prefetch(&self.flat_labels);
     }
 
+    /// [`NodeInfo::prefetch`] for the labels' text, its own allocation
+    /// (the first lines of it, where the well-known labels are): called a
+    /// few nodes after `prefetch`, when the NodeInfo that points to it is
+    /// in cache.
+    pub fn prefetch_labels(&self) {
+        let text = self.flat_labels.text.as_bytes();
+        for line in text.chunks(64).take(4) {
+            prefetch(line);
+        }
+    }
+
     /// [`NodeInfo::prefetch`] for the name's own allocation, which
     /// [`NodeInfo::shared_name`] counts a reference in.
     pub fn prefetch_name(&self) {
