@@ -149,7 +149,6 @@ mod registry_tests {
     use serde_json::json;
 
     use crate::registry::{DeleteOptions, Propagation, Target, Write};
-    use crate::Registry;
 
     fn target(plural: &str, namespace: Option<&'static str>) -> Target<'static> {
         Target {
@@ -158,15 +157,7 @@ mod registry_tests {
         }
     }
 
-    async fn registry() -> (Registry, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = skiff_store::Store::open(skiff_store::StoreConfig::new(dir.path()))
-            .await
-            .unwrap();
-        let registry = Registry::new(crate::Storage::local(store));
-        registry.ensure_default_namespaces().await.unwrap();
-        (registry, dir)
-    }
+    use crate::registry::test_registry as registry;
 
     #[tokio::test]
     async fn a_deleted_namespace_terminates_until_finalized() {

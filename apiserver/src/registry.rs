@@ -1513,6 +1513,19 @@ fn default_status(resource: &ResourceType, object: &mut Value) {
     }
 }
 
+/// A registry over a new store in a temporary directory (kept alive by
+/// the second half), with the default namespaces.
+#[cfg(test)]
+pub(crate) async fn test_registry() -> (Registry, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = skiff_store::Store::open(skiff_store::StoreConfig::new(dir.path()))
+        .await
+        .unwrap();
+    let registry = Registry::new(crate::Storage::local(store));
+    registry.ensure_default_namespaces().await.unwrap();
+    (registry, dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

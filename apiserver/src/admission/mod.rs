@@ -350,12 +350,7 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn an_object_is_decoded_again_only_once_it_changed() {
         use crate::registry::{Target, Write};
-        let dir = tempfile::tempdir().unwrap();
-        let store = skiff_store::Store::open(skiff_store::StoreConfig::new(dir.path()))
-            .await
-            .unwrap();
-        let registry = Registry::new(crate::Storage::local(store));
-        registry.ensure_default_namespaces().await.unwrap();
+        let (registry, _dir) = crate::registry::test_registry().await;
         let classes = Target {
             resource: served("scheduling.k8s.io", "v1", "priorityclasses").unwrap(),
             namespace: None,

@@ -545,12 +545,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_creates_never_overrun_a_quota() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = skiff_store::Store::open(skiff_store::StoreConfig::new(dir.path()))
-            .await
-            .unwrap();
-        let registry = Registry::new(crate::Storage::local(store));
-        registry.ensure_default_namespaces().await.unwrap();
+        let (registry, _dir) = crate::registry::test_registry().await;
         let write = Write::new("test", false);
         let quotas = Target {
             resource: find("resourcequotas"),
