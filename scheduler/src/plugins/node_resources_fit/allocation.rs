@@ -173,16 +173,25 @@ pub fn allocatable_and_requested(
 /// per node for hundreds of nodes a pod, so no allocation per node).
 pub type Amounts = smallvec::SmallVec<[i64; 4]>;
 
+/// `n` zeros, made in place when they fit inline.
+fn zeros(n: usize) -> Amounts {
+    match n {
+        0..=4 => Amounts::from_buf_and_len([0; 4], n),
+        _ => smallvec::smallvec![0; n],
+    }
+}
+
 /// Requested and allocatable amounts of each resource on `node`, in the
 /// order of `resources`; an allocatable of 0 marks a resource to skip.
+#[inline]
 pub fn node_amounts(
     node: &NodeInfo,
     resources: &[ResourceSpec],
     pod_requests: &[i64],
     use_requested: bool,
 ) -> (Amounts, Amounts) {
-    let mut requested: Amounts = smallvec::smallvec![0; resources.len()];
-    let mut allocatable: Amounts = smallvec::smallvec![0; resources.len()];
+    let mut requested = zeros(resources.len());
+    let mut allocatable = zeros(resources.len());
     for (i, resource) in resources.iter().enumerate() {
         let pod_request = pod_requests.get(i).copied().unwrap_or(0);
         let (alloc, req) = allocatable_and_requested(node, resource, pod_request, use_requested);
@@ -342,7 +351,7 @@ fn div(a: i128, b: i128) -> i64 {
 }
 
 #[cfg(test)]
-mod div_tests {
+mod tests {
     use super::*;
 
     #[test]
@@ -358,5 +367,12 @@ mod div_tests {
         // The scores of a node with a petabyte of memory.
         assert_eq!(least_requested_score(1 << 49, 1 << 50), 50);
         assert_eq!(most_requested_score(3 << 48, 1 << 50), 75);
+    }
+
+    #[test]
+    fn amounts_start_at_zero_inline_or_not() {
+        assert_eq!(zeros(2).as_slice(), [0, 0]);
+        assert!(!zeros(4).spilled());
+        assert_eq!(zeros(6).as_slice(), [0; 6]);
     }
 }
