@@ -43,9 +43,13 @@ pub async fn run(
             &options.config,
             options.metrics.clone(),
         ));
-        let mut tasks = crate::watch::start(&client, &scheduler);
+        let (mut tasks, synced) = crate::watch::start(&client, &scheduler);
         tasks.push(tokio::spawn(scheduler.clone().flush_loop()));
-        tasks.push(tokio::spawn(scheduler.clone().run()));
+        let cycles = scheduler.clone();
+        tasks.push(tokio::spawn(async move {
+            synced.wait().await;
+            cycles.run().await
+        }));
         let lost = async {
             match &options.lease {
                 Some(lease) => leader::hold(&client, lease).await,

@@ -226,41 +226,112 @@ fn cluster<K: ClusterKind>(scheduler: &Arc<Scheduler>) -> Cluster<K> {
     Cluster(scheduler.clone(), std::marker::PhantomData)
 }
 
+/// The watches whose first list is not in yet. Scheduling waits for
+/// none to be left, as kube-scheduler waits for its informers' caches to
+/// sync: a pod taken before the nodes are listed would find no node (and
+/// say so in an event), one taken before the other pods are would be
+/// placed as if its node were empty.
+#[derive(Clone)]
+pub struct Synced(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Synced {
+    fn new() -> Synced {
+        Synced(Arc::new(tokio::sync::watch::Sender::new(0)))
+    }
+
+    fn done(&self) {
+        self.0.send_modify(|left| *left = left.saturating_sub(1));
+    }
+
+    /// Returns once every watch has had its first list (of those made
+    /// before the call).
+    pub async fn wait(&self) {
+        let mut left = self.0.subscribe();
+        // The sender lives in `self`: the wait cannot end otherwise.
+        let _ = left.wait_for(|left| *left == 0).await;
+    }
+
+    /// `sink`, telling this when its first list is in: one more watch
+    /// to wait for.
+    fn sink<S>(&self, sink: S) -> SyncedSink<S> {
+        self.0.send_modify(|left| *left += 1);
+        SyncedSink {
+            sink,
+            synced: Some(self.clone()),
+        }
+    }
+}
+
+struct SyncedSink<S> {
+    sink: S,
+    /// Until the first list is in.
+    synced: Option<Synced>,
+}
+
+impl<K, S: Sink<K>> Sink<K> for SyncedSink<S> {
+    fn apply(&mut self, object: K) {
+        self.sink.apply(object);
+    }
+
+    fn delete(&mut self, object: K) {
+        self.sink.delete(object);
+    }
+
+    fn relisted(&mut self, seen: HashSet<String>) {
+        self.sink.relisted(seen);
+        if let Some(synced) = self.synced.take() {
+            synced.done();
+        }
+    }
+
+    fn key(object: &K) -> String {
+        S::key(object)
+    }
+}
+
 /// Starts every watch; they run until the returned tasks are aborted.
-pub fn start(client: &Client, scheduler: &Arc<Scheduler>) -> Vec<tokio::task::JoinHandle<()>> {
+/// ReplicationControllers are not watched: skiff's API does not serve
+/// them (their watch only failed, again and again), so none can select a
+/// pod.
+/// The [`Synced`] tells when all have listed what there is.
+pub fn start(
+    client: &Client,
+    scheduler: &Arc<Scheduler>,
+) -> (Vec<tokio::task::JoinHandle<()>>, Synced) {
     let s = scheduler;
-    vec![
-        tokio::spawn(follow::<Node, _>(client.clone(), Nodes(s.clone()))),
-        tokio::spawn(follow::<Pod, _>(client.clone(), Pods(s.clone()))),
+    let synced = Synced::new();
+    let y = &synced;
+    let tasks = vec![
+        tokio::spawn(follow::<Node, _>(client.clone(), y.sink(Nodes(s.clone())))),
+        tokio::spawn(follow::<Pod, _>(client.clone(), y.sink(Pods(s.clone())))),
         tokio::spawn(follow::<Namespace, _>(
             client.clone(),
-            cluster::<Namespace>(s),
+            y.sink(cluster::<Namespace>(s)),
         )),
         tokio::spawn(follow::<PodDisruptionBudget, _>(
             client.clone(),
-            cluster::<PodDisruptionBudget>(s),
+            y.sink(cluster::<PodDisruptionBudget>(s)),
         )),
-        tokio::spawn(follow::<Service, _>(client.clone(), cluster::<Service>(s))),
+        tokio::spawn(follow::<Service, _>(
+            client.clone(),
+            y.sink(cluster::<Service>(s)),
+        )),
         tokio::spawn(follow::<ReplicaSet, _>(
             client.clone(),
-            cluster::<ReplicaSet>(s),
+            y.sink(cluster::<ReplicaSet>(s)),
         )),
         tokio::spawn(follow::<StatefulSet, _>(
             client.clone(),
-            cluster::<StatefulSet>(s),
-        )),
-        tokio::spawn(follow::<ReplicationController, _>(
-            client.clone(),
-            cluster::<ReplicationController>(s),
+            y.sink(cluster::<StatefulSet>(s)),
         )),
         tokio::spawn(follow::<PersistentVolumeClaim, _>(
             client.clone(),
-            cluster::<PersistentVolumeClaim>(s),
+            y.sink(cluster::<PersistentVolumeClaim>(s)),
         )),
-    ]
+    ];
+    (tasks, synced)
 }
 
-/// The PodInfo of a pod from a watch.
 pub fn pod_info(pod: Pod) -> Arc<PodInfo> {
     Arc::new(PodInfo::new(Arc::new(pod)))
 }
@@ -325,5 +396,27 @@ mod tests {
             assert!(pod.spec.is_some());
         }
         assert_eq!(kept.relisted, [HashSet::from(["default/a".to_string()])]);
+    }
+
+    #[tokio::test]
+    async fn scheduling_waits_for_every_watch_to_list() {
+        let synced = Synced::new();
+        let mut nodes = synced.sink(Kept::default());
+        let mut pods = synced.sink(Kept::default());
+        let waiting = tokio::spawn({
+            let synced = synced.clone();
+            async move { synced.wait().await }
+        });
+        nodes.relisted(HashSet::new());
+        // A second list of the same watch does not count twice.
+        nodes.relisted(HashSet::new());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "one watch has not listed");
+        pods.relisted(HashSet::new());
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("the wait ends once all have listed")
+            .unwrap();
+        assert_eq!(nodes.sink.relisted.len(), 2, "lists still reach the sink");
     }
 }
