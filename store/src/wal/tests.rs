@@ -544,3 +544,80 @@ fn release_covering_a_large_active_segment_starts_a_new_one() {
     let (_, replayed) = open(dir.path(), NO_ROLL);
     assert_eq!(entry_indexes(&replayed), [3]);
 }
+
+#[test]
+fn the_active_segment_is_zero_filled_ahead_and_open_cuts_the_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = [entry(1, b"one"), entry(2, b"two")];
+    {
+        let (mut wal, _) = open(dir.path(), NO_ROLL);
+        wal.append(&records[0]);
+        wal.sync().unwrap();
+        let path = segment_files(dir.path()).pop().unwrap();
+        let bytes = fs::read(&path).unwrap();
+        let used = encoded_len(&records[..1]) as usize;
+        assert_eq!(bytes.len(), used + PREALLOCATE as usize);
+        assert!(bytes[used..].iter().all(|&b| b == 0));
+        assert_eq!(wal.size_bytes(), used as u64);
+        // A write inside the filled space does not grow the file.
+        wal.append(&records[1]);
+        wal.sync().unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), bytes.len() as u64);
+        // A crash: the zeros stay behind (a clean close cuts them).
+        let at_crash = fs::read(&path).unwrap();
+        drop(wal);
+        fs::write(&path, at_crash).unwrap();
+    }
+    let path = segment_files(dir.path()).pop().unwrap();
+    assert_recovers(dir.path(), &path, &records);
+}
+
+#[test]
+fn a_closed_log_ends_at_its_last_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, path) = write_three(dir.path());
+    assert_eq!(
+        fs::metadata(&path).unwrap().len(),
+        encoded_len(&records_in(&path))
+    );
+}
+
+#[test]
+fn stale_bytes_after_the_zeros_are_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let (records, path) = write_three(dir.path());
+    let mut tail = vec![0u8; 4096];
+    entry(4, b"stale, never acknowledged").encode_into(&mut tail);
+    append_bytes(&path, &tail);
+    assert_recovers(dir.path(), &path, &records);
+}
+
+#[test]
+fn only_the_active_segment_is_zero_filled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut wal, _) = open(dir.path(), 4096);
+    write_entries(&mut wal, 1..=100);
+    let files = segment_files(dir.path());
+    assert!(files.len() > 2, "{files:?}");
+    let (active, closed) = files.split_last().unwrap();
+    for path in closed {
+        assert_eq!(
+            fs::metadata(path).unwrap().len(),
+            encoded_len(&records_in(path)),
+            "{path:?} ends in zeros"
+        );
+    }
+    assert_eq!(fs::metadata(active).unwrap().len(), 4096);
+    drop(wal);
+    let (_, replayed) = open(dir.path(), 4096);
+    assert_eq!(entry_indexes(&replayed), (1..=100).collect::<Vec<_>>());
+}
+
+#[test]
+fn zeros_at_the_end_of_an_older_segment_are_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_rolled_log(dir.path());
+    append_bytes(&files[1], &[0; 512]);
+    let err = open_err(dir.path(), 300);
+    assert!(matches!(err, WalError::Corrupt { .. }), "{err}");
+}
