@@ -674,9 +674,8 @@ impl Registry {
                 ))
             }
             None => {
-                // The main resource does not change the status; a binding
-                // does (it marks the pod scheduled).
-                if resource.has_subresource("status") && write.via != Some("binding") {
+                // The main resource does not change the status.
+                if resource.has_subresource("status") {
                     match current.get("status") {
                         Some(status) => object["status"] = status.clone(),
                         None => {
@@ -725,21 +724,14 @@ impl Registry {
             dry_run,
             user: crate::user::current(),
         };
-        let webhooks_changed = self.admission.mutate(self, &mut attrs).await?;
+        self.admission.mutate(self, &mut attrs).await?;
         let mut next = attrs.object.take().unwrap_or_default();
         let current = attrs.old_object.take().unwrap_or_default();
         if !same_spec(&current, &next) {
             let generation = current["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
             metadata_mut(&mut next).insert("generation".into(), json!(generation));
         }
-        // A binding changes a stored pod (already pruned and valid) in two
-        // fields the server sets itself, as Kubernetes writes it straight
-        // to storage: neither pruned nor checked again, unless a webhook
-        // changed it too.
-        let checked_already = write.via == Some("binding") && !webhooks_changed;
-        if !checked_already {
-            crate::validation::prune_unknown_fields(resource, &mut next);
-        }
+        crate::validation::prune_unknown_fields(resource, &mut next);
         if record {
             crate::apply::record_update(
                 resource,
@@ -752,9 +744,7 @@ impl Registry {
         if is_crd(resource) {
             crate::crd::accept(&mut next);
         }
-        if !checked_already {
-            crate::validation::validate_object(resource, &next)?;
-        }
+        crate::validation::validate_object(resource, &next)?;
         if next == current {
             // Nothing changed: no write, the same resourceVersion.
             return Ok(current);

@@ -6,10 +6,13 @@
 use serde_json::{json, Value};
 
 use crate::object::{self, metadata_mut};
-use crate::registry::{DeleteOptions, ListOptions, Propagation, Registry, Target, Write};
+use crate::registry::{
+    storage_error, DeleteOptions, ListOptions, Propagation, Registry, Target, Write,
+};
 use crate::resources;
 use crate::selectors::LabelSelector;
 use crate::status::{ApiError, ApiResult, Cause};
+use crate::storage::StorageError;
 
 /// The Scale of an object of `resource`: a workload's, or a custom
 /// resource's at the paths of its CRD's `subresources.scale`.
@@ -168,7 +171,16 @@ fn success(code: u16) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code})
 }
 
-/// POST pods/NAME/binding: places the pod on a node, once.
+/// How often a binding reads the pod again when it changed between the
+/// read and the write (as Kubernetes' GuaranteedUpdate retries).
+const BIND_ATTEMPTS: usize = 5;
+
+/// POST pods/NAME/binding: places the pod on a node, once. As in
+/// Kubernetes, admission sees a CREATE of the `Binding` (NamespaceLifecycle
+/// and webhooks on `pods/binding`), and the pod is then changed in the
+/// store directly: `spec.nodeName`, the binding's annotations, and the
+/// `PodScheduled` condition, with no other pod admission or validation
+/// (the stored pod passed them) and no field manager.
 pub async fn bind(
     registry: &Registry,
     target: &Target<'_>,
@@ -176,6 +188,22 @@ pub async fn bind(
     binding: Value,
     write: &Write<'_>,
 ) -> ApiResult<Value> {
+    let mut attrs = crate::admission::Attributes {
+        operation: crate::admission::Operation::Create,
+        resource: target.resource,
+        subresource: Some("binding".into()),
+        namespace: target.namespace.map(str::to_string),
+        name: name.to_string(),
+        object: Some(binding),
+        old_object: None,
+        dry_run: write.dry_run,
+        user: crate::user::current(),
+    };
+    registry
+        .admission()
+        .admit_subresource(registry, &mut attrs)
+        .await?;
+    let binding = attrs.object.unwrap_or_default();
     let node = binding["target"]["name"]
         .as_str()
         .filter(|n| !n.is_empty())
@@ -191,39 +219,80 @@ pub async fn bind(
                     field: "target.name".into(),
                 }],
             )
-        })?
-        .to_string();
-    let (current, revision) = registry.read(target, name).await?;
-    if let Some(assigned) = current["spec"]["nodeName"]
-        .as_str()
-        .filter(|n| !n.is_empty())
-    {
-        return Err(ApiError::conflict(
-            "",
-            "pods",
-            name,
-            &format!("pod {name} is already assigned to node \"{assigned}\""),
-        ));
+        })?;
+    let key = target.resource.key(target.namespace, name);
+    for _ in 0..BIND_ATTEMPTS {
+        let (mut pod, revision) = registry.read(target, name).await?;
+        check_bindable(&pod, &binding, name)?;
+        pod["spec"]["nodeName"] = json!(node);
+        if let Some(annotations) = binding["metadata"]["annotations"].as_object() {
+            let meta = metadata_mut(&mut pod);
+            let into = meta.entry("annotations").or_insert_with(|| json!({}));
+            if !into.is_object() {
+                *into = json!({});
+            }
+            if let Some(into) = into.as_object_mut() {
+                into.extend(annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        mark_scheduled(&mut pod);
+        let generation = pod["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
+        metadata_mut(&mut pod).insert("generation".into(), json!(generation));
+        if write.dry_run {
+            return Ok(success(201));
+        }
+        match registry
+            .storage()
+            .update(&key, object::to_stored(&pod), revision)
+            .await
+        {
+            Ok(_) => return Ok(success(201)),
+            Err(StorageError::Conflict) => continue,
+            Err(err) => return Err(storage_error(target, name, err)),
+        }
     }
-    if object::is_deleting(&current) {
-        return Err(ApiError::conflict(
-            "",
-            "pods",
-            name,
-            "pod is being deleted, cannot be assigned to a host",
-        ));
-    }
-    let mut pod = current.clone();
-    pod["spec"]["nodeName"] = json!(node);
-    mark_scheduled(&mut pod);
-    let write = Write {
-        via: Some("binding"),
-        ..*write
+    Err(storage_error(target, name, StorageError::Conflict))
+}
+
+/// Whether `pod` may take `binding`: it is not on a node yet, not being
+/// deleted, not gated, and is the pod the binding names (its UID and
+/// resourceVersion, when the binding gives them). A 409 otherwise.
+fn check_bindable(pod: &Value, binding: &Value, name: &str) -> ApiResult<()> {
+    let conflict = |why: String| ApiError::conflict("", "pods", name, &why);
+    let want = |field: &str| {
+        binding["metadata"][field]
+            .as_str()
+            .filter(|v| !v.is_empty())
     };
-    registry
-        .update_unmanaged(target, name, pod, (current, revision), &write)
-        .await?;
-    Ok(success(201))
+    for (field, what) in [("uid", "UID"), ("resourceVersion", "ResourceVersion")] {
+        if let Some(wanted) = want(field) {
+            let actual = object::meta_str(pod, field).unwrap_or_default();
+            if wanted != actual {
+                return Err(conflict(format!(
+                    "Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {actual}"
+                )));
+            }
+        }
+    }
+    if object::is_deleting(pod) {
+        return Err(conflict(format!(
+            "pod {name} is being deleted, cannot be assigned to a host"
+        )));
+    }
+    if let Some(assigned) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+        return Err(conflict(format!(
+            "pod {name} is already assigned to node \"{assigned}\""
+        )));
+    }
+    if pod["spec"]["schedulingGates"]
+        .as_array()
+        .is_some_and(|gates| !gates.is_empty())
+    {
+        return Err(conflict(format!(
+            "pod {name} has non-empty .spec.schedulingGates"
+        )));
+    }
+    Ok(())
 }
 
 /// Sets the pod's `PodScheduled` condition True, as a binding does.
@@ -459,6 +528,117 @@ pub async fn evict(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pods() -> Target<'static> {
+        Target {
+            resource: resources::all()
+                .iter()
+                .find(|r| r.plural == "pods" && r.group.is_empty())
+                .expect("pods are served"),
+            namespace: Some("default"),
+        }
+    }
+
+    fn binding_to(node: &str, metadata: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
+               "target": {"kind": "Node", "name": node}})
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_binding_places_the_pod_with_its_annotations_once() {
+        let (registry, _dir) = crate::registry::test_registry().await;
+        let write = Write::new("test", false);
+        let pod = json!({"metadata": {"name": "web", "annotations": {"kept": "yes"}},
+                         "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+        let created = registry.create(&pods(), pod, &write).await.unwrap();
+        let uid = created["metadata"]["uid"].as_str().unwrap().to_string();
+
+        let stale = binding_to("n1", json!({"name": "web", "uid": "another-pod"}));
+        let err = bind(&registry, &pods(), "web", stale, &write)
+            .await
+            .unwrap_err();
+        assert_eq!((err.code, err.reason), (409, "Conflict"), "{err:?}");
+        assert!(
+            err.message.contains(&format!(
+                "UID in precondition: another-pod, UID in object meta: {uid}"
+            )),
+            "{}",
+            err.message
+        );
+        let dry = binding_to("n1", json!({"name": "web"}));
+        bind(&registry, &pods(), "web", dry, &Write::new("test", true))
+            .await
+            .unwrap();
+        assert_eq!(
+            registry.get(&pods(), "web").await.unwrap()["spec"]["nodeName"],
+            Value::Null,
+            "a dry run binds nothing"
+        );
+
+        let binding = binding_to(
+            "n1",
+            json!({"name": "web", "uid": uid, "annotations": {"placed-by": "test"}}),
+        );
+        let status = bind(&registry, &pods(), "web", binding, &write)
+            .await
+            .unwrap();
+        assert_eq!(status["code"], 201);
+        let bound = registry.get(&pods(), "web").await.unwrap();
+        assert_eq!(bound["spec"]["nodeName"], "n1");
+        assert_eq!(
+            bound["metadata"]["annotations"],
+            json!({"kept": "yes", "placed-by": "test"})
+        );
+        assert_eq!(
+            bound["metadata"]["managedFields"], created["metadata"]["managedFields"],
+            "a binding is no field manager"
+        );
+        let scheduled = bound["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["type"] == "PodScheduled" && c["status"] == "True")
+            .count();
+        assert_eq!(scheduled, 1, "{bound}");
+
+        let again = binding_to("n2", json!({"name": "web"}));
+        let err = bind(&registry, &pods(), "web", again, &write)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, 409);
+        assert!(
+            err.message.contains("already assigned to node \"n1\""),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn a_gated_or_deleting_pod_takes_no_binding() {
+        let binding = binding_to("n1", json!({"name": "web"}));
+        let gated = json!({"metadata": {"name": "web"},
+                           "spec": {"schedulingGates": [{"name": "wait"}]}});
+        let err = check_bindable(&gated, &binding, "web").unwrap_err();
+        assert!(
+            err.message.contains("non-empty .spec.schedulingGates"),
+            "{}",
+            err.message
+        );
+        let deleting = json!({"metadata": {"name": "web", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+                              "spec": {}});
+        let err = check_bindable(&deleting, &binding, "web").unwrap_err();
+        assert!(err.message.contains("is being deleted"), "{}", err.message);
+        let stale = binding_to("n1", json!({"name": "web", "resourceVersion": "3"}));
+        let pod = json!({"metadata": {"name": "web", "resourceVersion": "4"}, "spec": {}});
+        let err = check_bindable(&pod, &stale, "web").unwrap_err();
+        assert!(
+            err.message
+                .contains("ResourceVersion in precondition: 3, ResourceVersion in object meta: 4"),
+            "{}",
+            err.message
+        );
+        check_bindable(&pod, &binding, "web").unwrap();
+    }
 
     #[test]
     fn a_scale_reads_replicas_and_the_selector() {

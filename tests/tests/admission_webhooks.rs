@@ -62,6 +62,35 @@ async fn deny(Json(review): Json<Value>) -> Json<Value> {
     )
 }
 
+/// On `pods/binding`: denies bindings to the node `tainted`, and any review
+/// that is not of a Binding created through the pod's binding subresource.
+async fn bindings(Json(review): Json<Value>) -> Json<Value> {
+    let request = &review["request"];
+    let seen = format!(
+        "{} {} of {}/{}",
+        request["operation"].as_str().unwrap_or(""),
+        request["kind"]["kind"].as_str().unwrap_or(""),
+        request["resource"]["resource"].as_str().unwrap_or(""),
+        request["subResource"].as_str().unwrap_or(""),
+    );
+    let refusal = if seen != "CREATE Binding of pods/binding" {
+        Some(format!("unexpected review: {seen}"))
+    } else if request["object"]["target"]["name"] == "tainted" {
+        Some("no pods on tainted".to_string())
+    } else {
+        None
+    };
+    match refusal {
+        None => Json(allow(&review, None)),
+        Some(message) => Json(
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
+                "uid": request["uid"], "allowed": false,
+                "status": {"code": 403, "message": message},
+            }}),
+        ),
+    }
+}
+
 async fn broken() -> (axum::http::StatusCode, &'static str) {
     (
         axum::http::StatusCode::INTERNAL_SERVER_ERROR,
@@ -78,6 +107,7 @@ fn webhook_app() -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .route("/deny", post(deny))
+        .route("/bindings", post(bindings))
         .route("/broken", post(broken))
         .route("/slow", post(slow))
 }
@@ -275,6 +305,50 @@ async fn mutating_and_validating_webhooks_patch_and_deny() -> Result<()> {
         "delete gate",
     )?;
     create(&http, PODS, &pod("bad", "on")).await?;
+    Ok(())
+}
+
+/// As in Kubernetes, a binding is reviewed as the CREATE of a Binding
+/// through `pods/binding`, and a denial leaves the pod unplaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_is_reviewed_as_a_binding() -> Result<()> {
+    let server = ApiServer::start().await?;
+    let http = server.http()?;
+    let addr = serve_webhooks().await?;
+    let mut hook = webhook(
+        "bindings.example.com",
+        &format!("http://{addr}/bindings"),
+        "Fail",
+        "",
+        json!({}),
+    );
+    hook["rules"][0]["resources"] = json!(["pods/binding"]);
+    hook.as_object_mut().map(|h| h.remove("objectSelector"));
+    create(
+        &http,
+        VALIDATING,
+        &configuration("ValidatingWebhookConfiguration", "placement", vec![hook]),
+    )
+    .await?;
+    let mut manual = pod("placed", "off");
+    manual["spec"]["schedulerName"] = json!("by-hand");
+    create(&http, PODS, &manual).await?;
+    let bind = |node: &str| {
+        json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "placed"},
+               "target": {"kind": "Node", "name": node}})
+    };
+    let path = format!("{PODS}/placed/binding");
+    let reply = http.post(&path, &bind("tainted")).await?;
+    let status = expect(&reply, 403, "a denied binding")?;
+    assert_eq!(
+        status["message"],
+        "admission webhook \"bindings.example.com\" denied the request: no pods on tainted"
+    );
+    let placed = http.get_json(&format!("{PODS}/placed")).await?;
+    assert_eq!(placed["spec"]["nodeName"], Value::Null, "{placed}");
+    create(&http, &path, &bind("n1")).await?;
+    let placed = http.get_json(&format!("{PODS}/placed")).await?;
+    assert_eq!(placed["spec"]["nodeName"], "n1", "{placed}");
     Ok(())
 }
 

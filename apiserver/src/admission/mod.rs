@@ -122,9 +122,8 @@ impl Admission {
     /// ServiceAccount, DefaultTolerationSeconds, DefaultStorageClass,
     /// Priority, ResourceQuota
     /// (a quota's own status), then mutating webhooks (and defaults again
-    /// on what they returned). Returns whether a webhook changed the
-    /// object.
-    pub async fn mutate(&self, registry: &Registry, attrs: &mut Attributes) -> ApiResult<bool> {
+    /// on what they returned).
+    pub async fn mutate(&self, registry: &Registry, attrs: &mut Attributes) -> ApiResult<()> {
         if let Some(object) = attrs.object.as_mut() {
             defaults::apply(attrs.resource, object);
         }
@@ -145,7 +144,7 @@ impl Admission {
                 defaults::prepare_for_create(attrs.resource, object);
             }
         }
-        Ok(webhooks_changed)
+        Ok(())
     }
 
     /// The validating phase, after the registry's validation:
@@ -159,6 +158,20 @@ impl Admission {
         priority::validate(registry, attrs).await?;
         self.webhooks.validate(registry, attrs).await?;
         resource_quota::validate(registry, attrs).await
+    }
+
+    /// A CREATE through a subresource whose object is not the resource's
+    /// own (a pod's `Binding`): mutating webhooks, NamespaceLifecycle and
+    /// validating webhooks, as Kubernetes runs them; the built-in plugins
+    /// act on the resource's own objects only.
+    pub async fn admit_subresource(
+        &self,
+        registry: &Registry,
+        attrs: &mut Attributes,
+    ) -> ApiResult<()> {
+        self.webhooks.mutate(registry, attrs).await?;
+        namespace_lifecycle::validate(registry, attrs).await?;
+        self.webhooks.validate(registry, attrs).await
     }
 
     /// A write of `resource` was stored: webhook configurations read

@@ -10,7 +10,11 @@ use crate::status::{ApiError, Cause, Details};
 /// The review of `attrs`, with a fresh `uid`.
 pub fn request(attrs: &Attributes, uid: &str) -> Value {
     let resource = attrs.resource;
-    let kind = json!({"group": resource.group, "version": resource.version, "kind": resource.kind});
+    // A pod's binding reviews the Binding, not the pod.
+    let kind = match attrs.subresource.as_deref() {
+        Some("binding") => json!({"group": "", "version": "v1", "kind": "Binding"}),
+        _ => json!({"group": resource.group, "version": resource.version, "kind": resource.kind}),
+    };
     let gvr =
         json!({"group": resource.group, "version": resource.version, "resource": resource.plural});
     let options_kind = match attrs.operation {
