@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use rand::SeedableRng;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::cache::Cache;
 use crate::config::SchedulerConfig;
@@ -579,17 +579,10 @@ impl Scheduler {
             "count": 1,
         });
         let forget = || self.recent_events().forget(&same);
-        // Posted as it is, and the answer not decoded: one is made per pod
-        // scheduled, and nothing but its name (given here) is needed back.
+        // Nothing but its name (given here) is needed back.
         let path = format!("/api/v1/namespaces/{}/events", pod.namespace());
-        let request = match kube::core::Request::new(path)
-            .create(&PostParams::default(), event.to_string().into_bytes())
-        {
-            Ok(request) => request,
-            Err(_) => return forget(),
-        };
-        match self.client.request_text(request).await {
-            Ok(_) => {
+        match post_undecoded(&self.client, path, &event).await {
+            Ok(()) => {
                 let count =
                     self.recent_events()
                         .created(&same, name.clone(), std::time::Instant::now());
@@ -617,23 +610,31 @@ struct ApiBinder(Client);
 impl Binder for ApiBinder {
     fn bind<'a>(&'a self, pod: &'a PodInfo, node: &'a str) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
-            let api: Api<Pod> = Api::namespaced(self.0.clone(), pod.namespace());
             let binding = json!({
                 "apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": pod.name(), "namespace": pod.namespace(), "uid": pod.pod.metadata.uid},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node},
             });
-            api.create_subresource::<_, serde_json::Value>(
-                "binding",
-                pod.name(),
-                &PostParams::default(),
-                &binding,
-            )
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+            let path = format!(
+                "/api/v1/namespaces/{}/pods/{}/binding",
+                pod.namespace(),
+                pod.name()
+            );
+            post_undecoded(&self.0, path, &binding)
+                .await
+                .map_err(|e| e.to_string())
         })
     }
+}
+
+/// POSTs `body` to `path`, the answer checked for an error but not
+/// decoded: the scheduler makes a binding and an Event per pod, and needs
+/// nothing back from either.
+async fn post_undecoded(client: &Client, path: String, body: &Value) -> Result<(), kube::Error> {
+    let request = kube::core::Request::new(path)
+        .create(&PostParams::default(), body.to_string().into_bytes())
+        .map_err(kube::Error::BuildRequest)?;
+    client.request_text(request).await.map(drop)
 }
 
 fn now() -> String {
