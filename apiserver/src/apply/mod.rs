@@ -247,8 +247,9 @@ fn record_create(
     manager: &Manager,
     now: &str,
 ) {
-    let all = tracked(fields::of_object(new, root), resource, manager.subresource);
-    let fields = fields::existing(&all, new);
+    // Every path of the object's own field set leads to a value in it:
+    // unlike an update's, a create's set needs no `existing` pass.
+    let fields = tracked(fields::of_object(new, root), resource, manager.subresource);
     if fields.is_empty() {
         set_managed_fields(new, None);
         return;

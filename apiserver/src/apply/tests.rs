@@ -581,7 +581,15 @@ fn a_create_records_what_comparing_with_nothing_records() {
                 "ports": [{"containerPort": 80, "protocol": "TCP"}]}]}});
         let bare = json!({"apiVersion": resource.api_version(), "kind": resource.kind,
             "metadata": {"name": "a"}});
-        for object in [full, pod, bare] {
+        // Nulls, items without their key, duplicate items and set values:
+        // what a create's field set must keep as the general path does.
+        let odd = json!({"apiVersion": resource.api_version(), "kind": resource.kind,
+            "metadata": {"name": "a", "labels": null, "annotations": {"x": null},
+                "finalizers": ["f", "f", "g"], "ownerReferences": [{"kind": "K"}]},
+            "spec": {"containers": [{"name": "c", "image": null}, {"name": "c"}, {"image": "x"}],
+                "tolerations": [{"key": "k", "value": 1.5}]},
+            "data": {"k": null}});
+        for object in [full, pod, bare, odd] {
             for manager in [manager("kubectl-create"), status_manager("kubelet")] {
                 let root = Node::root(resource.definition);
                 let mut fast = object.clone();
@@ -605,7 +613,7 @@ fn a_create_records_what_comparing_with_nothing_records() {
             }
         }
     }
-    assert!(compared >= 180, "{compared} objects compared");
+    assert!(compared >= 240, "{compared} objects compared");
     assert!(
         recorded >= 60,
         "{recorded} of {compared} recorded any field"
