@@ -2,6 +2,7 @@
 //! each. Names, groups, versions, kinds and scope come from `k8s-openapi`'s
 //! types; a resource is a row here, not a handler of its own.
 
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, RwLock};
 
 use k8s_openapi::{ListableResource, NamespaceResourceScope, Resource};
@@ -488,14 +489,25 @@ pub fn served() -> impl Iterator<Item = &'static ResourceType> {
     TABLE.iter().chain(CONVERTED.iter()).chain(custom_rows())
 }
 
+/// The built-in resources by plural (a few share one, in other groups or
+/// versions), in the order [`find`] prefers them: every request finds its
+/// resource, and a scan of the table compared strings for each row.
+static BY_PLURAL: LazyLock<HashMap<&'static str, Vec<&'static ResourceType>>> =
+    LazyLock::new(|| {
+        let mut by_plural: HashMap<&'static str, Vec<&'static ResourceType>> = HashMap::new();
+        for r in TABLE.iter().chain(CONVERTED.iter()) {
+            by_plural.entry(r.plural).or_default().push(r);
+        }
+        by_plural
+    });
+
 /// The resource served at `group`/`version`/`plural`.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
     let matches =
         |r: &&ResourceType| r.group == group && r.version == version && r.plural == plural;
-    TABLE
-        .iter()
-        .chain(CONVERTED.iter())
-        .find(matches)
+    BY_PLURAL
+        .get(plural)
+        .and_then(|rows| rows.iter().copied().find(matches))
         .or_else(|| custom_rows().into_iter().find(matches))
 }
 
@@ -518,6 +530,21 @@ pub fn group_versions() -> Vec<(&'static str, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_built_in_row_is_found_as_a_scan_finds_it() {
+        let rows: Vec<&ResourceType> = TABLE.iter().chain(CONVERTED.iter()).collect();
+        for row in &rows {
+            let scanned = rows
+                .iter()
+                .find(|r| (r.group, r.version, r.plural) == (row.group, row.version, row.plural))
+                .unwrap();
+            let found = find(row.group, row.version, row.plural).unwrap();
+            assert!(std::ptr::eq(found, *scanned), "{}", row.plural);
+        }
+        assert!(find("", "v1", "widgets").is_none());
+        assert!(find("apps", "v2", "deployments").is_none());
+    }
 
     #[test]
     fn the_table_comes_from_k8s_openapi() {
