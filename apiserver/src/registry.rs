@@ -606,25 +606,6 @@ impl Registry {
             .await
     }
 
-    /// Stores `object` over the current one as [`Self::update`] does, but
-    /// leaves `managedFields` as they are: a binding places the pod through
-    /// the storage, as kube-apiserver's does, so no manager owns
-    /// `spec.nodeName` or the PodScheduled condition it sets.
-    /// `current`: the object and revision `object` was made from, as
-    /// [`Self::read`] gave them (the write fails with a conflict if
-    /// the object changed since).
-    pub async fn update_unmanaged(
-        &self,
-        target: &Target<'_>,
-        name: &str,
-        object: Value,
-        current: (Value, i64),
-        write: &Write<'_>,
-    ) -> ApiResult<Value> {
-        self.update_object(target, name, object, Some(current), None, write, false)
-            .await
-    }
-
     /// Stores `object` over the current one; `record`: the fields the
     /// writer changed become its own in `managedFields`. `read`: the
     /// current object and revision if the caller has just read them
