@@ -371,6 +371,17 @@ fn discovery_resource(r: &ResourceType) -> Value {
     entry
 }
 
+/// The group, version and kind of what subresource `name` of `r` takes
+/// and answers: `r`'s own (status), or another type (a pod's `binding`
+/// takes a Binding).
+pub(crate) fn subresource_kind(
+    r: &ResourceType,
+    name: &str,
+) -> (&'static str, &'static str, &'static str) {
+    let sub = Subresource::of(r, name);
+    (sub.group, sub.version, sub.kind)
+}
+
 /// What a subresource answers with and which verbs it takes.
 struct Subresource {
     group: &'static str,

@@ -10,11 +10,15 @@ use crate::status::{ApiError, Cause, Details};
 /// The review of `attrs`, with a fresh `uid`.
 pub fn request(attrs: &Attributes, uid: &str) -> Value {
     let resource = attrs.resource;
-    // A pod's binding reviews the Binding, not the pod.
-    let kind = match attrs.subresource.as_deref() {
-        Some("binding") => json!({"group": "", "version": "v1", "kind": "Binding"}),
-        _ => json!({"group": resource.group, "version": resource.version, "kind": resource.kind}),
+    // A create through a subresource writes the subresource's own type (a
+    // pod's binding, a Binding); other writes are of the resource's kind.
+    let (group, version, kind) = match attrs.subresource.as_deref() {
+        Some(sub) if attrs.operation == Operation::Create => {
+            crate::discovery::subresource_kind(resource, sub)
+        }
+        _ => (resource.group, resource.version, resource.kind),
     };
+    let kind = json!({"group": group, "version": version, "kind": kind});
     let gvr =
         json!({"group": resource.group, "version": resource.version, "resource": resource.plural});
     let options_kind = match attrs.operation {
