@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use futures::task::AtomicWaker;
 
@@ -65,6 +65,18 @@ pub fn queue<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
 
 impl<T> Sender<T> {
     pub fn try_send(&self, item: T) -> Result<(), PushError> {
+        if let Some(waker) = self.push_quietly(item)? {
+            waker.wake();
+        }
+        Ok(())
+    }
+
+    /// Queues `item` without waking the receiver: the receiver's waker, if
+    /// it waits, is handed back to be woken by the caller. A fan-out to
+    /// many watchers wakes them a share at a time (see
+    /// `reflector::wake_in_turns`). A receiver whose waker was taken
+    /// already (by an earlier push not yet read) gives `None`.
+    pub fn push_quietly(&self, item: T) -> Result<Option<Waker>, PushError> {
         {
             let mut state = self.0.lock();
             if state.closed {
@@ -75,8 +87,7 @@ impl<T> Sender<T> {
             }
             state.items.push_back(item);
         }
-        self.0.waker.wake();
-        Ok(())
+        Ok(self.0.waker.take())
     }
 }
 
@@ -186,6 +197,39 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(seen, [0, 1, 2, 3, 4]);
+    }
+
+    #[tokio::test]
+    async fn a_quiet_push_hands_back_the_waiting_receivers_waker_once() {
+        let (tx, mut rx) = queue(8);
+        let woken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let waker = futures::task::waker(Arc::new(Count(woken.clone())));
+        let mut cx = Context::from_waker(&waker);
+        assert!(rx.poll_recv(&mut cx).is_pending());
+        // The receiver waits: its waker comes back, unwoken.
+        let handed = tx
+            .push_quietly(1)
+            .unwrap()
+            .expect("the waiting receiver's waker");
+        assert_eq!(woken.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // Until the receiver looks again, a second push has no waker.
+        assert!(tx.push_quietly(2).unwrap().is_none());
+        handed.wake();
+        assert_eq!(woken.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Some(1)));
+        assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Some(2)));
+        assert!(rx.poll_recv(&mut cx).is_pending());
+        assert!(tx.push_quietly(3).unwrap().is_some());
+        drop(rx);
+        assert_eq!(tx.push_quietly(4).unwrap_err(), PushError::Closed);
+    }
+
+    struct Count(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl futures::task::ArcWake for Count {
+        fn wake_by_ref(arc_self: &Arc<Self>) {
+            arc_self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 
     #[test]

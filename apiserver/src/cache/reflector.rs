@@ -4,6 +4,7 @@
 //! compacted away means a relist (and the cache's watchers start again).
 
 use std::sync::Arc;
+use std::task::Waker;
 use std::time::Duration;
 
 use super::object::CachedObject;
@@ -140,12 +141,78 @@ async fn follow(cache: &ResourceCache, mut stream: ChangeStream) -> StorageError
             item = stream.next_item() => match item {
                 None => return StorageError::Unavailable("the store ended the watch".into()),
                 Some(Err(err)) => return err,
-                Some(Ok(WatchItem::Changes(changes))) => cache.apply(changes),
+                Some(Ok(WatchItem::Changes(changes))) => {
+                    wake_in_turns(cache.apply(changes)).await
+                }
                 Some(Ok(WatchItem::Progress(revision))) => cache.progress(revision),
             },
             _ = cache.progress_wanted.notified() => stream.request_progress(),
             _ = progress.tick() => stream.request_progress(),
             _ = bookmarks.tick() => cache.send_bookmarks(),
         }
+    }
+}
+
+/// Watchers woken per turn of the reflector's task.
+const WAKES_PER_TURN: usize = 64;
+
+/// Wakes the watchers a change was queued for, `WAKES_PER_TURN` at a
+/// time, letting the other tasks of this worker run between turns. A
+/// thousand watches woken at once all queue ahead of the connection tasks
+/// that write what they produce (an HTTP/2 connection's own task writes
+/// its streams' frames), so no watcher's bytes left before every watch had
+/// run; woken in turns, the first watchers' events are on the wire while
+/// the rest are still being woken.
+async fn wake_in_turns(wakes: Vec<Waker>) {
+    let mut turns = wakes.chunks(WAKES_PER_TURN).peekable();
+    while let Some(turn) = turns.next() {
+        turn.iter().for_each(Waker::wake_by_ref);
+        if turns.peek().is_some() {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct Count(Arc<AtomicUsize>);
+
+    impl futures::task::ArcWake for Count {
+        fn wake_by_ref(arc_self: &Arc<Self>) {
+            arc_self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn every_watcher_is_woken_and_other_tasks_run_between_turns() {
+        let woken = Arc::new(AtomicUsize::new(0));
+        let wakes: Vec<Waker> = (0..WAKES_PER_TURN * 3 + 1)
+            .map(|_| futures::task::waker(Arc::new(Count(woken.clone()))))
+            .collect();
+        // Another task of the same (one-thread) runtime records how many
+        // wakes it saw each time it ran.
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let other = tokio::spawn({
+            let (woken, seen) = (woken.clone(), seen.clone());
+            async move {
+                for _ in 0..3 {
+                    seen.lock().unwrap().push(woken.load(Ordering::SeqCst));
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        wake_in_turns(wakes).await;
+        assert_eq!(woken.load(Ordering::SeqCst), WAKES_PER_TURN * 3 + 1);
+        other.await.unwrap();
+        let seen = seen.lock().unwrap().clone();
+        // It ran after each of the first three turns: the fan-out
+        // left the worker between turns.
+        assert_eq!(
+            seen,
+            [WAKES_PER_TURN, WAKES_PER_TURN * 2, WAKES_PER_TURN * 3]
+        );
     }
 }

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::task::Waker;
 use std::time::Duration;
 
 use super::filter::Filter;
@@ -224,8 +225,13 @@ impl ResourceCache {
     }
 
     /// Applies changes read from the store, in revision order, and hands
-    /// each to the watchers it concerns.
-    pub fn apply(&self, changes: Vec<Change>) {
+    /// each to the watchers it concerns. Returns the wakers of the
+    /// watchers that were waiting, for the caller to wake (the events are
+    /// queued already, and a watcher that subscribes from now on starts
+    /// after them).
+    #[must_use = "the watchers given events must be woken"]
+    pub fn apply(&self, changes: Vec<Change>) -> Vec<Waker> {
+        let mut wakes = Vec::new();
         let mut state = self.write();
         let mut newest = state.revision;
         for change in changes {
@@ -244,7 +250,7 @@ impl ResourceCache {
             self.generation.fetch_add(1, Ordering::Release);
             newest = newest.max(event.revision);
             state.ring.push(event.clone());
-            self.dispatch(&mut state, &event);
+            self.dispatch(&mut state, &event, &mut wakes);
         }
         assert!(
             newest >= state.revision,
@@ -257,6 +263,7 @@ impl ResourceCache {
             *r = newest.max(*r);
             moved
         });
+        wakes
     }
 
     fn apply_one(&self, state: &mut State, change: Change) -> Option<Arc<WatchEvent>> {
@@ -285,9 +292,10 @@ impl ResourceCache {
         Some(Arc::new(event))
     }
 
-    /// Queues `event` for each watcher that sees it; a watcher whose queue
-    /// is full is dropped (its stream ends and its client starts again).
-    fn dispatch(&self, state: &mut State, event: &Arc<WatchEvent>) {
+    /// Queues `event` for each watcher that sees it, adding the waiting
+    /// ones' wakers to `wakes`; a watcher whose queue is full is dropped
+    /// (its stream ends and its client starts again).
+    fn dispatch(&self, state: &mut State, event: &Arc<WatchEvent>, wakes: &mut Vec<Waker>) {
         let mut gone = Vec::new();
         // The last filter matched and what it saw: watchers sharing a
         // filter share its answer.
@@ -308,8 +316,11 @@ impl ResourceCache {
             let Some(kind) = kind else {
                 continue;
             };
-            match watcher.queue.try_send(Delivery::Event(event.clone(), kind)) {
-                Ok(()) => {}
+            match watcher
+                .queue
+                .push_quietly(Delivery::Event(event.clone(), kind))
+            {
+                Ok(waker) => wakes.extend(waker),
                 Err(PushError::Full) => {
                     self.dropped_watchers.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(
