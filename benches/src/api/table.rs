@@ -142,6 +142,12 @@ fn figures(plan: &Plan, reference: &Measured) -> Vec<Figure> {
         if Some(&watchers) != plan.watchers.last() {
             continue;
         }
+        for p in [50.0, 99.0] {
+            figures.push(latency_ms(
+                format!("watch write->first watcher p{p:.0} ms ({w} {noun}, {over})"),
+                move |m| m.watches[i].first_watcher.percentile(p),
+            ));
+        }
         figures.push(Figure {
             name: format!("server CPU µs per watch event ({w} {noun}, {over})"),
             better: Better::Lower,

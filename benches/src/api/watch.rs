@@ -76,6 +76,9 @@ pub struct WatchPoint {
     pub delivered: u64,
     pub expected: u64,
     pub latencies: Latencies,
+    /// Per measured write, its first watcher's latency: the write's own
+    /// path to the first byte out, before the fan-out's cost.
+    pub first_watcher: Latencies,
     /// Lines that were neither an event of ours nor a bookmark.
     pub unexpected: u64,
     /// Time to open every watch.
@@ -126,6 +129,9 @@ struct Shared {
     sent: Vec<AtomicU64>,
     /// Per write: watchers that have its event.
     seen: Vec<AtomicUsize>,
+    /// Per write: the lowest latency a watcher saw it with (nanoseconds;
+    /// `u64::MAX` until one has).
+    first: Vec<AtomicU64>,
     watchers: usize,
     /// Tells this point's pods from another transport's.
     label: &'static str,
@@ -150,6 +156,7 @@ pub async fn measure_point(
         base: Instant::now(),
         sent: (0..=writes).map(|_| AtomicU64::new(0)).collect(),
         seen: (0..=writes).map(|_| AtomicUsize::new(0)).collect(),
+        first: (0..=writes).map(|_| AtomicU64::new(u64::MAX)).collect(),
         watchers,
         label: match transport {
             WatchTransport::Http1 => "h1",
@@ -210,6 +217,7 @@ pub async fn measure_point(
         delivered,
         expected: ((writes + 1) * watchers) as u64,
         latencies: Latencies::from_nanos(nanos),
+        first_watcher: Latencies::from_nanos(firsts(&shared.first)),
         unexpected,
         opened_in,
         server_cpu: cpu,
@@ -384,11 +392,22 @@ fn on_event(
     outcome.delivered += 1;
     if seq > 0 && sent > 0 {
         let now = duration_nanos(arrived.duration_since(shared.base));
-        outcome.nanos.push(now.saturating_sub(sent));
+        let latency = now.saturating_sub(sent);
+        outcome.nanos.push(latency);
+        shared.first[seq].fetch_min(latency, Ordering::Relaxed);
     }
     if shared.seen[seq].fetch_add(1, Ordering::AcqRel) + 1 == shared.watchers {
         shared.all_seen.notify_one();
     }
+}
+
+/// The first watcher's latency of each write some watcher saw.
+fn firsts(first: &[AtomicU64]) -> Vec<u64> {
+    first
+        .iter()
+        .map(|f| f.load(Ordering::Relaxed))
+        .filter(|&f| f != u64::MAX)
+        .collect()
 }
 
 /// User + system CPU time of this process so far.
@@ -421,6 +440,16 @@ fn sequence(line: &[u8], marker: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_writes_first_watcher_is_its_lowest_latency() {
+        let first: Vec<AtomicU64> = (0..3).map(|_| AtomicU64::new(u64::MAX)).collect();
+        for (seq, latency) in [(1, 900), (1, 400), (1, 700), (2, 50)] {
+            first[seq].fetch_min(latency, Ordering::Relaxed);
+        }
+        // Write 0 (the unmeasured warm-up) was seen by no measured sample.
+        assert_eq!(firsts(&first), [400, 50]);
+    }
 
     #[test]
     fn sequence_numbers_are_read_from_the_annotation() {
