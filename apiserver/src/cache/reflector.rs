@@ -164,12 +164,23 @@ const WAKES_PER_TURN: usize = 64;
 /// run; woken in turns, the first watchers' events are on the wire while
 /// the rest are still being woken.
 async fn wake_in_turns(wakes: Vec<Waker>) {
-    let mut turns = wakes.chunks(WAKES_PER_TURN).peekable();
-    while let Some(turn) = turns.next() {
-        turn.iter().for_each(Waker::wake_by_ref);
-        if turns.peek().is_some() {
+    let mut left = Unwoken(wakes.into_iter());
+    while left.0.len() > 0 {
+        left.0.by_ref().take(WAKES_PER_TURN).for_each(Waker::wake);
+        if left.0.len() > 0 {
             tokio::task::yield_now().await;
         }
+    }
+}
+
+/// Wakers taken from watchers' queues and not yet woken. Dropped with
+/// some left (the reflector aborted between turns), it wakes them: their
+/// queues hold events, or are closed, and nothing else would wake them.
+struct Unwoken(std::vec::IntoIter<Waker>);
+
+impl Drop for Unwoken {
+    fn drop(&mut self) {
+        self.0.by_ref().for_each(Waker::wake);
     }
 }
 
@@ -214,5 +225,20 @@ mod tests {
             seen,
             [WAKES_PER_TURN, WAKES_PER_TURN * 2, WAKES_PER_TURN * 3]
         );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_reflector_stopped_between_turns_still_wakes_every_watcher() {
+        let woken = Arc::new(AtomicUsize::new(0));
+        let wakes: Vec<Waker> = (0..WAKES_PER_TURN * 3)
+            .map(|_| futures::task::waker(Arc::new(Count(woken.clone()))))
+            .collect();
+        let task = tokio::spawn(wake_in_turns(wakes));
+        // The task runs its first turn, then yields back here.
+        tokio::task::yield_now().await;
+        assert_eq!(woken.load(Ordering::SeqCst), WAKES_PER_TURN);
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+        assert_eq!(woken.load(Ordering::SeqCst), WAKES_PER_TURN * 3);
     }
 }
