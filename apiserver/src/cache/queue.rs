@@ -142,6 +142,20 @@ impl<T> Drop for Receiver<T> {
     }
 }
 
+/// A waker that counts its wakes in `count`, for tests of who is woken.
+#[cfg(test)]
+pub(super) fn counting_waker(count: &Arc<std::sync::atomic::AtomicUsize>) -> Waker {
+    struct Counting(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl futures::task::ArcWake for Counting {
+        fn wake_by_ref(arc_self: &Arc<Self>) {
+            arc_self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    futures::task::waker(Arc::new(Counting(count.clone())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,7 +217,7 @@ mod tests {
     async fn a_quiet_push_hands_back_the_waiting_receivers_waker_once() {
         let (tx, mut rx) = queue(8);
         let woken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let waker = futures::task::waker(Arc::new(Count(woken.clone())));
+        let waker = counting_waker(&woken);
         let mut cx = Context::from_waker(&waker);
         assert!(rx.poll_recv(&mut cx).is_pending());
         // The receiver waits: its waker comes back, unwoken.
@@ -222,14 +236,6 @@ mod tests {
         assert!(tx.push_quietly(3).unwrap().is_some());
         drop(rx);
         assert_eq!(tx.push_quietly(4).unwrap_err(), PushError::Closed);
-    }
-
-    struct Count(Arc<std::sync::atomic::AtomicUsize>);
-
-    impl futures::task::ArcWake for Count {
-        fn wake_by_ref(arc_self: &Arc<Self>) {
-            arc_self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
     }
 
     #[test]

@@ -165,11 +165,12 @@ const WAKES_PER_TURN: usize = 64;
 /// the rest are still being woken.
 async fn wake_in_turns(wakes: Vec<Waker>) {
     let mut left = Unwoken(wakes.into_iter());
-    while left.0.len() > 0 {
+    loop {
         left.0.by_ref().take(WAKES_PER_TURN).for_each(Waker::wake);
-        if left.0.len() > 0 {
-            tokio::task::yield_now().await;
+        if left.0.len() == 0 {
+            return;
         }
+        tokio::task::yield_now().await;
     }
 }
 
@@ -187,21 +188,14 @@ impl Drop for Unwoken {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::queue::counting_waker;
     use std::sync::atomic::{AtomicUsize, Ordering};
-
-    struct Count(Arc<AtomicUsize>);
-
-    impl futures::task::ArcWake for Count {
-        fn wake_by_ref(arc_self: &Arc<Self>) {
-            arc_self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
 
     #[tokio::test(flavor = "current_thread")]
     async fn every_watcher_is_woken_and_other_tasks_run_between_turns() {
         let woken = Arc::new(AtomicUsize::new(0));
         let wakes: Vec<Waker> = (0..WAKES_PER_TURN * 3 + 1)
-            .map(|_| futures::task::waker(Arc::new(Count(woken.clone()))))
+            .map(|_| counting_waker(&woken))
             .collect();
         // Another task of the same (one-thread) runtime records how many
         // wakes it saw each time it ran.
@@ -231,7 +225,7 @@ mod tests {
     async fn a_reflector_stopped_between_turns_still_wakes_every_watcher() {
         let woken = Arc::new(AtomicUsize::new(0));
         let wakes: Vec<Waker> = (0..WAKES_PER_TURN * 3)
-            .map(|_| futures::task::waker(Arc::new(Count(woken.clone()))))
+            .map(|_| counting_waker(&woken))
             .collect();
         let task = tokio::spawn(wake_in_turns(wakes));
         // The task runs its first turn, then yields back here.
