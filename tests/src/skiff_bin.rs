@@ -12,7 +12,9 @@ use std::time::SystemTime;
 use anyhow::{bail, ensure, Context, Result};
 
 /// What the binary is built from, relative to the workspace root.
-const SOURCES: [&str; 14] = [
+const SOURCES: [&str; 15] = [
+    // The workspace manifest: dependency versions and features.
+    "Cargo.toml",
     "skiff/src",
     "skiff/Cargo.toml",
     "apiserver/src",

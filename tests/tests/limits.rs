@@ -5,7 +5,8 @@
 //! is always served and the server's memory stays bounded; requests over
 //! the in-flight cap are refused at once; a request past the request
 //! timeout is answered 504; a client's watches are capped and a closed
-//! watch frees its place.
+//! watch frees its place; the server's allocator asks for no transparent
+//! huge pages.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -277,5 +278,67 @@ async fn each_client_may_hold_only_so_many_watches() -> Result<()> {
             Err(err) => return Err(err.context("the closed watch still counts after 10 s")),
         }
     }
+    Ok(())
+}
+
+/// The mappings of process `pid` that were madvised into transparent huge
+/// pages (`hg` among their VmFlags in /proc/PID/smaps).
+fn huge_page_mappings(pid: u32) -> Result<Vec<String>> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))
+        .with_context(|| format!("reading /proc/{pid}/smaps"))?;
+    let mut mapping = "";
+    let mut found = Vec::new();
+    for line in smaps.lines() {
+        match line.strip_prefix("VmFlags:") {
+            Some(flags) if flags.split_whitespace().any(|f| f == "hg") => {
+                found.push(mapping.to_string())
+            }
+            Some(_) => {}
+            // A mapping's first line starts with its address range.
+            None if line
+                .split_whitespace()
+                .next()
+                .is_some_and(|w| w.contains('-') && !w.ends_with(':')) =>
+            {
+                mapping = line
+            }
+            None => {}
+        }
+    }
+    Ok(found)
+}
+
+/// The server's allocator keeps its memory out of transparent huge pages:
+/// memory it returns to the kernel and later uses again would otherwise
+/// fault in (and zero) 2 MiB at a time, and partly used huge pages count
+/// whole in its resident memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_allocator_asks_for_no_huge_pages() -> Result<()> {
+    let (server, http) = start(&[]).await?;
+    // Enough objects, written and read back, for the allocator to have
+    // taken memory of its own from the kernel several times over.
+    for i in 0..200 {
+        let data: String = "x".repeat(8 << 10);
+        let map = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("filler-{i}")},
+            "data": {"filler": data},
+        });
+        let reply = http
+            .post("/api/v1/namespaces/default/configmaps", &map)
+            .await?;
+        ensure!(reply.status == 201, "{} {}", reply.status, reply.text());
+    }
+    let listed = get_ok(&http, "/api/v1/namespaces/default/configmaps").await?;
+    ensure!(
+        listed["items"].as_array().map(Vec::len) == Some(200),
+        "{listed}"
+    );
+    let pid = server.pid().context("the server's pid")?;
+    let huge = huge_page_mappings(pid)?;
+    ensure!(
+        huge.is_empty(),
+        "mappings madvised into huge pages: {huge:?}"
+    );
     Ok(())
 }
