@@ -36,6 +36,23 @@ pub(super) async fn get(store: &Store, key: &str) -> StorageResult<Option<Kv>> {
     Ok(resp.kvs.into_iter().next().map(kv))
 }
 
+/// The keys in `[start, end)` (`end` empty: `start` alone) with the
+/// revision each was last modified at, from the store's index.
+pub(super) async fn modified(
+    store: &Store,
+    start: &str,
+    end: &str,
+) -> StorageResult<Vec<(String, i64)>> {
+    let (_, found) = store
+        .modified(start.as_bytes(), end.as_bytes())
+        .await
+        .map_err(convert)?;
+    Ok(found
+        .into_iter()
+        .map(|(key, revision)| (String::from_utf8_lossy(&key).into_owned(), revision))
+        .collect())
+}
+
 pub(super) async fn list(
     store: &Store,
     start: &str,

@@ -298,6 +298,24 @@ impl Storage {
         Ok(page)
     }
 
+    /// The keys in `[start, end)` (`end` empty: `start` alone) with the
+    /// revision each was last modified at, newest, when the store can tell
+    /// without reading their values (the store in this process); `None`
+    /// otherwise. For callers that keep decoded copies: theirs are current
+    /// if the revisions match.
+    pub async fn modified(
+        &self,
+        start: &str,
+        end: &str,
+    ) -> StorageResult<Option<Vec<(String, i64)>>> {
+        let Backend::Local(store) = &self.backend else {
+            return Ok(None);
+        };
+        self.requests
+            .count(if end.is_empty() { "get" } else { "list" });
+        local::modified(store, start, end).await.map(Some)
+    }
+
     /// Puts `value` at `key` if it does not exist; its revision.
     pub async fn create(&self, key: &str, value: Vec<u8>) -> StorageResult<i64> {
         self.requests.count("create");

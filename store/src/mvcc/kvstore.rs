@@ -46,6 +46,10 @@ pub(crate) const WRITE_BEHIND: std::time::Duration = std::time::Duration::from_m
 /// ... or once this many bytes wait.
 const WRITE_BEHIND_BYTES: usize = 4 << 20;
 
+/// A revision, and the keys alive at it, each with the main revision it
+/// was last modified at (see [`KvStore::modified`]).
+pub type Modified = (i64, Vec<(Vec<u8>, i64)>);
+
 /// Applied writes not yet in sled, oldest first.
 #[derive(Default)]
 struct Behind {
@@ -380,6 +384,24 @@ impl KvStore {
         let mut resp = self.range_at(req, at, None)?;
         resp.header.revision = self.current_revision();
         Ok(resp)
+    }
+
+    /// The keys in `[key, range_end)` (etcd's rules) alive at the current
+    /// revision, each with the main revision it was last modified at, from
+    /// the index alone: no record is read. Also that revision.
+    pub fn modified(&self, key: &[u8], range_end: &[u8]) -> Result<Modified> {
+        if key.is_empty() {
+            return Err(StoreError::EmptyKey);
+        }
+        let at = self.current_revision();
+        let mut found = Vec::new();
+        self.index
+            .read()
+            .visit_range(&KeyRange::new(key, range_end), at, |key, key_at| {
+                found.push((key.to_vec(), key_at.modified.main));
+                true
+            });
+        Ok((at, found))
     }
 
     /// A range read at revision `at`, seeing `pending` records of the batch

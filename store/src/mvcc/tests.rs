@@ -76,6 +76,48 @@ async fn range_rules_for_range_end() {
     ));
 }
 
+/// `modified`: the live keys of a range and the revision each was last
+/// written at, as a range read reports them, from the index alone.
+#[tokio::test]
+async fn modified_lists_live_keys_with_their_mod_revisions() {
+    let (store, _dir) = open_temp().await;
+    put(&store, "a", "1").await;
+    put(&store, "b", "1").await;
+    put(&store, "b1", "1").await;
+    put(&store, "a", "2").await;
+    store
+        .delete_range(DeleteRangeRequest {
+            key: b"b1".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    put(&store, "c", "1").await;
+    let (revision, found) = store.modified(b"a", b"c").await.unwrap();
+    assert_eq!(revision, 6);
+    assert_eq!(found, vec![(b"a".to_vec(), 4), (b"b".to_vec(), 2)]);
+    let ranged = store.range(range("a", "c")).await.unwrap();
+    let from_range: Vec<(Vec<u8>, i64)> = ranged
+        .kvs
+        .iter()
+        .map(|kv| (kv.key.clone(), kv.mod_revision))
+        .collect();
+    assert_eq!(found, from_range, "what a range read says");
+    assert_eq!(
+        store.modified(b"b1", b"").await.unwrap().1,
+        vec![],
+        "a deleted key is not there"
+    );
+    assert_eq!(
+        store.modified(b"c", b"").await.unwrap().1,
+        vec![(b"c".to_vec(), 6)]
+    );
+    assert!(matches!(
+        store.modified(b"", b"").await,
+        Err(StoreError::EmptyKey)
+    ));
+}
+
 #[tokio::test]
 async fn limit_count_sort_and_filters() {
     let (store, _dir) = open_temp().await;

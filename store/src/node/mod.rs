@@ -409,6 +409,19 @@ impl Store {
         self.inner.kv.range(&req)
     }
 
+    /// The keys in `[key, range_end)` with the revision each was last
+    /// modified at, and the store's revision: a linearizable read of the
+    /// index alone, for callers that keep decoded copies of the values and
+    /// need only know whether theirs are current.
+    pub async fn modified(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+    ) -> Result<(i64, Vec<(Vec<u8>, i64)>)> {
+        self.linearize().await?;
+        self.inner.kv.modified(key, range_end)
+    }
+
     pub(crate) async fn linearize(&self) -> Result<()> {
         if self
             .inner
