@@ -298,19 +298,17 @@ impl Decoded {
         }
     }
 
+    /// `kv`'s object: the one decoded at its revision, or decoded now.
     fn object(&self, resource: &ResourceType, kv: &Kv) -> ApiResult<Arc<Value>> {
-        let lock = || self.objects.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((revision, object)) = lock().get(&kv.key) {
-            if *revision == kv.mod_revision {
-                return Ok(object.clone());
-            }
+        if let Some(object) = self.current(&kv.key, kv.mod_revision) {
+            return Ok(object);
         }
         let object = Arc::new(crate::object::from_stored(
             resource,
             &kv.value,
             kv.mod_revision,
         )?);
-        let mut objects = lock();
+        let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
         if objects.len() >= DECODED_MAX && !objects.contains_key(&kv.key) {
             objects.clear();
         }

@@ -299,10 +299,10 @@ impl Storage {
     }
 
     /// The keys in `[start, end)` (`end` empty: `start` alone) with the
-    /// revision each was last modified at, newest, when the store can tell
-    /// without reading their values (the store in this process); `None`
-    /// otherwise. For callers that keep decoded copies: theirs are current
-    /// if the revisions match.
+    /// revision each was last modified at, as of the newest revision, when
+    /// the store can tell without reading their values (the store in this
+    /// process); `None` otherwise. For callers that keep decoded copies:
+    /// theirs are current if the revisions match.
     pub async fn modified(
         &self,
         start: &str,

@@ -413,11 +413,7 @@ impl Store {
     /// modified at, and the store's revision: a linearizable read of the
     /// index alone, for callers that keep decoded copies of the values and
     /// need only know whether theirs are current.
-    pub async fn modified(
-        &self,
-        key: &[u8],
-        range_end: &[u8],
-    ) -> Result<(i64, Vec<(Vec<u8>, i64)>)> {
+    pub async fn modified(&self, key: &[u8], range_end: &[u8]) -> Result<crate::mvcc::Modified> {
         self.linearize().await?;
         self.inner.kv.modified(key, range_end)
     }
