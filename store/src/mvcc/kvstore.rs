@@ -46,6 +46,34 @@ pub(crate) const WRITE_BEHIND: std::time::Duration = std::time::Duration::from_m
 /// ... or once this many bytes wait.
 const WRITE_BEHIND_BYTES: usize = 4 << 20;
 
+/// Records written to sled that readers still find in memory: at most
+/// twice this many, the newest (see [`Recent`]).
+const RECENT_RECORDS: usize = 1024;
+
+/// The records written to sled most lately, two generations of at most
+/// [`RECENT_RECORDS`] each. A reader that finds its record here does not
+/// read sled, whose `apply_batch` holds a lock that every sled read in the
+/// process waits on; most reads of a record come soon after its write (a
+/// pod's binding, an object's next update).
+#[derive(Default)]
+struct Recent {
+    newer: Pending,
+    older: Pending,
+}
+
+impl Recent {
+    fn get(&self, rev: &Revision) -> Option<KeyValue> {
+        self.newer.get(rev).or_else(|| self.older.get(rev)).cloned()
+    }
+
+    fn add(&mut self, written: Pending) {
+        if self.newer.len() + written.len() > RECENT_RECORDS {
+            self.older = std::mem::take(&mut self.newer);
+        }
+        self.newer.extend(written);
+    }
+}
+
 /// A revision, and the keys alive at it, each with the main revision it
 /// was last modified at (see [`KvStore::modified`]).
 pub type Modified = (i64, Vec<(Vec<u8>, i64)>);
@@ -72,6 +100,8 @@ pub struct KvStore {
     behind: parking_lot::Mutex<Behind>,
     /// The records among them, for readers.
     unwritten: RwLock<Pending>,
+    /// The records written out last, for readers.
+    recent: RwLock<Recent>,
     /// [`WRITE_BEHIND`], longer in tests that look at what waits.
     write_behind_for: std::time::Duration,
 }
@@ -133,6 +163,7 @@ impl KvStore {
             compact_finished: watch::channel(loaded.compact_finished).0,
             behind: Default::default(),
             unwritten: Default::default(),
+            recent: Default::default(),
             write_behind_for: WRITE_BEHIND,
         };
         Ok((store, recovered))
@@ -189,7 +220,8 @@ impl KvStore {
         // batch must never reach sled (with its applied index) without it.
         self.tree.apply_batch(batch)?;
         *behind = Behind::default();
-        self.unwritten.write().clear();
+        let written = std::mem::take(&mut *self.unwritten.write());
+        self.recent.write().add(written);
         Ok(())
     }
 
@@ -203,6 +235,7 @@ impl KvStore {
         // What was applied before is replaced whole.
         *self.behind.lock() = Behind::default();
         self.unwritten.write().clear();
+        *self.recent.write() = Recent::default();
         self.tree.clear()?;
         let mut batch = sled::Batch::default();
         for (key, value) in entries {
@@ -476,7 +509,8 @@ impl KvStore {
         // The batch being applied, then applied writes not yet in sled.
         let waiting = pending
             .and_then(|p| p.get(&rev).cloned())
-            .or_else(|| self.unwritten.read().get(&rev).cloned());
+            .or_else(|| self.unwritten.read().get(&rev).cloned())
+            .or_else(|| self.recent.read().get(&rev));
         if let Some(mut kv) = waiting {
             if !with_value {
                 kv.value.clear();

@@ -643,3 +643,40 @@ fn get_value(kv: &KvStore, key: &str) -> Vec<u8> {
         .value
         .clone()
 }
+
+/// Records just written out to sled are still read from memory: a read
+/// of one needs no sled read (whose lock `apply_batch` holds), until
+/// enough newer records have pushed it out.
+#[test]
+fn records_written_out_lately_are_read_from_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::Config::new().path(dir.path()).open().unwrap();
+    let (kv, _) = KvStore::open(db.open_tree("mvcc").unwrap()).unwrap();
+    let lessor = Lessor::new(LessorConfig::default());
+    let mut applier = Applier::new(&kv, &lessor);
+    applier.apply(1, &Command::Put(PutRequest::new("k", "v1")));
+    kv.publish_revision(applier.commit().unwrap().revision);
+    kv.flush_behind().unwrap();
+    let first = crate::mvcc::Revision::new(1, 0);
+    assert!(
+        crate::mvcc::kvstore::all_record_revisions(&kv.tree).contains(&first),
+        "written to sled"
+    );
+    // Gone from sled behind the store's back: only memory can answer.
+    kv.tree.remove(first.to_key()).unwrap();
+    assert_eq!(get_value(&kv, "k"), b"v1", "read from memory");
+
+    // Newer records push it out: twice the generation's size at most.
+    for index in 2..=2100u64 {
+        let mut applier = Applier::new(&kv, &lessor);
+        let key = format!("other-{index}");
+        applier.apply(index, &Command::Put(PutRequest::new(key.as_str(), "x")));
+        kv.publish_revision(applier.commit().unwrap().revision);
+        kv.flush_behind().unwrap();
+    }
+    assert!(
+        kv.range(&RangeRequest::key("k")).is_err(),
+        "pushed out of memory, the record removed from sled cannot be read"
+    );
+    assert_eq!(get_value(&kv, "other-2100"), b"x");
+}
