@@ -216,7 +216,7 @@ pub(crate) async fn read(
     let decoded = &registry.admission().decoded;
     let modified = registry
         .storage()
-        .modified(&key, "")
+        .mod_revisions(&key, "")
         .await
         .map_err(unavailable)?;
     match modified.as_deref() {
@@ -247,7 +247,7 @@ pub(crate) async fn list(
     let prefix = list_prefix(resource, namespace);
     let modified = registry
         .storage()
-        .modified(&prefix, &crate::storage::prefix_end(&prefix))
+        .mod_revisions(&prefix, &crate::storage::prefix_end(&prefix))
         .await
         .map_err(unavailable)?;
     if let Some(modified) = modified {

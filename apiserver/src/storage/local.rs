@@ -38,13 +38,13 @@ pub(super) async fn get(store: &Store, key: &str) -> StorageResult<Option<Kv>> {
 
 /// The keys in `[start, end)` (`end` empty: `start` alone) with the
 /// revision each was last modified at, from the store's index.
-pub(super) async fn modified(
+pub(super) async fn mod_revisions(
     store: &Store,
     start: &str,
     end: &str,
 ) -> StorageResult<Vec<(String, i64)>> {
     let (_, found) = store
-        .modified(start.as_bytes(), end.as_bytes())
+        .mod_revisions(start.as_bytes(), end.as_bytes())
         .await
         .map_err(convert)?;
     Ok(found

@@ -303,7 +303,7 @@ impl Storage {
     /// the store can tell without reading their values (the store in this
     /// process); `None` otherwise. For callers that keep decoded copies:
     /// theirs are current if the revisions match.
-    pub async fn modified(
+    pub async fn mod_revisions(
         &self,
         start: &str,
         end: &str,
@@ -313,7 +313,7 @@ impl Storage {
         };
         self.requests
             .count(if end.is_empty() { "get" } else { "list" });
-        local::modified(store, start, end).await.map(Some)
+        local::mod_revisions(store, start, end).await.map(Some)
     }
 
     /// Puts `value` at `key` if it does not exist; its revision.

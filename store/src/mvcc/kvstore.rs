@@ -75,8 +75,8 @@ impl Recent {
 }
 
 /// A revision, and the keys alive at it, each with the main revision it
-/// was last modified at (see [`KvStore::modified`]).
-pub type Modified = (i64, Vec<(Vec<u8>, i64)>);
+/// was last modified at (see [`KvStore::mod_revisions`]).
+pub type ModRevisions = (i64, Vec<(Vec<u8>, i64)>);
 
 /// Applied writes not yet in sled, oldest first.
 #[derive(Default)]
@@ -422,7 +422,7 @@ impl KvStore {
     /// The keys in `[key, range_end)` (etcd's rules) alive at the current
     /// revision, each with the main revision it was last modified at, from
     /// the index alone: no record is read. Also that revision.
-    pub fn modified(&self, key: &[u8], range_end: &[u8]) -> Result<Modified> {
+    pub fn mod_revisions(&self, key: &[u8], range_end: &[u8]) -> Result<ModRevisions> {
         if key.is_empty() {
             return Err(StoreError::EmptyKey);
         }

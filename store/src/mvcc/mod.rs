@@ -15,5 +15,5 @@ mod tests;
 
 pub use apply::{Applier, CommandResult, Committed, CompactionJob, RevisionEvents};
 pub use key_range::{prefix_end, KeyRange};
-pub use kvstore::{KvStore, Modified};
+pub use kvstore::{KvStore, ModRevisions};
 pub use revision::Revision;

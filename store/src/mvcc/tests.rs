@@ -76,10 +76,10 @@ async fn range_rules_for_range_end() {
     ));
 }
 
-/// `modified`: the live keys of a range and the revision each was last
+/// `mod_revisions`: the live keys of a range and the revision each was last
 /// written at, as a range read reports them, from the index alone.
 #[tokio::test]
-async fn modified_lists_live_keys_with_their_mod_revisions() {
+async fn mod_revisions_lists_live_keys_as_a_range_read_would() {
     let (store, _dir) = open_temp().await;
     put(&store, "a", "1").await;
     put(&store, "b", "1").await;
@@ -93,7 +93,7 @@ async fn modified_lists_live_keys_with_their_mod_revisions() {
         .await
         .unwrap();
     put(&store, "c", "1").await;
-    let (revision, found) = store.modified(b"a", b"c").await.unwrap();
+    let (revision, found) = store.mod_revisions(b"a", b"c").await.unwrap();
     assert_eq!(revision, 6);
     assert_eq!(found, vec![(b"a".to_vec(), 4), (b"b".to_vec(), 2)]);
     let ranged = store.range(range("a", "c")).await.unwrap();
@@ -104,16 +104,16 @@ async fn modified_lists_live_keys_with_their_mod_revisions() {
         .collect();
     assert_eq!(found, from_range, "what a range read says");
     assert_eq!(
-        store.modified(b"b1", b"").await.unwrap().1,
+        store.mod_revisions(b"b1", b"").await.unwrap().1,
         vec![],
         "a deleted key is not there"
     );
     assert_eq!(
-        store.modified(b"c", b"").await.unwrap().1,
+        store.mod_revisions(b"c", b"").await.unwrap().1,
         vec![(b"c".to_vec(), 6)]
     );
     assert!(matches!(
-        store.modified(b"", b"").await,
+        store.mod_revisions(b"", b"").await,
         Err(StoreError::EmptyKey)
     ));
 }
@@ -557,14 +557,26 @@ async fn compaction_survives_restart() {
     assert_eq!(put(&store, "k", "x").await, 11);
 }
 
+/// A sled database in `dir`, the MVCC store on its tree, and a lessor.
+fn open_kv(dir: &tempfile::TempDir) -> (sled::Db, KvStore, Lessor) {
+    let db = sled::Config::new().path(dir.path()).open().unwrap();
+    let (kv, _) = KvStore::open(db.open_tree("mvcc").unwrap()).unwrap();
+    (db, kv, Lessor::new(LessorConfig::default()))
+}
+
+/// Applies one put at Raft `index` and publishes its revision.
+fn apply_put(kv: &KvStore, lessor: &Lessor, index: u64, key: &str, value: &str) {
+    let mut applier = Applier::new(kv, lessor);
+    applier.apply(index, &Command::Put(PutRequest::new(key, value)));
+    kv.publish_revision(applier.commit().unwrap().revision);
+}
+
 /// The applier is a deterministic state machine: an index at or below the
 /// applied one is skipped, which makes replay after a crash idempotent.
 #[test]
 fn reapplying_an_applied_index_is_a_no_op() {
     let dir = tempfile::tempdir().unwrap();
-    let db = sled::Config::new().path(dir.path()).open().unwrap();
-    let (kv, _) = KvStore::open(db.open_tree("mvcc").unwrap()).unwrap();
-    let lessor = Lessor::new(LessorConfig::default());
+    let (db, kv, lessor) = open_kv(&dir);
     let put = Command::Put(PutRequest::new("k", "v"));
 
     let mut applier = Applier::new(&kv, &lessor);
@@ -650,12 +662,8 @@ fn get_value(kv: &KvStore, key: &str) -> Vec<u8> {
 #[test]
 fn records_written_out_lately_are_read_from_memory() {
     let dir = tempfile::tempdir().unwrap();
-    let db = sled::Config::new().path(dir.path()).open().unwrap();
-    let (kv, _) = KvStore::open(db.open_tree("mvcc").unwrap()).unwrap();
-    let lessor = Lessor::new(LessorConfig::default());
-    let mut applier = Applier::new(&kv, &lessor);
-    applier.apply(1, &Command::Put(PutRequest::new("k", "v1")));
-    kv.publish_revision(applier.commit().unwrap().revision);
+    let (_db, kv, lessor) = open_kv(&dir);
+    apply_put(&kv, &lessor, 1, "k", "v1");
     kv.flush_behind().unwrap();
     let first = crate::mvcc::Revision::new(1, 0);
     assert!(
@@ -668,10 +676,7 @@ fn records_written_out_lately_are_read_from_memory() {
 
     // Newer records push it out: twice the generation's size at most.
     for index in 2..=2100u64 {
-        let mut applier = Applier::new(&kv, &lessor);
-        let key = format!("other-{index}");
-        applier.apply(index, &Command::Put(PutRequest::new(key.as_str(), "x")));
-        kv.publish_revision(applier.commit().unwrap().revision);
+        apply_put(&kv, &lessor, index, &format!("other-{index}"), "x");
         kv.flush_behind().unwrap();
     }
     assert!(

@@ -413,9 +413,13 @@ impl Store {
     /// modified at, and the store's revision: a linearizable read of the
     /// index alone, for callers that keep decoded copies of the values and
     /// need only know whether theirs are current.
-    pub async fn modified(&self, key: &[u8], range_end: &[u8]) -> Result<crate::mvcc::Modified> {
+    pub async fn mod_revisions(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+    ) -> Result<crate::mvcc::ModRevisions> {
         self.linearize().await?;
-        self.inner.kv.modified(key, range_end)
+        self.inner.kv.mod_revisions(key, range_end)
     }
 
     pub(crate) async fn linearize(&self) -> Result<()> {
