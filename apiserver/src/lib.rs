@@ -16,6 +16,7 @@ pub mod conversion;
 pub mod crd;
 pub mod discovery;
 pub mod field_validation;
+mod h2_streams;
 mod holding;
 pub mod limits;
 pub mod namespace;

@@ -42,10 +42,6 @@ pub async fn serve(
     tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http2()
-        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
     let acceptor = tls.map(|config| {
         let mut config = (*config).clone();
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -67,7 +63,6 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
-        let builder = builder.clone();
         let watcher = graceful.watcher();
         let Some(acceptor) = acceptor.clone() else {
             // Which protocol is known from the first bytes: the task
@@ -75,10 +70,9 @@ pub async fn serve(
             tokio::spawn(async move {
                 let transport = Transport::Insecure;
                 if sends_h2_preface(&stream).await {
-                    let stream = Coalescing::new(stream);
-                    serve_connection(&builder, watcher, stream, router, peer, transport);
+                    serve_h2(watcher, Coalescing::new(stream), router, peer, transport);
                 } else {
-                    serve_connection(&builder, watcher, stream, router, peer, transport);
+                    serve_connection(watcher, stream, router, peer, transport);
                 }
             });
             continue;
@@ -107,10 +101,9 @@ pub async fn serve(
                 .map(Arc::new);
             let transport = Transport::Tls { client };
             if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                let stream = Coalescing::new(stream);
-                serve_connection(&builder, watcher, stream, router, peer, transport);
+                serve_h2(watcher, Coalescing::new(stream), router, peer, transport);
             } else {
-                serve_connection(&builder, watcher, stream, router, peer, transport);
+                serve_connection(watcher, stream, router, peer, transport);
             }
         });
     }
@@ -124,11 +117,29 @@ pub async fn serve(
     Ok(())
 }
 
-/// Serves one connection in its own task; each request carries the
-/// connection's remote address (for the per-client limits) and how it
-/// came (for authentication).
+/// hyper's server settings for a connection whose streams `executor` runs.
+fn builder<E>(executor: E) -> auto::Builder<E> {
+    let mut builder = auto::Builder::new(executor);
+    builder
+        .http2()
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
+    builder
+}
+
+/// Marks a request with the connection's remote address (for the
+/// per-client limits) and how it came (for authentication).
+fn mark(
+    request: &mut axum::extract::Request<hyper::body::Incoming>,
+    peer: std::net::SocketAddr,
+    transport: &Transport,
+) {
+    request.extensions_mut().insert(crate::limits::Peer(peer));
+    request.extensions_mut().insert(transport.clone());
+}
+
+/// Serves one HTTP/1.1 connection in its own task, which runs its
+/// requests' handlers one after another.
 fn serve_connection<S>(
-    builder: &auto::Builder<TokioExecutor>,
     graceful: Watcher,
     stream: S,
     router: Router,
@@ -139,15 +150,57 @@ fn serve_connection<S>(
 {
     let service = TowerToHyperService::new(tower::service_fn(
         move |mut request: axum::extract::Request<hyper::body::Incoming>| {
-            request.extensions_mut().insert(crate::limits::Peer(peer));
-            request.extensions_mut().insert(transport.clone());
+            mark(&mut request, peer, &transport);
             router.clone().oneshot(request)
         },
     ));
-    let connection = builder
+    let connection = builder(TokioExecutor::new())
         .serve_connection_with_upgrades(TokioIo::new(stream), service)
         .into_owned();
     let connection = graceful.watch(connection);
+    tokio::spawn(async move {
+        if let Err(err) = connection.await {
+            tracing::debug!(error = %err, "an API connection ended with an error");
+        }
+    });
+}
+
+/// Serves one HTTP/2 connection in its own task, which also sends its
+/// streams' responses (see [`crate::h2_streams`]); each request's handler
+/// runs in a task of its own, so streams are served side by side.
+fn serve_h2<S>(
+    graceful: Watcher,
+    stream: S,
+    router: Router,
+    peer: std::net::SocketAddr,
+    transport: Transport,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = TowerToHyperService::new(tower::service_fn(
+        move |mut request: axum::extract::Request<hyper::body::Incoming>| {
+            mark(&mut request, peer, &transport);
+            let handler = tokio::spawn(router.clone().oneshot(request));
+            async move {
+                match handler.await {
+                    Ok(response) => response,
+                    Err(err) => {
+                        use axum::response::IntoResponse;
+                        tracing::error!(error = %err, "an API request's handler failed");
+                        Ok(crate::status::ApiError::internal(
+                            "the request's handler failed; see the API server's log".to_string(),
+                        )
+                        .into_response())
+                    }
+                }
+            }
+        },
+    ));
+    let (executor, spawned) = crate::h2_streams::executor();
+    let connection = builder(executor)
+        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+        .into_owned();
+    let connection = crate::h2_streams::WithStreams::new(graceful.watch(connection), spawned);
     tokio::spawn(async move {
         if let Err(err) = connection.await {
             tracing::debug!(error = %err, "an API connection ended with an error");
