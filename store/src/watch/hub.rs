@@ -126,7 +126,7 @@ pub struct WatchHub {
     state: Mutex<HubState>,
     wake: Mutex<Option<std_mpsc::Sender<()>>>,
     /// The notifier's queue, for progress requests to wait their turn.
-    notices: Mutex<Option<std_mpsc::SyncSender<super::notifier::Notice>>>,
+    notices: Mutex<Option<Arc<super::notifier::NoticeQueue>>>,
 }
 
 impl WatchHub {
@@ -245,10 +245,7 @@ impl WatchHub {
         }
     }
 
-    pub(crate) fn set_notice_queue(
-        &self,
-        queue: Option<std_mpsc::SyncSender<super::notifier::Notice>>,
-    ) {
+    pub(crate) fn set_notice_queue(&self, queue: Option<Arc<super::notifier::NoticeQueue>>) {
         *self.notices.lock() = queue;
     }
 
@@ -258,7 +255,7 @@ impl WatchHub {
             .notices
             .lock()
             .as_ref()
-            .is_some_and(|q| q.try_send(super::notifier::Notice::Progress(id)).is_ok());
+            .is_some_and(|q| q.try_send(super::notifier::Notice::Progress(id)));
         if !queued {
             self.send_progress(id);
         }
@@ -273,6 +270,11 @@ impl WatchHub {
                 entry.progress_requested = true;
             }
         }
+    }
+
+    /// Watchers, synced or not.
+    pub fn watchers(&self) -> usize {
+        self.state.lock().watchers.len()
     }
 
     /// (synced, unsynced) watcher counts.
