@@ -224,11 +224,9 @@ mod tests {
     use std::time::Duration;
 
     /// A connection that stays open until told.
-    fn connection(until: tokio::sync::oneshot::Receiver<()>) -> impl Future<Output = &'static str> {
-        async move {
-            let _ = until.await;
-            "closed"
-        }
+    async fn connection(until: tokio::sync::oneshot::Receiver<()>) -> &'static str {
+        let _ = until.await;
+        "closed"
     }
 
     #[tokio::test]

@@ -170,20 +170,6 @@ impl WatchStream {
         Ok(response.into_body())
     }
 
-    /// The next chunk of the stream and the instant it arrived; `None`
-    /// once the server ended the stream.
-    pub async fn next_chunk(&mut self) -> Result<Option<(Bytes, Instant)>> {
-        loop {
-            let Some(frame) = self.body.frame().await else {
-                return Ok(None);
-            };
-            let arrived = Instant::now();
-            if let Ok(data) = frame.context("reading a watch")?.into_data() {
-                return Ok(Some((data, arrived)));
-            }
-        }
-    }
-
     /// Waits for the next chunk and hands `on_line` every line it
     /// completes (without the newline), all stamped with the one instant
     /// the chunk arrived. `Ok(false)` once the server ended the stream.

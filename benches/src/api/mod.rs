@@ -4,6 +4,7 @@
 //! pod creates, lists, watch fan-out and the API server's memory, in one
 //! table with ratios. Not for the store alone: `store` and `versus` do that.
 
+mod h1watch;
 mod h2watch;
 pub(crate) mod http;
 mod list;

@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use hyper::StatusCode;
 use tokio::sync::{watch, Notify};
 
+use super::h1watch::H1Watch;
 use super::h2watch::H2Watches;
-use super::http::{find, ApiConnection, WatchStream};
+use super::http::{find, ApiConnection};
 use super::list;
 use super::pods::{pod_json, pods_path, SEQ_ANNOTATION};
 use crate::report::{duration_nanos, Latencies};
@@ -171,7 +171,7 @@ pub async fn measure_point(
     match transport {
         WatchTransport::Http1 => {
             let streams = open_each(api, &path, watchers, progress).await?;
-            let mut groups: Vec<Vec<WatchStream>> = (0..READERS).map(|_| Vec::new()).collect();
+            let mut groups: Vec<Vec<H1Watch>> = (0..READERS).map(|_| Vec::new()).collect();
             for (i, stream) in streams.into_iter().enumerate() {
                 groups[i % READERS].push(stream);
             }
@@ -233,16 +233,14 @@ async fn open_each(
     path: &str,
     watchers: usize,
     progress: &Progress,
-) -> Result<Vec<WatchStream>> {
+) -> Result<Vec<H1Watch>> {
     let mut streams = Vec::with_capacity(watchers);
     for start in (0..watchers).step_by(OPEN_AT_ONCE) {
         let batch = start..(start + OPEN_AT_ONCE).min(watchers);
         let mut opens = Vec::with_capacity(batch.len());
         for _ in batch {
             let path = path.to_string();
-            opens.push(tokio::spawn(
-                async move { WatchStream::open(api, &path).await },
-            ));
+            opens.push(tokio::spawn(async move { H1Watch::open(api, &path).await }));
         }
         for open in opens {
             streams.push(open.await.context("opening a watch panicked")??);
@@ -311,33 +309,34 @@ fn seq_marker() -> String {
     format!("\"{SEQ_ANNOTATION}\":\"")
 }
 
-/// A share of the watchers, read by one task: whichever stream has a chunk
+/// A share of the watchers, read by one task: whichever socket has bytes
 /// is read next, so a write's fan-out costs the client no task wake-up per
-/// watcher. Reads until told to stop; a stream the server ends is dropped
+/// watcher. Reads until told to stop; a watch the server ends is dropped
 /// (its missing events show it).
 async fn read_events(
-    streams: Vec<WatchStream>,
+    watches: Vec<H1Watch>,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) -> WatcherOutcome {
-    let mut outcome = WatcherOutcome::for_watchers(&shared, streams.len());
+    let mut outcome = WatcherOutcome::for_watchers(&shared, watches.len());
     let marker = seq_marker();
-    let mut pending: FuturesUnordered<_> = streams.into_iter().map(next_chunk).collect();
+    let mut pending: FuturesUnordered<_> = watches.into_iter().map(next_read).collect();
     loop {
         let next = tokio::select! {
             next = pending.next() => next,
             _ = stop.changed() => break,
         };
-        let Some((mut stream, Ok(Some((data, arrived))))) = next else {
+        let Some((mut watch, Ok(Some(arrived)))) = next else {
             if pending.is_empty() {
                 break;
             }
             continue;
         };
-        stream.split(&data, |line| {
-            on_event(line, arrived, &shared, marker.as_bytes(), &mut outcome)
-        });
-        pending.push(next_chunk(stream));
+        let more =
+            watch.decode(|line| on_event(line, arrived, &shared, marker.as_bytes(), &mut outcome));
+        if matches!(more, Ok(true)) {
+            pending.push(next_read(watch));
+        }
     }
     outcome
 }
@@ -366,10 +365,10 @@ async fn read_multiplexed(
     outcome
 }
 
-/// The stream's next chunk, with the stream handed back.
-async fn next_chunk(mut stream: WatchStream) -> (WatchStream, Result<Option<(Bytes, Instant)>>) {
-    let chunk = stream.next_chunk().await;
-    (stream, chunk)
+/// The watch's next read, with the watch handed back.
+async fn next_read(mut watch: H1Watch) -> (H1Watch, Result<Option<Instant>>) {
+    let read = watch.read().await;
+    (watch, read)
 }
 
 fn on_event(
