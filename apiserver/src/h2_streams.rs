@@ -17,7 +17,9 @@
 //! here. Every [`CONNECTION_EVERY`] stream polls the connection is polled
 //! too, so the first frames go out while later streams still queue theirs.
 
+use std::collections::VecDeque;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -113,7 +115,7 @@ pub struct WithStreams<C> {
     free: Vec<usize>,
     ready: Arc<Ready>,
     /// Indices taken from `ready`, polled in order.
-    due: Vec<usize>,
+    due: VecDeque<usize>,
 }
 
 impl<C: Future> WithStreams<C> {
@@ -124,7 +126,7 @@ impl<C: Future> WithStreams<C> {
             slots: Vec::new(),
             free: Vec::new(),
             ready: Arc::default(),
-            due: Vec::new(),
+            due: VecDeque::new(),
         }
     }
 
@@ -148,10 +150,12 @@ impl<C: Future> WithStreams<C> {
         } else {
             self.slots[index] = Some(slot);
         }
-        self.due.push(index);
+        self.due.push_back(index);
     }
 
-    /// Polls one stream; a finished one frees its slot.
+    /// Polls one stream; a finished one frees its slot. A stream that
+    /// panics is dropped, as its own task would have been, and the
+    /// connection's other streams go on.
     fn poll_stream(&mut self, index: usize) {
         let Some(slot) = self.slots.get_mut(index).and_then(Option::as_mut) else {
             return;
@@ -159,7 +163,16 @@ impl<C: Future> WithStreams<C> {
         slot.waker.queued.store(false, Ordering::Release);
         let waker = Waker::from(slot.waker.clone());
         let mut cx = Context::from_waker(&waker);
-        if slot.future.as_mut().poll(&mut cx).is_ready() {
+        let polled =
+            std::panic::catch_unwind(AssertUnwindSafe(|| slot.future.as_mut().poll(&mut cx)));
+        let finished = match polled {
+            Ok(poll) => poll.is_ready(),
+            Err(_) => {
+                tracing::error!("an HTTP/2 stream's response panicked; the stream is dropped");
+                true
+            }
+        };
+        if finished {
             self.slots[index] = None;
             self.free.push(index);
         }
@@ -191,7 +204,7 @@ impl<C: Future> Future for WithStreams<C> {
             }
             if this.due.is_empty() {
                 let mut woken = this.ready.woken.lock().unwrap_or_else(|e| e.into_inner());
-                std::mem::swap(&mut this.due, &mut woken);
+                this.due.extend(woken.drain(..));
             }
             if let Poll::Ready(output) = this.connection.as_mut().poll(cx) {
                 this.release_streams();
@@ -205,10 +218,10 @@ impl<C: Future> Future for WithStreams<C> {
                 return Poll::Pending;
             }
             // The oldest first, a batch at a time, then the connection.
-            let batch = this.due.len().min(CONNECTION_EVERY);
-            let rest = this.due.split_off(batch);
-            let batch = std::mem::replace(&mut this.due, rest);
-            for index in batch {
+            for _ in 0..CONNECTION_EVERY {
+                let Some(index) = this.due.pop_front() else {
+                    break;
+                };
                 this.poll_stream(index);
             }
             polled += CONNECTION_EVERY;
@@ -297,6 +310,25 @@ mod tests {
             .await
             .expect("the stream spawned late ran")
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_panicking_stream_is_dropped_and_the_others_go_on() {
+        let (executor, spawned) = executor();
+        let (_close, until) = tokio::sync::oneshot::channel::<()>();
+        let mut with = WithStreams::new(connection(until), spawned);
+        let polls = Arc::new(AtomicUsize::new(0));
+        let counted = polls.clone();
+        executor.execute(futures::future::poll_fn(move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Poll::<()>::Pending
+        }));
+        executor.execute(async { panic!("a stream's body failed") });
+        let noop = Waker::noop();
+        let mut cx = Context::from_waker(noop);
+        assert!(Pin::new(&mut with).poll(&mut cx).is_pending());
+        assert_eq!(with.live(), 1, "the panicking stream's slot was freed");
+        assert_eq!(polls.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
