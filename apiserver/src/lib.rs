@@ -4,6 +4,7 @@
 //! Kubernetes `Status` errors. The store is the skiff store in the same
 //! process or any etcd v3 endpoint.
 
+mod abort_on_drop;
 pub mod accept;
 pub mod admission;
 pub mod apply;

@@ -182,7 +182,8 @@ fn serve_h2<S>(
             mark(&mut request, peer, &transport);
             // hyper drops this future when the client resets the stream;
             // the handler then stops too, as it would in the stream's task.
-            let handler = AbortOnDrop(tokio::spawn(router.clone().oneshot(request)));
+            let handler =
+                crate::abort_on_drop::AbortOnDrop(tokio::spawn(router.clone().oneshot(request)));
             async move {
                 let mut handler = handler;
                 match (&mut handler.0).await {
@@ -209,15 +210,6 @@ fn serve_h2<S>(
             tracing::debug!(error = %err, "an API connection ended with an error");
         }
     });
-}
-
-/// A spawned handler, aborted when its stream's future is dropped.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// Whether a plain connection starts with HTTP/2's preface (a client with
@@ -488,28 +480,5 @@ mod in_process_tests {
         serving.await.unwrap().unwrap();
         let (code, body) = send(&admin, Method::GET, secrets, None).await;
         assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    }
-
-    /// A handler whose stream hyper dropped (the client reset it) stops
-    /// rather than running on in its own task.
-    #[tokio::test]
-    async fn a_dropped_streams_handler_is_aborted() {
-        let (started_tx, started) = tokio::sync::oneshot::channel();
-        let (_finish, finish) = tokio::sync::oneshot::channel::<()>();
-        let handler = AbortOnDrop(tokio::spawn(async move {
-            let _ = started_tx.send(());
-            let _ = finish.await;
-        }));
-        started.await.unwrap();
-        let task = handler.0.abort_handle();
-        assert!(!task.is_finished());
-        drop(handler);
-        for _ in 0..100 {
-            if task.is_finished() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert!(task.is_finished(), "the handler was aborted");
     }
 }

@@ -214,7 +214,7 @@ where
         .await
         .map_err(|e| e.to_string())?;
     // Stops driving the connection when the call ends, timed out or not.
-    let _driver = AbortOnDrop(tokio::spawn(connection));
+    let _driver = crate::abort_on_drop::AbortOnDrop(tokio::spawn(connection));
     let response = sender
         .send_request(request)
         .await
@@ -226,14 +226,6 @@ where
         .map_err(|e| format!("reading the response: {e}"))?
         .to_bytes();
     Ok((status, collected))
-}
-
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// A failed TLS handshake in Go's words: `tls: failed to verify
