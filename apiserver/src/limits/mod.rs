@@ -12,7 +12,10 @@
 //! followed logs, exec, attach, port-forward, proxy) do not count against
 //! the in-flight caps or the request timeout; watches count against the
 //! per-client watch cap. Health checks (`/healthz`, `/livez`, `/readyz`)
-//! are never limited.
+//! are never limited. A member of `system:masters` (the administrator, the
+//! plain-HTTP loopback port) is served when the in-flight cap is reached,
+//! as kube-apiserver's max-in-flight filter serves it: such a request
+//! takes a slot when one is free and is not refused when none is.
 
 mod rate;
 
@@ -138,6 +141,14 @@ fn client_of(request: &Request) -> Option<Client> {
     }
 }
 
+/// Whether the request's user is in `system:masters`.
+fn is_privileged(request: &Request) -> bool {
+    request
+        .extensions()
+        .get::<crate::user::UserInfo>()
+        .is_some_and(|user| user.groups.iter().any(|g| g == crate::authn::MASTERS))
+}
+
 /// The limits' state, shared by every connection of one server.
 #[derive(Clone)]
 pub struct Limiter {
@@ -173,8 +184,12 @@ impl Limiter {
     }
 
     /// A slot among the requests in flight of this kind; `Err` when all
-    /// are taken.
-    fn in_flight(&self, kind: RequestKind) -> Result<Option<OwnedSemaphorePermit>, ApiError> {
+    /// are taken, unless the request is `privileged` (served without one).
+    fn in_flight(
+        &self,
+        kind: RequestKind,
+        privileged: bool,
+    ) -> Result<Option<OwnedSemaphorePermit>, ApiError> {
         let semaphore = match kind {
             RequestKind::Mutating => &self.inner.mutating,
             RequestKind::ReadOnly => &self.inner.read,
@@ -185,6 +200,7 @@ impl Limiter {
         };
         match Arc::clone(semaphore).try_acquire_owned() {
             Ok(permit) => Ok(Some(permit)),
+            Err(_) if privileged => Ok(None),
             Err(_) => Err(ApiError::too_many_requests(
                 "Too many requests, please try again later.",
                 1,
@@ -314,7 +330,7 @@ pub async fn enforce(State(limiter): State<Limiter>, request: Request, next: Nex
         }
         RequestKind::LongRunning => next.run(request).await,
         _ => {
-            let _slot = match limiter.in_flight(kind) {
+            let _slot = match limiter.in_flight(kind, is_privileged(&request)) {
                 Ok(slot) => slot,
                 Err(err) => return err.into_response(),
             };
@@ -398,15 +414,65 @@ mod tests {
             max_mutating_requests_inflight: 1,
             ..Limits::default()
         });
-        let a = limiter.in_flight(RequestKind::ReadOnly).unwrap();
-        let _b = limiter.in_flight(RequestKind::ReadOnly).unwrap();
-        let refused = limiter.in_flight(RequestKind::ReadOnly).unwrap_err();
+        let a = limiter.in_flight(RequestKind::ReadOnly, false).unwrap();
+        let _b = limiter.in_flight(RequestKind::ReadOnly, false).unwrap();
+        let refused = limiter.in_flight(RequestKind::ReadOnly, false).unwrap_err();
         assert_eq!((refused.code, refused.reason), (429, "TooManyRequests"));
-        let _w = limiter.in_flight(RequestKind::Mutating).unwrap();
-        assert!(limiter.in_flight(RequestKind::Mutating).is_err());
+        let _w = limiter.in_flight(RequestKind::Mutating, false).unwrap();
+        assert!(limiter.in_flight(RequestKind::Mutating, false).is_err());
         drop(a);
-        assert!(limiter.in_flight(RequestKind::ReadOnly).unwrap().is_some());
-        assert!(limiter.in_flight(RequestKind::Watch).unwrap().is_none());
+        assert!(limiter
+            .in_flight(RequestKind::ReadOnly, false)
+            .unwrap()
+            .is_some());
+        assert!(limiter
+            .in_flight(RequestKind::Watch, false)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn the_administrator_is_served_past_the_cap_and_takes_a_free_slot() {
+        let limiter = Limiter::new(Limits {
+            max_mutating_requests_inflight: 1,
+            ..Limits::default()
+        });
+        // With a slot free, the administrator's request takes it.
+        let admin = limiter.in_flight(RequestKind::Mutating, true).unwrap();
+        assert!(admin.is_some());
+        assert!(limiter.in_flight(RequestKind::Mutating, false).is_err());
+        // With none, it is served without one, and others still wait.
+        assert!(limiter
+            .in_flight(RequestKind::Mutating, true)
+            .unwrap()
+            .is_none());
+        assert!(limiter.in_flight(RequestKind::Mutating, false).is_err());
+        drop(admin);
+        assert!(limiter.in_flight(RequestKind::Mutating, false).is_ok());
+    }
+
+    #[test]
+    fn privileged_means_in_system_masters() {
+        let request = |groups: &[&str]| {
+            let mut request = axum::http::Request::builder()
+                .uri("/api/v1/pods")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            request.extensions_mut().insert(crate::user::UserInfo {
+                name: "someone".into(),
+                groups: groups.iter().map(|g| g.to_string()).collect(),
+            });
+            request
+        };
+        assert!(is_privileged(&request(&[
+            "system:authenticated",
+            "system:masters"
+        ])));
+        assert!(!is_privileged(&request(&["system:authenticated"])));
+        let bare = axum::http::Request::builder()
+            .body(axum::body::Body::empty())
+            .unwrap();
+        assert!(!is_privileged(&bare));
     }
 
     #[test]
