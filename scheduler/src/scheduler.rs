@@ -27,6 +27,17 @@ use crate::watch::pod_info;
 
 /// How long a repeated event counts up on the first one.
 const EVENT_AGGREGATION: Duration = Duration::from_secs(600);
+/// Binding cycles (the binding and its Scheduled event) going on at once;
+/// the scheduling loop waits for one to end before it binds another pod.
+/// Unbounded, a stall of the API (a slow disk sync) piles up a binding per
+/// pod scheduled meanwhile, past the API's writes in flight (200 by
+/// default), and the API refuses them.
+const BINDING_CYCLES: usize = 100;
+/// Times a write refused with 429 TooManyRequests is sent again, each after
+/// [`RETRY_AFTER`], as client-go retries (it waits for the response's
+/// Retry-After, which skiff and kube-apiserver set to one second).
+const RETRIES_ON_TOO_MANY: u32 = 10;
+const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The field manager and event source of this scheduler.
 pub const COMPONENT: &str = "default-scheduler";
@@ -43,6 +54,8 @@ pub struct Scheduler {
     events: AtomicU64,
     /// Events recorded lately, so that repeats count on the first one.
     recent_events: Mutex<RecentEvents>,
+    /// One permit per binding cycle under way.
+    binding_cycles: Arc<tokio::sync::Semaphore>,
 }
 
 impl Scheduler {
@@ -61,6 +74,7 @@ impl Scheduler {
             nominated: Mutex::new(HashMap::new()),
             events: AtomicU64::new(0),
             recent_events: Mutex::new(RecentEvents::new(EVENT_AGGREGATION)),
+            binding_cycles: Arc::new(tokio::sync::Semaphore::new(BINDING_CYCLES)),
         }
     }
 
@@ -382,8 +396,11 @@ impl Scheduler {
             self.queue.unschedulable(&popped);
             return;
         }
+        // The semaphore is never closed: acquiring fails only if it were.
+        let cycle = Arc::clone(&self.binding_cycles).acquire_owned().await.ok();
         let scheduler = self.clone();
         tokio::spawn(async move {
+            let _cycle = cycle;
             if permit.code == Code::Wait {
                 // No in-tree plugin allows a waiting pod early: it is
                 // released when its wait ends, as an allowed one would be.
@@ -630,11 +647,28 @@ impl Binder for ApiBinder {
 /// POSTs `body` to `path`, the answer checked for an error but not
 /// decoded: the scheduler makes a binding and an Event per pod, and needs
 /// nothing back from either.
+/// A write the API refused as too many is sent again, as client-go does.
 async fn post_undecoded(client: &Client, path: String, body: &Value) -> Result<(), kube::Error> {
-    let request = kube::core::Request::new(path)
-        .create(&PostParams::default(), body.to_string().into_bytes())
-        .map_err(kube::Error::BuildRequest)?;
-    client.request_text(request).await.map(drop)
+    let body = body.to_string().into_bytes();
+    let mut refused = 0;
+    loop {
+        let request = kube::core::Request::new(path.as_str())
+            .create(&PostParams::default(), body.clone())
+            .map_err(kube::Error::BuildRequest)?;
+        match client.request_text(request).await {
+            Err(err) if is_too_many(&err) && refused < RETRIES_ON_TOO_MANY => {
+                refused += 1;
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+            answer => return answer.map(drop),
+        }
+    }
+}
+
+/// A 429 TooManyRequests: the API did not take the request, which may be
+/// sent again.
+fn is_too_many(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 429)
 }
 
 fn now() -> String {
@@ -642,4 +676,24 @@ fn now() -> String {
         .round(k8s_openapi::jiff::Unit::Second)
         .map(|t| t.to_string())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("refused", "TooManyRequests")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn only_too_many_requests_is_sent_again() {
+        assert!(is_too_many(&api_error(429)));
+        assert!(!is_too_many(&api_error(409)));
+        assert!(!is_too_many(&api_error(500)));
+    }
 }

@@ -386,3 +386,82 @@ async fn the_servers_allocator_asks_for_no_huge_pages() -> Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_schedulers_bindings_wait_out_a_full_api_rather_than_fail() -> Result<()> {
+    // Two writes at once: the pods' creators (the administrator, served
+    // past the cap, but taking the slots while they are free) leave the
+    // scheduler's bindings and events little room.
+    let args = ["--max-mutating-requests-inflight".to_string(), "2".into()];
+    let (_server, http) = ApiServer::start_with_plain_port(&args).await?;
+    let node = serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "big", "labels": {"kubernetes.io/hostname": "big"}},
+        "status": {
+            "capacity": {"cpu": "64", "memory": "64Gi", "pods": "500"},
+            "allocatable": {"cpu": "64", "memory": "64Gi", "pods": "500"},
+            "conditions": [{"type": "Ready", "status": "True"}]
+        }
+    });
+    let created = http.post("/api/v1/nodes", &node).await?;
+    ensure!(
+        created.status == 201,
+        "{} {}",
+        created.status,
+        created.text()
+    );
+    const PODS_CREATED: usize = 60;
+    let mut creators = Vec::new();
+    for creator in 0..12 {
+        let http = http.clone();
+        creators.push(tokio::spawn(async move {
+            for i in (creator..PODS_CREATED).step_by(12) {
+                let pod = serde_json::json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("p{i}")},
+                    "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": "10m"}}}]}
+                });
+                let reply = http.post(PODS, &pod).await?;
+                ensure!(
+                    reply.status == 201,
+                    "p{i}: {} {}",
+                    reply.status,
+                    reply.text()
+                );
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for creator in creators {
+        creator.await??;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pods = get_ok(&http, PODS).await?;
+        let items = pods["items"].as_array().cloned().unwrap_or_default();
+        let bound = items
+            .iter()
+            .filter(|p| p["spec"]["nodeName"] == "big")
+            .count();
+        if bound == PODS_CREATED {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{bound} of {PODS_CREATED} pods bound after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // No binding was given up because the API was full.
+    let events = get_ok(&http, "/api/v1/namespaces/default/events").await?;
+    let refused: Vec<String> = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["reason"] == "FailedScheduling")
+        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+        .collect();
+    ensure!(refused.is_empty(), "bindings refused: {refused:?}");
+    Ok(())
+}

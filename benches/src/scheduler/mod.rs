@@ -80,8 +80,9 @@ pub struct SchedulerArgs {
     #[arg(long, env = "SKIFF_BENCH_SCHEDULER_PREEMPTION_PODS")]
     preemption_pods: Option<usize>,
 
-    /// Concurrent create clients (one connection each)
-    #[arg(long, env = "SKIFF_BENCH_SCHEDULER_CLIENTS", default_value_t = 8)]
+    /// Concurrent create clients (one connection each); 30 as
+    /// scheduler_perf's pod creator, whose 30 workers create in parallel
+    #[arg(long, env = "SKIFF_BENCH_SCHEDULER_CLIENTS", default_value_t = 30)]
     clients: usize,
 
     /// Also print each run's pods bound in every second, in order

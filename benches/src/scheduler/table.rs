@@ -50,7 +50,7 @@ pub fn print(results: &[PointResult], windows: bool) {
     }
     table.print();
     println!(
-        "created/s: the measured pods' creates alone (8 connections by default); when bound/s is close to it, the API's create rate bounds the run, not the scheduler."
+        "created/s: the measured pods' creates alone (over the connections the client line names); when bound/s is close to it, the API's create rate bounds the run, not the scheduler."
     );
     println!(
         "overall: measured pods ÷ (first create sent → last binding seen by the watch); avg, p50, p90, p99 1s: of the pods bound in each second after the first create (scheduler_perf's SchedulingThroughput)."
