@@ -5,6 +5,7 @@
 //! them back once they reach the current revision.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -43,6 +44,10 @@ impl Default for WatchConfig {
 #[derive(Debug)]
 pub(crate) enum WatchMessage {
     Events(Arc<RevisionEvents>),
+    /// A catch-up round's revisions for one watcher, in order: one message
+    /// for many revisions, so that a round is not cut short by the
+    /// watcher's buffer of messages.
+    History(Vec<Arc<RevisionEvents>>),
     Progress(i64),
     Compacted(i64),
 }
@@ -53,6 +58,9 @@ struct WatcherEntry {
     /// For an unsynced watcher: the first revision it has not been sent.
     next_rev: i64,
     synced: bool,
+    /// Shared with the watcher: set while it is unsynced, so that it wakes
+    /// the syncer when it has read all it was sent.
+    behind: Arc<AtomicBool>,
     progress_notify: bool,
     progress_requested: bool,
 }
@@ -172,11 +180,13 @@ impl WatchHub {
         } else {
             self.kv.current_revision() + 1
         };
+        let behind = Arc::new(AtomicBool::new(from_history));
         let entry = WatcherEntry {
             range: range.clone(),
             tx,
             next_rev: req.start_revision,
             synced: !from_history,
+            behind: Arc::clone(&behind),
             progress_notify: req.progress_notify,
             progress_requested: false,
         };
@@ -190,7 +200,15 @@ impl WatchHub {
         if from_history {
             self.wake_syncer();
         }
-        Ok(Watcher::new(id, Arc::clone(self), rx, range, min_rev, &req))
+        Ok(Watcher::new(
+            id,
+            Arc::clone(self),
+            rx,
+            behind,
+            range,
+            min_rev,
+            &req,
+        ))
     }
 
     /// Sends a committed batch's events, in revision order, to the synced
@@ -286,7 +304,7 @@ impl WatchHub {
         )
     }
 
-    fn wake_syncer(&self) {
+    pub(crate) fn wake_syncer(&self) {
         if let Some(wake) = self.wake.lock().as_ref() {
             let _ = wake.send(());
         }
@@ -430,32 +448,44 @@ impl WatchHub {
                 }
                 continue;
             }
-            let mut blocked = false;
-            for (&revision, events) in history.range(entry.next_rev..) {
-                if revision > read_to {
-                    break;
-                }
-                if events
-                    .events
-                    .iter()
-                    .any(|e| entry.range.contains(&e.kv.key))
-                {
-                    match entry.tx.try_send(WatchMessage::Events(Arc::clone(events))) {
-                        Ok(()) => {}
-                        Err(mpsc::error::TrySendError::Full(_)) => {
-                            blocked = true;
-                            break;
-                        }
-                        Err(mpsc::error::TrySendError::Closed(_)) => break,
-                    }
-                }
-                entry.next_rev = revision + 1;
+            // The round's revisions this watcher wants, as one message.
+            let mut wanted: Vec<Arc<RevisionEvents>> = if entry.next_rev <= read_to {
+                history
+                    .range(entry.next_rev..=read_to)
+                    .filter(|(_, events)| {
+                        events
+                            .events
+                            .iter()
+                            .any(|e| entry.range.contains(&e.kv.key))
+                    })
+                    .map(|(_, events)| Arc::clone(events))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let message = match wanted.len() {
+                0 => None,
+                1 => wanted.pop().map(WatchMessage::Events),
+                _ => Some(WatchMessage::History(wanted)),
+            };
+            // A round's worth goes only to a watcher that has read all it
+            // was sent: one that does not read holds one round at most.
+            let unread = entry.tx.capacity() < entry.tx.max_capacity();
+            if unread && matches!(message, Some(WatchMessage::History(_))) {
+                continue;
             }
+            let blocked = match message.map(|m| entry.tx.try_send(m)) {
+                None | Some(Ok(())) => false,
+                Some(Err(mpsc::error::TrySendError::Full(_))) => true,
+                // Gone: dropping the watcher cancels it.
+                Some(Err(mpsc::error::TrySendError::Closed(_))) => continue,
+            };
             if !blocked && entry.next_rev <= read_to {
                 entry.next_rev = read_to + 1;
             }
             if entry.next_rev > current {
                 entry.synced = true;
+                entry.behind.store(false, Ordering::Release);
                 if entry.progress_requested
                     && entry.tx.try_send(WatchMessage::Progress(current)).is_ok()
                 {
@@ -490,6 +520,7 @@ fn fan_out(state: &mut HubState, revision: &Arc<RevisionEvents>) -> bool {
             Err(mpsc::error::TrySendError::Full(_)) => {
                 // Too slow: it catches up from disk, starting with this revision.
                 entry.synced = false;
+                entry.behind.store(true, Ordering::Release);
                 entry.next_rev = revision.revision;
                 let range = entry.range.clone();
                 state.synced.remove(id, &range);

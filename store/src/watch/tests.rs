@@ -236,3 +236,30 @@ async fn periodic_progress_only_for_watchers_that_asked() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(silent.try_next().is_none());
 }
+
+#[tokio::test]
+async fn a_watcher_far_behind_catches_up_as_fast_as_it_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::node::testing::test_config(dir.path());
+    // The syncer never looks on its own during the test: the catch-up is
+    // driven by the watcher reading what it was sent.
+    config.watch.sync_interval = Duration::from_secs(600);
+    let store = crate::Store::open(config).await.unwrap();
+    let mut w = store.watch(prefix_watch("/b/", 0)).unwrap();
+    // Many times its buffer of 128 while it reads nothing.
+    for round in 0..20 {
+        let writes = (0..100).map(|i| {
+            let store = store.clone();
+            async move { put(&store, &format!("/b/{round:02}-{i:03}"), "v").await }
+        });
+        futures_join_all(writes).await;
+    }
+    assert_eq!(store.watcher_counts().1, 1, "the watcher fell behind");
+    let got = events(&mut w, 2000).await;
+    let revisions: Vec<i64> = got.iter().map(|e| e.kv.mod_revision).collect();
+    assert_eq!(revisions, (1..=2000).collect::<Vec<_>>());
+    // Caught up, it is served live again.
+    assert_eq!(store.watcher_counts(), (1, 0));
+    put(&store, "/b/live", "v").await;
+    assert_eq!(events(&mut w, 1).await[0].kv.key, b"/b/live");
+}

@@ -1,18 +1,24 @@
 //! One watch as its client sees it: a stream of responses, each holding
 //! the events of one revision that match the watch's range and filters.
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
 use super::hub::{WatchHub, WatchMessage};
 use crate::api::{Event, EventType, ResponseHeader, WatchRequest, WatchResponse};
-use crate::mvcc::KeyRange;
+use crate::mvcc::{KeyRange, RevisionEvents};
 
 pub struct Watcher {
     id: i64,
     hub: Arc<WatchHub>,
     rx: mpsc::Receiver<WatchMessage>,
+    /// Set by the hub while this watch is unsynced (catching up from disk).
+    behind: Arc<AtomicBool>,
+    /// Revisions of a catch-up round not handed out yet.
+    pending: VecDeque<Arc<RevisionEvents>>,
     range: KeyRange,
     /// Events below this revision were asked not to be sent.
     min_rev: i64,
@@ -27,6 +33,7 @@ impl Watcher {
         id: i64,
         hub: Arc<WatchHub>,
         rx: mpsc::Receiver<WatchMessage>,
+        behind: Arc<AtomicBool>,
         range: KeyRange,
         min_rev: i64,
         req: &WatchRequest,
@@ -35,6 +42,8 @@ impl Watcher {
             id,
             hub,
             rx,
+            behind,
+            pending: VecDeque::new(),
             range,
             min_rev,
             no_put: req.no_put,
@@ -55,7 +64,11 @@ impl Watcher {
             return None;
         }
         loop {
+            if let Some(resp) = self.next_pending() {
+                return Some(resp);
+            }
             let message = self.rx.recv().await?;
+            self.received();
             if let Some(resp) = self.respond(message) {
                 return Some(resp);
             }
@@ -65,8 +78,32 @@ impl Watcher {
     /// Like [`Watcher::next`] without waiting: `None` when nothing is ready.
     pub fn try_next(&mut self) -> Option<WatchResponse> {
         while !self.ended {
+            if let Some(resp) = self.next_pending() {
+                return Some(resp);
+            }
             let message = self.rx.try_recv().ok()?;
+            self.received();
             if let Some(resp) = self.respond(message) {
+                return Some(resp);
+            }
+        }
+        None
+    }
+
+    /// After a message was taken: a watch catching up that has read all it
+    /// was sent wakes the syncer for the next round at once, rather than at
+    /// the syncer's next look (a tenth of a second), which would bound its
+    /// catch-up to a round per look.
+    fn received(&self) {
+        if self.behind.load(Ordering::Acquire) && self.rx.is_empty() {
+            self.hub.wake_syncer();
+        }
+    }
+
+    /// The next revision of a catch-up round that this watch shows.
+    fn next_pending(&mut self) -> Option<WatchResponse> {
+        while let Some(batch) = self.pending.pop_front() {
+            if let Some(resp) = self.events_response(&batch) {
                 return Some(resp);
             }
         }
@@ -84,25 +121,10 @@ impl Watcher {
             ..Default::default()
         };
         match message {
-            WatchMessage::Events(batch) => {
-                if batch.revision < self.min_rev {
-                    return None;
-                }
-                resp.events = batch
-                    .events
-                    .iter()
-                    .filter(|e| self.wanted(e))
-                    .cloned()
-                    .collect();
-                if resp.events.is_empty() {
-                    return None;
-                }
-                if self.prev_kv {
-                    self.fill_prev_kv(&mut resp.events);
-                }
-                resp.header = ResponseHeader {
-                    revision: batch.revision,
-                };
+            WatchMessage::Events(batch) => return self.events_response(&batch),
+            WatchMessage::History(batches) => {
+                self.pending.extend(batches);
+                return self.next_pending();
             }
             WatchMessage::Progress(revision) => resp.header = ResponseHeader { revision },
             WatchMessage::Compacted(revision) => {
@@ -116,6 +138,34 @@ impl Watcher {
             }
         }
         Some(resp)
+    }
+
+    /// The response for one revision's events: those this watch wants,
+    /// `None` when there are none.
+    fn events_response(&self, batch: &RevisionEvents) -> Option<WatchResponse> {
+        if batch.revision < self.min_rev {
+            return None;
+        }
+        let mut events: Vec<Event> = batch
+            .events
+            .iter()
+            .filter(|e| self.wanted(e))
+            .cloned()
+            .collect();
+        if events.is_empty() {
+            return None;
+        }
+        if self.prev_kv {
+            self.fill_prev_kv(&mut events);
+        }
+        Some(WatchResponse {
+            watch_id: self.id,
+            header: ResponseHeader {
+                revision: batch.revision,
+            },
+            events,
+            ..Default::default()
+        })
     }
 
     fn wanted(&self, event: &Event) -> bool {
