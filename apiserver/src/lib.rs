@@ -76,6 +76,8 @@ pub async fn serve(
     options: ServeOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    // Turns true once the default roles and namespaces exist.
+    let (bootstrapped, ready) = tokio::sync::watch::channel(false);
     let bootstrap = {
         let registry = registry.clone();
         tokio::spawn(async move {
@@ -87,6 +89,7 @@ pub async fn serve(
                         // fills once the store takes requests, so the first
                         // list or watch of a resource does not wait for it.
                         registry.start_watch_caches();
+                        let _ = bootstrapped.send(true);
                         return;
                     }
                     Err(err) => {
@@ -137,9 +140,13 @@ pub async fn serve(
         authenticator,
         authn::authenticate,
     ));
-    if let Some(in_process) = &options.in_process {
-        in_process.serve(router.clone());
-    }
+    // The in-process clients (scheduler, controllers, kubelet) are served
+    // once the default roles exist: a request of theirs made before would
+    // be refused, and their retries would start them seconds late.
+    let in_process_serving = options
+        .in_process
+        .as_ref()
+        .map(|in_process| in_process.serve_when(router.clone(), ready));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
     for ApiListener { listener, tls } in listeners {
@@ -168,5 +175,8 @@ pub async fn serve(
     }
     bootstrap.abort();
     crds.abort();
+    if let Some(waiting) = in_process_serving {
+        waiting.abort();
+    }
     served
 }
