@@ -143,10 +143,10 @@ pub async fn serve(
     // The in-process clients (scheduler, controllers, kubelet) are served
     // once the default roles exist: a request of theirs made before would
     // be refused, and their retries would start them seconds late.
-    let in_process_serving = options
-        .in_process
-        .as_ref()
-        .map(|in_process| in_process.serve_when(router.clone(), ready));
+    // (The wait ends with the bootstrap task, when the server stops.)
+    if let Some(in_process) = &options.in_process {
+        in_process.serve_when(router.clone(), ready);
+    }
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
     for ApiListener { listener, tls } in listeners {
@@ -175,8 +175,5 @@ pub async fn serve(
     }
     bootstrap.abort();
     crds.abort();
-    if let Some(waiting) = in_process_serving {
-        waiting.abort();
-    }
     served
 }

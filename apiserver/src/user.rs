@@ -15,6 +15,12 @@ impl UserInfo {
             groups: vec!["system:unauthenticated".into()],
         }
     }
+
+    /// Whether the user is in `system:masters`, the group that may do
+    /// anything (the administrator, the plain-HTTP loopback port).
+    pub fn in_system_masters(&self) -> bool {
+        self.groups.iter().any(|g| g == crate::authn::MASTERS)
+    }
 }
 
 tokio::task_local! {

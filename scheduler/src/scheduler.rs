@@ -646,8 +646,8 @@ impl Binder for ApiBinder {
 
 /// POSTs `body` to `path`, the answer checked for an error but not
 /// decoded: the scheduler makes a binding and an Event per pod, and needs
-/// nothing back from either.
-/// A write the API refused as too many is sent again, as client-go does.
+/// nothing back from either. A write the API refused as too many is sent
+/// again, as client-go does.
 async fn post_undecoded(client: &Client, path: String, body: &Value) -> Result<(), kube::Error> {
     let body = body.to_string().into_bytes();
     let mut refused = 0;

@@ -23,7 +23,6 @@ use axum::response::{IntoResponse, Response};
 
 pub use rbac::{Attributes, ResourceAttributes};
 
-use crate::authn::MASTERS;
 use crate::cache::Freshness;
 use crate::registry::{ListOptions, Target};
 use crate::request_info::RequestInfo;
@@ -159,7 +158,7 @@ impl Authorizer {
 
     /// Whether `user` may do what `attributes` ask.
     pub async fn allows(&self, user: &UserInfo, attributes: &Attributes) -> ApiResult<bool> {
-        if self.mode == Mode::AlwaysAllow || user.groups.iter().any(|g| g == MASTERS) {
+        if self.mode == Mode::AlwaysAllow || user.in_system_masters() {
             return Ok(true);
         }
         if self.compiled().await?.index.allows(user, attributes) {
@@ -211,7 +210,7 @@ impl Authorizer {
     pub async fn rules_for(&self, user: &UserInfo, namespace: &str) -> ApiResult<Vec<rbac::Rule>> {
         let compiled = self.compiled().await?;
         let mut rules: Vec<rbac::Rule> = Vec::new();
-        if user.groups.iter().any(|g| g == MASTERS) || self.mode == Mode::AlwaysAllow {
+        if user.in_system_masters() || self.mode == Mode::AlwaysAllow {
             rules.push(rbac::Rule::from_json(&serde_json::json!(
                 {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})));
             rules.push(rbac::Rule::from_json(&serde_json::json!(

@@ -108,7 +108,7 @@ async fn answer(
 ) -> ApiResult<Response> {
     let allowed = authorizer.allows(user, attributes).await?;
     let reason = if allowed {
-        if user.groups.iter().any(|g| g == crate::authn::MASTERS) {
+        if user.in_system_masters() {
             "the user is in system:masters".to_string()
         } else {
             "RBAC: allowed by a role bound to the user or one of its groups".to_string()

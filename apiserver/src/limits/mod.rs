@@ -146,7 +146,7 @@ fn is_privileged(request: &Request) -> bool {
     request
         .extensions()
         .get::<crate::user::UserInfo>()
-        .is_some_and(|user| user.groups.iter().any(|g| g == crate::authn::MASTERS))
+        .is_some_and(crate::user::UserInfo::in_system_masters)
 }
 
 /// The limits' state, shared by every connection of one server.
