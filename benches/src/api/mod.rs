@@ -4,6 +4,7 @@
 //! pod creates, lists, watch fan-out and the API server's memory, in one
 //! table with ratios. Not for the store alone: `store` and `versus` do that.
 
+mod floor;
 mod h1watch;
 mod h2watch;
 pub(crate) mod http;
@@ -26,6 +27,7 @@ use crate::versus::{interrupted, load_average, process};
 use http::ApiConnection;
 use server::{ApiServer, Backend, STOP_GRACE};
 use table::{Measured, Memory};
+use watch::WatchTransport;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  \
@@ -140,6 +142,15 @@ impl Plan {
             .iter()
             .flat_map(|&t| self.watchers.iter().map(move |&w| (t, w)))
             .collect()
+    }
+
+    /// The watcher count the raw TCP floor is measured at: the largest,
+    /// if it was measured over HTTP/1.1 (the floor sends its events).
+    pub fn floor_watchers(&self) -> Option<usize> {
+        let largest = self.watchers.iter().copied().max()?;
+        self.watch_transports
+            .contains(&WatchTransport::Http1)
+            .then_some(largest)
     }
 
     fn check(&self) -> Result<()> {
@@ -341,18 +352,45 @@ async fn workloads(server: &ApiServer, plan: &Plan, progress: &Progress) -> Resu
             .await?,
         );
     }
+    let floor = match plan.floor_watchers() {
+        Some(watchers) => {
+            progress.step(format!(
+                "raw TCP floor: the same event to {} connections, {} writes",
+                report::group_digits(watchers as u64),
+                plan.watch_writes
+            ));
+            let event = served_event(&mut conns[0], watchers).await?;
+            Some(floor::measure(watchers, plan.watch_writes, &event, progress).await?)
+        }
+        None => None,
+    };
     top_up(&mut conns, plan, &mut next_pod, plan.memory_pods, progress).await?;
     let memory = read_memory(server, &mut conns[0], rss_at_start, progress).await?;
     Ok(Measured {
         creates,
         lists,
         watches,
+        floor,
         memory,
         started_in: Duration::ZERO,
         total: Duration::ZERO,
         load_after: String::new(),
         notes: Vec::new(),
     })
+}
+
+/// A watch event of a pod the HTTP/1.1 point with `watchers` created, as
+/// the API server serves it: the floor sends the same bytes.
+async fn served_event(conn: &mut ApiConnection, watchers: usize) -> Result<serde_json::Value> {
+    let name = watch::pod_name(WatchTransport::Http1, watchers, 1);
+    let path = format!("{}/{name}", pods::pods_path());
+    let body = conn
+        .get(&path)
+        .await?
+        .expect(hyper::StatusCode::OK, &format!("reading pod {name}"))?;
+    let pod: serde_json::Value =
+        serde_json::from_slice(&body).with_context(|| format!("pod {name} as served"))?;
+    Ok(serde_json::json!({"type": "ADDED", "object": pod}))
 }
 
 /// Creates `pod-…` pods (with every client) until there are `target` of them.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::list::ListPoint;
 use super::pods::Creates;
 use super::server::Backend;
-use super::watch::WatchPoint;
+use super::watch::{WatchPoint, WatchTransport};
 use super::Plan;
 use crate::report::{self, Table};
 
@@ -28,6 +28,8 @@ pub struct Measured {
     /// One per `ListKind::ALL`, in its order.
     pub lists: Vec<ListPoint>,
     pub watches: Vec<WatchPoint>,
+    /// The raw TCP floor at the largest HTTP/1.1 watcher count (`floor.rs`).
+    pub floor: Option<WatchPoint>,
     pub memory: Memory,
     /// Processes started -> the API ready.
     pub started_in: Duration,
@@ -167,6 +169,24 @@ fn figures(plan: &Plan, reference: &Measured) -> Vec<Figure> {
             format: one_decimal,
         });
     }
+    if let Some(watchers) = plan.floor_watchers() {
+        let w = report::group_digits(watchers as u64);
+        for p in [50.0, 99.0] {
+            figures.push(latency_ms(
+                format!("raw TCP floor p{p:.0} ms (same event, {w} connections, no HTTP)"),
+                move |m| floor_of(m).latencies.percentile(p),
+            ));
+        }
+        figures.push(Figure {
+            name: format!("raw TCP floor sender CPU µs per event ({w} connections)"),
+            better: Better::Neither,
+            value: Box::new(move |m| {
+                let point = floor_of(m);
+                point.server_cpu.as_secs_f64() * 1e6 / point.delivered.max(1) as f64
+            }),
+            format: one_decimal,
+        });
+    }
     let pods = report::group_digits(reference.memory.pods as u64);
     figures.extend([
         Figure {
@@ -189,6 +209,13 @@ fn figures(plan: &Plan, reference: &Measured) -> Vec<Figure> {
         },
     ]);
     figures
+}
+
+/// The floor of a run whose plan has one (`workloads` measures it then).
+fn floor_of(m: &Measured) -> &WatchPoint {
+    m.floor
+        .as_ref()
+        .expect("a run with an HTTP/1.1 point measures the floor")
 }
 
 fn list_name(point: &ListPoint) -> String {
@@ -298,8 +325,15 @@ fn print_targets(plan: &Plan, in_process: &Measured, over_etcd: Option<&Measured
                         Some(point) => {
                             let p99 = point.latencies.percentile(99.0);
                             let complete = point.delivered == point.expected;
+                            let floor = match &m.floor {
+                                Some(floor) if *transport == WatchTransport::Http1 => format!(
+                                    " (the raw TCP floor: {} ms)",
+                                    report::millis(floor.latencies.percentile(99.0))
+                                ),
+                                _ => String::new(),
+                            };
                             format!(
-                                "{label} {} ms {}",
+                                "{label} {} ms {}{floor}",
                                 report::millis(p99),
                                 verdict(complete && p99 < WATCH_TARGET)
                             )
@@ -398,7 +432,12 @@ fn print_notes(in_process: &Measured, over_etcd: Option<&Measured>) {
         for note in &m.notes {
             println!("  NOTE ({label}): {note}");
         }
-        for problem in m.watches.iter().flat_map(WatchPoint::problems) {
+        for problem in m
+            .watches
+            .iter()
+            .chain(m.floor.as_ref())
+            .flat_map(WatchPoint::problems)
+        {
             println!("  ERROR ({label}): {problem}");
         }
     }

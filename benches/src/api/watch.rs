@@ -123,7 +123,7 @@ impl WatchPoint {
 }
 
 /// What the writer and every watcher share.
-struct Shared {
+pub(super) struct Shared {
     base: Instant,
     /// Per write: nanoseconds after `base` when it was sent (0: not yet).
     sent: Vec<AtomicU64>,
@@ -139,6 +139,33 @@ struct Shared {
     all_seen: Notify,
 }
 
+impl Shared {
+    pub(super) fn new(watchers: usize, writes: usize, label: &'static str) -> Shared {
+        Shared {
+            base: Instant::now(),
+            sent: (0..=writes).map(|_| AtomicU64::new(0)).collect(),
+            seen: (0..=writes).map(|_| AtomicUsize::new(0)).collect(),
+            first: (0..=writes).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            watchers,
+            label,
+            all_seen: Notify::new(),
+        }
+    }
+
+    /// Per measured write some watcher saw, its first watcher's latency.
+    pub(super) fn first_watchers(&self) -> Latencies {
+        Latencies::from_nanos(firsts(&self.first))
+    }
+
+    /// Write `seq` goes out now.
+    pub(super) fn mark_sent(&self, seq: usize) {
+        self.sent[seq].store(
+            duration_nanos(self.base.elapsed()).max(1),
+            Ordering::Release,
+        );
+    }
+}
+
 /// Opens `watchers` watches on `api`, then creates `writes + 1` pods with
 /// `writer` (the first a warm-up), one at a time.
 pub async fn measure_point(
@@ -152,45 +179,20 @@ pub async fn measure_point(
 ) -> Result<WatchPoint> {
     let revision = list::current_revision(writer).await?;
     let path = format!("{}?watch=true&resourceVersion={revision}", pods_path());
-    let shared = Arc::new(Shared {
-        base: Instant::now(),
-        sent: (0..=writes).map(|_| AtomicU64::new(0)).collect(),
-        seen: (0..=writes).map(|_| AtomicUsize::new(0)).collect(),
-        first: (0..=writes).map(|_| AtomicU64::new(u64::MAX)).collect(),
-        watchers,
-        label: match transport {
-            WatchTransport::Http1 => "h1",
-            WatchTransport::Http2 => "h2",
-        },
-        all_seen: Notify::new(),
-    });
-    let (stop, stopped) = watch::channel(false);
+    let shared = Arc::new(Shared::new(watchers, writes, transport_label(transport)));
+    let mut readers = Readers::new(&shared);
     let opening = Instant::now();
     progress.set_length(watchers as u64);
-    let mut tasks = Vec::with_capacity(READERS);
     match transport {
         WatchTransport::Http1 => {
-            let streams = open_each(api, &path, watchers, progress).await?;
-            let mut groups: Vec<Vec<H1Watch>> = (0..READERS).map(|_| Vec::new()).collect();
-            for (i, stream) in streams.into_iter().enumerate() {
-                groups[i % READERS].push(stream);
-            }
-            for group in groups.into_iter().filter(|g| !g.is_empty()) {
-                let shared = Arc::clone(&shared);
-                tasks.push(tokio::spawn(read_events(group, shared, stopped.clone())));
-            }
+            readers.read_h1(open_each(api, &path, watchers, progress).await?);
         }
         WatchTransport::Http2 => {
             for start in (0..watchers).step_by(STREAMS_PER_CONNECTION) {
                 let count = STREAMS_PER_CONNECTION.min(watchers - start);
                 let connection = H2Watches::open(api, &path, count).await?;
                 progress.inc(count as u64);
-                let shared = Arc::clone(&shared);
-                tasks.push(tokio::spawn(read_multiplexed(
-                    connection,
-                    shared,
-                    stopped.clone(),
-                )));
+                readers.read_h2(connection);
             }
         }
     }
@@ -201,24 +203,16 @@ pub async fn measure_point(
     let stalled = write_paced(writer, &shared, writes, progress).await?;
     let cpu = server_cpu().saturating_sub(cpu_before);
     let client_cpu = own_cpu_time().saturating_sub(client_before);
-    let _ = stop.send(true);
-    let mut nanos = Vec::with_capacity(watchers * writes);
-    let (mut delivered, mut unexpected) = (0, 0);
-    for task in tasks {
-        let outcome = task.await.context("a watcher panicked")?;
-        delivered += outcome.delivered;
-        unexpected += outcome.unexpected;
-        nanos.extend(outcome.nanos);
-    }
+    let outcome = readers.finish().await?;
     Ok(WatchPoint {
         watchers,
         transport,
         writes,
-        delivered,
+        delivered: outcome.delivered,
         expected: ((writes + 1) * watchers) as u64,
-        latencies: Latencies::from_nanos(nanos),
-        first_watcher: Latencies::from_nanos(firsts(&shared.first)),
-        unexpected,
+        latencies: Latencies::from_nanos(outcome.nanos),
+        first_watcher: shared.first_watchers(),
+        unexpected: outcome.unexpected,
         opened_in,
         server_cpu: cpu,
         client_cpu,
@@ -226,9 +220,64 @@ pub async fn measure_point(
     })
 }
 
+/// The tasks reading one point's watches, until told to stop.
+pub(super) struct Readers {
+    shared: Arc<Shared>,
+    tasks: Vec<tokio::task::JoinHandle<WatcherOutcome>>,
+    stop: watch::Sender<bool>,
+    stopped: watch::Receiver<bool>,
+}
+
+impl Readers {
+    pub(super) fn new(shared: &Arc<Shared>) -> Readers {
+        let (stop, stopped) = watch::channel(false);
+        Readers {
+            shared: Arc::clone(shared),
+            tasks: Vec::with_capacity(READERS),
+            stop,
+            stopped,
+        }
+    }
+
+    /// Reads these HTTP/1.1 watches, shared among `READERS` tasks.
+    pub(super) fn read_h1(&mut self, streams: Vec<H1Watch>) {
+        let mut groups: Vec<Vec<H1Watch>> = (0..READERS).map(|_| Vec::new()).collect();
+        for (i, stream) in streams.into_iter().enumerate() {
+            groups[i % READERS].push(stream);
+        }
+        for group in groups.into_iter().filter(|g| !g.is_empty()) {
+            let shared = Arc::clone(&self.shared);
+            let stopped = self.stopped.clone();
+            self.tasks
+                .push(tokio::spawn(read_events(group, shared, stopped)));
+        }
+    }
+
+    /// Reads the watches of one HTTP/2 connection, in a task of its own.
+    fn read_h2(&mut self, connection: H2Watches) {
+        let shared = Arc::clone(&self.shared);
+        let stopped = self.stopped.clone();
+        self.tasks
+            .push(tokio::spawn(read_multiplexed(connection, shared, stopped)));
+    }
+
+    /// Stops the readers: what they saw, together.
+    pub(super) async fn finish(self) -> Result<WatcherOutcome> {
+        let _ = self.stop.send(true);
+        let mut all = WatcherOutcome::for_watchers(&self.shared, self.shared.watchers);
+        for task in self.tasks {
+            let outcome = task.await.context("a watcher panicked")?;
+            all.delivered += outcome.delivered;
+            all.unexpected += outcome.unexpected;
+            all.nanos.extend(outcome.nanos);
+        }
+        Ok(all)
+    }
+}
+
 /// Opens `watchers` watches of `path`, each on its own HTTP/1.1
 /// connection, a few at a time.
-async fn open_each(
+pub(super) async fn open_each(
     api: SocketAddr,
     path: &str,
     watchers: usize,
@@ -259,17 +308,49 @@ async fn write_paced(
     progress: &Progress,
 ) -> Result<bool> {
     let path = pods_path();
-    for seq in 0..=writes {
-        let name = format!("watch-{}-{}-{seq}", shared.label, shared.watchers);
+    paced(shared, writes, progress, async |seq| {
+        let name = pod_name_labelled(shared.label, shared.watchers, seq);
         let body = pod_json(&name, seq, seq);
-        shared.sent[seq].store(
-            duration_nanos(shared.base.elapsed()).max(1),
-            Ordering::Release,
-        );
+        shared.mark_sent(seq);
         writer
             .post(&path, body)
             .await?
             .expect(StatusCode::CREATED, &format!("creating pod {name}"))?;
+        Ok(())
+    })
+    .await
+}
+
+/// The pod write `seq` of the point with `watchers` over `transport`
+/// creates.
+pub fn pod_name(transport: WatchTransport, watchers: usize, seq: usize) -> String {
+    pod_name_labelled(transport_label(transport), watchers, seq)
+}
+
+fn pod_name_labelled(label: &str, watchers: usize, seq: usize) -> String {
+    format!("watch-{label}-{watchers}-{seq}")
+}
+
+/// Tells one transport's pods from another's.
+fn transport_label(transport: WatchTransport) -> &'static str {
+    match transport {
+        WatchTransport::Http1 => "h1",
+        WatchTransport::Http2 => "h2",
+    }
+}
+
+/// Sends writes 0 (warm-up) ..= `writes` with `send`, which marks each
+/// write sent ([`Shared::mark_sent`]) as it goes out; the next goes once
+/// every watcher has the last, and a pause. Returns whether a write
+/// stalled.
+pub(super) async fn paced(
+    shared: &Shared,
+    writes: usize,
+    progress: &Progress,
+    mut send: impl AsyncFnMut(usize) -> Result<()>,
+) -> Result<bool> {
+    for seq in 0..=writes {
+        send(seq).await?;
         let deadline = tokio::time::Instant::now() + STALL_TIMEOUT;
         while shared.seen[seq].load(Ordering::Acquire) < shared.watchers {
             // A stale wake-up from an earlier write only re-checks.
@@ -286,11 +367,11 @@ async fn write_paced(
     Ok(false)
 }
 
-struct WatcherOutcome {
-    delivered: u64,
-    unexpected: u64,
+pub(super) struct WatcherOutcome {
+    pub(super) delivered: u64,
+    pub(super) unexpected: u64,
     /// Latencies of the measured writes' events.
-    nanos: Vec<u64>,
+    pub(super) nanos: Vec<u64>,
 }
 
 impl WatcherOutcome {
