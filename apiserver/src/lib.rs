@@ -16,6 +16,7 @@ pub mod coalesce;
 pub mod conversion;
 pub mod crd;
 pub mod discovery;
+pub mod event_ttl;
 pub mod field_validation;
 mod h2_streams;
 mod holding;

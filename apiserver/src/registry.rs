@@ -40,6 +40,8 @@ pub struct Registry {
     token_issuer: Option<std::sync::Arc<crate::authn::service_account::TokenIssuer>>,
     /// TLS for calling kubelets (`None`: plain HTTP).
     kubelet_client: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// Events expire after this (`None`: they stay until deleted).
+    event_ttl: Option<std::sync::Arc<crate::event_ttl::EventTtl>>,
 }
 
 /// Which object or collection a request is about.
@@ -184,6 +186,9 @@ pub fn storage_error(target: &Target, name: &str, err: StorageError) -> ApiError
         StorageError::Unavailable(why) => {
             ApiError::unavailable(format!("the store is unavailable: {why}"))
         }
+        StorageError::LeaseNotFound => {
+            ApiError::internal("the store lost the lease of the write".to_string())
+        }
         StorageError::Internal(why) => ApiError::internal(why),
     }
 }
@@ -225,6 +230,40 @@ impl Registry {
             token_issuer: None,
             kubelet_client: None,
             authorizer: Default::default(),
+            event_ttl: None,
+        }
+    }
+
+    /// Events written from now on expire `ttl` after their last write
+    /// (kube-apiserver's `--event-ttl`).
+    pub fn with_event_ttl(mut self, ttl: std::time::Duration) -> Registry {
+        self.event_ttl = Some(std::sync::Arc::new(crate::event_ttl::EventTtl::new(ttl)));
+        self
+    }
+
+    /// Writes with `put`, given the lease an object of `resource` is
+    /// attached to (0: none; Events: one that expires after the event TTL).
+    /// A lease the store no longer holds is replaced once.
+    async fn put_leased<F, W>(&self, resource: &ResourceType, put: F) -> Result<i64, StorageError>
+    where
+        F: Fn(i64) -> W,
+        W: std::future::Future<Output = Result<i64, StorageError>>,
+    {
+        let Some(ttl) = self
+            .event_ttl
+            .as_ref()
+            .filter(|_| crate::event_ttl::EventTtl::applies_to(resource))
+        else {
+            return put(0).await;
+        };
+        let lease = ttl.lease(&self.storage).await?;
+        match put(lease).await {
+            Err(StorageError::LeaseNotFound) => {
+                ttl.forget(lease);
+                let lease = ttl.lease(&self.storage).await?;
+                put(lease).await
+            }
+            written => written,
         }
     }
 
@@ -577,7 +616,13 @@ impl Registry {
             return Ok(object);
         }
         let key = resource.key(target.namespace, &name);
-        let revision = match self.storage.create(&key, object::to_stored(&object)).await {
+        let stored = object::to_stored(&object);
+        let created = self
+            .put_leased(resource, |lease| {
+                self.storage.create(&key, stored.clone(), lease)
+            })
+            .await;
+        let revision = match created {
             Ok(revision) => revision,
             Err(err) => {
                 attrs.object = Some(object);
@@ -746,9 +791,11 @@ impl Registry {
             // The last finalizer is gone: the object goes.
             true => self.storage.delete(&key, revision).await,
             false => {
-                self.storage
-                    .update(&key, object::to_stored(&next), revision)
-                    .await
+                let stored = object::to_stored(&next);
+                self.put_leased(resource, |lease| {
+                    self.storage.update(&key, stored.clone(), revision, lease)
+                })
+                .await
             }
         };
         let written = match stored {
@@ -1055,9 +1102,11 @@ impl Registry {
             return Ok(marked);
         }
         let key = target.resource.key(target.namespace, name);
+        let stored = object::to_stored(&marked);
         let written = self
-            .storage
-            .update(&key, object::to_stored(&marked), revision)
+            .put_leased(target.resource, |lease| {
+                self.storage.update(&key, stored.clone(), revision, lease)
+            })
             .await
             .map_err(|err| storage_error(target, name, err))?;
         metadata_mut(&mut marked).insert("resourceVersion".into(), json!(written.to_string()));
@@ -1500,6 +1549,7 @@ pub(crate) async fn test_registry() -> (Registry, tempfile::TempDir) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn continue_tokens_round_trip_and_bad_ones_are_refused() {
@@ -1509,5 +1559,90 @@ mod tests {
             (42, "/registry/core/pods/default/b\0".into())
         );
         assert_eq!(decode_continue("not base64!").unwrap_err().code, 400);
+    }
+
+    fn target(plural: &str) -> Target<'static> {
+        Target {
+            resource: crate::resources::find("", "v1", plural).unwrap(),
+            namespace: Some("default"),
+        }
+    }
+
+    /// Reads `name` until it is gone; whether it went within `within`.
+    async fn gone_within(registry: &Registry, plural: &str, name: &str, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < deadline {
+            match registry.get(&target(plural), name).await {
+                Err(err) if err.code == 404 => return true,
+                Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(err) => panic!("reading {plural}/{name}: {err:?}"),
+            }
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn events_expire_after_the_event_ttl_and_an_update_starts_it_again() {
+        let (registry, _dir) = test_registry().await;
+        let registry = registry.with_event_ttl(Duration::from_secs(1));
+        let write = Write::new("test", false);
+        let event = |name: &str| {
+            json!({"apiVersion": "v1", "kind": "Event",
+                   "metadata": {"name": name, "namespace": "default"},
+                   "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
+                   "reason": "Tested", "message": "first", "type": "Normal"})
+        };
+        let started = tokio::time::Instant::now();
+        registry
+            .create(&target("events"), event("old"), &write)
+            .await
+            .unwrap();
+        let kept = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": "kept", "namespace": "default"}});
+        registry
+            .create(&target("configmaps"), kept, &write)
+            .await
+            .unwrap();
+        // An update after a second attaches the event to a newer lease.
+        registry
+            .create(&target("events"), event("updated"), &write)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let mut updated = registry.get(&target("events"), "updated").await.unwrap();
+        updated["message"] = json!("second");
+        let updated_at = tokio::time::Instant::now();
+        registry
+            .update(&target("events"), "updated", updated, None, &write)
+            .await
+            .unwrap();
+        assert!(gone_within(&registry, "events", "old", Duration::from_secs(10)).await);
+        let old_lived = started.elapsed();
+        // The store's shortest lease is 2 s: the TTL of 1 s plus the reuse
+        // window, rounded up, is raised to it.
+        assert!(
+            old_lived >= Duration::from_secs(1),
+            "gone after {old_lived:?}"
+        );
+        assert!(gone_within(&registry, "events", "updated", Duration::from_secs(10)).await);
+        assert!(updated_at.elapsed() >= Duration::from_secs(1));
+        registry
+            .get(&target("configmaps"), "kept")
+            .await
+            .expect("a ConfigMap does not expire");
+    }
+
+    #[tokio::test]
+    async fn without_an_event_ttl_events_stay() {
+        let (registry, _dir) = test_registry().await;
+        let event = json!({"apiVersion": "v1", "kind": "Event",
+                           "metadata": {"name": "stays", "namespace": "default"},
+                           "involvedObject": {"kind": "Pod", "name": "p"}});
+        registry
+            .create(&target("events"), event, &Write::new("test", false))
+            .await
+            .unwrap();
+        assert!(!gone_within(&registry, "events", "stays", Duration::from_secs(3)).await);
+        assert_eq!(registry.storage.requests().total("lease"), 0);
     }
 }

@@ -243,7 +243,7 @@ pub async fn bind(
         }
         match registry
             .storage()
-            .update(&key, object::to_stored(&pod), revision)
+            .update(&key, object::to_stored(&pod), revision, 0)
             .await
         {
             Ok(_) => return Ok(success(201)),

@@ -15,6 +15,25 @@ use skiff_apiserver::ApiListener;
 
 use crate::pki::{Credentials, Pki};
 
+/// How long the API keeps Events (kube-apiserver's `--event-ttl`).
+#[derive(Debug, Clone, Args)]
+pub struct EventFlags {
+    /// Events expire this long after their last write (e.g. 1h, 30m);
+    /// 0 keeps them until deleted.
+    #[arg(long, env = "SKIFF_EVENT_TTL", default_value = "1h", value_parser = crate::control_plane::parse_duration)]
+    pub event_ttl: std::time::Duration,
+}
+
+impl EventFlags {
+    /// `registry`, its Events expiring as asked.
+    pub fn apply(&self, registry: skiff_apiserver::Registry) -> skiff_apiserver::Registry {
+        match self.event_ttl.is_zero() {
+            true => registry,
+            false => registry.with_event_ttl(self.event_ttl),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct SecurityFlags {
     /// Where the cluster CA and the administrator's credentials are kept

@@ -176,6 +176,8 @@ pub struct ApiServing {
     /// controllers.
     pub controller_manager: bool,
     pub controllers: crate::control_plane::ControllerFlags,
+    /// How long Events are kept.
+    pub events: crate::api::EventFlags,
     /// The API's request limits and audit log.
     pub serve: skiff_apiserver::ServeOptions,
     /// Encryption at rest, if configured.
@@ -269,9 +271,11 @@ pub async fn run_member(
             if let Some(encryption) = &api.encryption {
                 storage = storage.with_encryption(encryption.clone());
             }
-            let registry = skiff_apiserver::Registry::new(storage)
-                .with_token_issuer(api.security.pki.token_issuer()?)
-                .with_kubelet_client(api.security.pki.kubelet_client()?);
+            let registry = api.events.apply(
+                skiff_apiserver::Registry::new(storage)
+                    .with_token_issuer(api.security.pki.token_issuer()?)
+                    .with_kubelet_client(api.security.pki.kubelet_client()?),
+            );
             tracing::info!(addr = %local.addr, kubeconfig = %api.kubeconfig.display(), "serving the Kubernetes API");
             let mut options = api.serve.clone();
             options.authn = api.security.authn.clone();

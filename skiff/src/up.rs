@@ -53,6 +53,8 @@ pub struct UpArgs {
     pub controller_manager: bool,
     #[command(flatten)]
     pub controllers: crate::control_plane::ControllerFlags,
+    #[command(flatten)]
+    pub events: crate::api::EventFlags,
     /// Run a kubelet for this host beside the API, its state in
     /// DATA_DIR/kubelet; `false` runs no node.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -164,6 +166,7 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
         scheduler: args.scheduler,
         controller_manager: args.controller_manager,
         controllers: args.controllers,
+        events: args.events,
         serve: skiff_apiserver::ServeOptions {
             limits: args.limits.limits(),
             audit: Some(args.audit.auditor(&args.data_dir)?),
@@ -194,9 +197,11 @@ async fn api_only(args: UpArgs) -> Result<()> {
         skiff_apiserver::storage::EtcdStorage::connect(&args.store_endpoints, tls.as_ref())
             .map_err(|err| anyhow::anyhow!(err))?;
     let storage = skiff_apiserver::Storage::etcd(storage).with_encryption(args.encryption()?);
-    let registry = skiff_apiserver::Registry::new(storage)
-        .with_token_issuer(security.pki.token_issuer()?)
-        .with_kubelet_client(security.pki.kubelet_client()?);
+    let registry = args.events.apply(
+        skiff_apiserver::Registry::new(storage)
+            .with_token_issuer(security.pki.token_issuer()?)
+            .with_kubelet_client(security.pki.kubelet_client()?),
+    );
     let mut signals = crate::shutdown::StopSignals::register()?;
     let (listeners, local) = crate::api::bind(&args.api_listen, &security).await?;
     let kubeconfig = args.data_dir.join("kubeconfig");
@@ -289,6 +294,8 @@ pub struct ServerArgs {
     #[command(flatten)]
     pub controllers: crate::control_plane::ControllerFlags,
     #[command(flatten)]
+    pub events: crate::api::EventFlags,
+    #[command(flatten)]
     pub limits: crate::limits::LimitFlags,
     #[command(flatten)]
     pub audit: crate::audit::AuditFlags,
@@ -321,6 +328,7 @@ pub async fn server(args: ServerArgs) -> Result<()> {
         node: None,
         controller_manager: args.controller_manager,
         controllers: args.controllers,
+        events: args.events,
         serve: skiff_apiserver::ServeOptions {
             limits: args.limits.limits(),
             audit: Some(args.audit.auditor(&args.store.data_dir)?),

@@ -435,3 +435,90 @@ async fn consistent_lists_see_every_acknowledged_write(backend: Backend) -> Resu
 }
 
 skiff_tests::on_every_backend!(consistent_lists_see_every_acknowledged_write);
+
+/// `skiff up --event-ttl 2s`: an Event is listed (by kubectl too), then
+/// expires — its watchers see it DELETED, a GET answers 404 and kubectl
+/// lists no events — while a ConfigMap written beside it stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_expire_after_the_event_ttl_and_watchers_see_them_go() -> Result<()> {
+    let Some(binary) = kubectl_or_skip("events_expire_after_the_event_ttl") else {
+        return Ok(());
+    };
+    let args: Vec<String> = [
+        "--scheduler=false",
+        "--controller-manager=false",
+        "--kubelet=false",
+        "--event-ttl=2s",
+    ]
+    .map(str::to_string)
+    .to_vec();
+    let (server, http) = ApiServer::start_with_plain_port(&args).await?;
+    let kubectl = Kubectl::new(binary, &server.kubeconfig())?;
+    const EVENTS: &str = "/api/v1/namespaces/default/events";
+    let listed = http.get_json(EVENTS).await?;
+    let from = listed["metadata"]["resourceVersion"]
+        .as_str()
+        .context("a list without resourceVersion")?;
+    let mut watch = http
+        .watch(&format!("{EVENTS}?watch=true&resourceVersion={from}"))
+        .await?;
+    let event = json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "short-lived", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "web", "namespace": "default"},
+        "reason": "Started",
+        "message": "Started container web",
+        "type": "Normal",
+    });
+    let created_at = Instant::now();
+    let reply = http.post(EVENTS, &event).await?;
+    ensure!(reply.status == 201, "{} {}", reply.status, reply.text());
+    let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "kept", "namespace": "default"}});
+    let reply = http
+        .post("/api/v1/namespaces/default/configmaps", &config_map)
+        .await?;
+    ensure!(reply.status == 201, "{} {}", reply.status, reply.text());
+    let names = kubectl.ok(&["get", "events", "-n", "default", "-o", "name"])?;
+    ensure!(names.contains("short-lived"), "kubectl listed {names:?}");
+
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|(kind, _): &(String, Duration)| kind == "DELETED")
+    {
+        let Some(next) = watch.next_event(EVENT_TIMEOUT).await? else {
+            bail!("the watch ended after {seen:?}");
+        };
+        ensure!(
+            next["object"]["metadata"]["name"] == "short-lived",
+            "{next}"
+        );
+        let kind = next["type"].as_str().unwrap_or_default().to_string();
+        seen.push((kind, created_at.elapsed()));
+    }
+    let kinds: Vec<&str> = seen.iter().map(|(kind, _)| kind.as_str()).collect();
+    ensure!(kinds == ["ADDED", "DELETED"], "{seen:?}");
+    let lived = seen[1].1;
+    ensure!(
+        lived >= Duration::from_secs(2),
+        "deleted {lived:?} after its creation"
+    );
+    let reply = http.get(&format!("{EVENTS}/short-lived")).await?;
+    ensure!(reply.status == 404, "{} {}", reply.status, reply.text());
+    let left = kubectl.run(&["get", "events", "-n", "default"])?;
+    ensure!(
+        left.stdout.trim().is_empty() && left.stderr.contains("No resources found"),
+        "kubectl still lists: {left:?}"
+    );
+    let kept = http
+        .get("/api/v1/namespaces/default/configmaps/kept")
+        .await?;
+    ensure!(
+        kept.status == 200,
+        "the ConfigMap went too: {}",
+        kept.status
+    );
+    Ok(())
+}

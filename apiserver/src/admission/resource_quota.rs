@@ -465,7 +465,7 @@ async fn charge(
         let hard = quota["spec"]["hard"].clone();
         quota["status"] = json!({"hard": hard, "used": used});
         match storage
-            .update(&key, object::to_stored(&quota), kv.mod_revision)
+            .update(&key, object::to_stored(&quota), kv.mod_revision, 0)
             .await
         {
             Ok(_) => return Ok(()),

@@ -484,7 +484,7 @@ async fn a_watcher_that_reads_nothing_is_dropped_without_stalling_the_others() {
     // slow one can fall behind, however loaded the machine is.
     for i in 0..50 {
         let key = format!("/registry/core/pods/default/p{i}");
-        storage.create(&key, b"{}".to_vec()).await.unwrap();
+        storage.create(&key, b"{}".to_vec(), 0).await.unwrap();
         tokio::time::timeout(Duration::from_secs(20), next_delivery(&mut fast))
             .await
             .expect("the fast watcher is not stalled")
@@ -514,7 +514,7 @@ async fn a_watch_from_before_the_ring_is_too_old_and_a_relist_restarts_watchers(
         namespace: None,
     };
     let first = storage
-        .create("/registry/core/pods/default/a", b"{}".to_vec())
+        .create("/registry/core/pods/default/a", b"{}".to_vec(), 0)
         .await
         .unwrap();
     let mut live = cache
@@ -530,7 +530,11 @@ async fn a_watch_from_before_the_ring_is_too_old_and_a_relist_restarts_watchers(
     let mut last = first;
     for i in 0..6 {
         last = storage
-            .create(&format!("/registry/core/pods/default/b{i}"), b"{}".to_vec())
+            .create(
+                &format!("/registry/core/pods/default/b{i}"),
+                b"{}".to_vec(),
+                0,
+            )
             .await
             .unwrap();
     }
@@ -581,7 +585,7 @@ async fn a_first_watcher_from_a_compacted_revision_is_too_old() {
     let (storage, _dir) = store().await;
     let store = storage.local_store().expect("a local store");
     let first = storage
-        .create("/registry/core/pods/default/a", b"{}".to_vec())
+        .create("/registry/core/pods/default/a", b"{}".to_vec(), 0)
         .await
         .unwrap();
     let last = storage
@@ -589,6 +593,7 @@ async fn a_first_watcher_from_a_compacted_revision_is_too_old() {
             "/registry/core/pods/default/a",
             b"{\"x\":1}".to_vec(),
             first,
+            0,
         )
         .await
         .unwrap();
@@ -614,11 +619,11 @@ async fn a_first_watcher_from_a_compacted_revision_is_too_old() {
 async fn a_first_watcher_from_the_past_misses_nothing_the_store_still_has() {
     let (storage, _dir) = store().await;
     let first = storage
-        .create("/registry/core/pods/default/a", b"{}".to_vec())
+        .create("/registry/core/pods/default/a", b"{}".to_vec(), 0)
         .await
         .unwrap();
     let second = storage
-        .create("/registry/core/pods/default/b", b"{}".to_vec())
+        .create("/registry/core/pods/default/b", b"{}".to_vec(), 0)
         .await
         .unwrap();
     let cache = WatchCache::new(storage.clone(), CacheConfig::default());

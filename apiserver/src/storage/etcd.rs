@@ -4,13 +4,14 @@
 use bytes::Bytes;
 use skiff_store::grpc::pb::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use skiff_store::grpc::pb::etcdserverpb::kv_client::KvClient;
+use skiff_store::grpc::pb::etcdserverpb::lease_client::LeaseClient;
 use skiff_store::grpc::pb::etcdserverpb::request_op::Request;
 use skiff_store::grpc::pb::etcdserverpb::response_op::Response;
 use skiff_store::grpc::pb::etcdserverpb::watch_client::WatchClient;
 use skiff_store::grpc::pb::etcdserverpb::watch_request::RequestUnion;
 use skiff_store::grpc::pb::etcdserverpb::{
-    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
-    WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
+    Compare, DeleteRangeRequest, LeaseGrantRequest, PutRequest, RangeRequest, RequestOp,
+    TxnRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
 };
 use skiff_store::grpc::pb::mvccpb::event::EventType;
 use tokio::sync::mpsc;
@@ -37,6 +38,9 @@ fn convert(status: tonic::Status) -> StorageError {
     }
     if message.contains("future revision") {
         return StorageError::FutureRevision;
+    }
+    if message.contains("requested lease not found") {
+        return StorageError::LeaseNotFound;
     }
     match status.code() {
         tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
@@ -177,10 +181,23 @@ impl EtcdStorage {
         ))
     }
 
-    pub(super) async fn create(&self, key: &str, value: Vec<u8>) -> StorageResult<i64> {
+    pub(super) async fn grant_lease(&self, ttl: i64) -> StorageResult<i64> {
+        let granted = LeaseClient::new(self.channel.clone())
+            .lease_grant(LeaseGrantRequest { ttl, id: 0 })
+            .await
+            .map_err(convert)?
+            .into_inner();
+        if !granted.error.is_empty() {
+            return Err(StorageError::Internal(granted.error));
+        }
+        Ok(granted.id)
+    }
+
+    pub(super) async fn create(&self, key: &str, value: Vec<u8>, lease: i64) -> StorageResult<i64> {
         let put = Request::RequestPut(PutRequest {
             key: key.as_bytes().to_vec(),
             value,
+            lease,
             ..Default::default()
         });
         let (ok, revision, _) = self
@@ -200,10 +217,12 @@ impl EtcdStorage {
         key: &str,
         value: Vec<u8>,
         expected: i64,
+        lease: i64,
     ) -> StorageResult<i64> {
         let put = Request::RequestPut(PutRequest {
             key: key.as_bytes().to_vec(),
             value,
+            lease,
             ..Default::default()
         });
         let (ok, revision, _) = self

@@ -15,6 +15,7 @@ fn convert(err: StoreError) -> StorageError {
             compacted: compact_revision,
         },
         StoreError::FutureRevision { .. } => StorageError::FutureRevision,
+        StoreError::LeaseNotFound => StorageError::LeaseNotFound,
         StoreError::NoLeader | StoreError::Timeout | StoreError::Stopped => {
             StorageError::Unavailable(err.to_string())
         }
@@ -90,7 +91,24 @@ fn compare_mod(key: &str, expected: i64) -> Compare {
     }
 }
 
-pub(super) async fn create(store: &Store, key: &str, value: Vec<u8>) -> StorageResult<i64> {
+/// A put of `value` at `key`, attached to `lease` (0: none).
+fn put(key: &str, value: Vec<u8>, lease: i64) -> RequestOp {
+    let mut put = PutRequest::new(key, value);
+    put.lease = lease;
+    RequestOp::Put(put)
+}
+
+pub(super) async fn grant_lease(store: &Store, ttl: i64) -> StorageResult<i64> {
+    let granted = store.lease_grant(ttl, 0).await.map_err(convert)?;
+    Ok(granted.id)
+}
+
+pub(super) async fn create(
+    store: &Store,
+    key: &str,
+    value: Vec<u8>,
+    lease: i64,
+) -> StorageResult<i64> {
     let txn = TxnRequest {
         compare: vec![Compare {
             key: key.as_bytes().to_vec(),
@@ -98,7 +116,7 @@ pub(super) async fn create(store: &Store, key: &str, value: Vec<u8>) -> StorageR
             target: CompareTarget::CreateRevision(0),
             result: CompareResult::Equal,
         }],
-        success: vec![RequestOp::Put(PutRequest::new(key, value))],
+        success: vec![put(key, value, lease)],
         failure: Vec::new(),
     };
     let resp = store.txn(txn).await.map_err(convert)?;
@@ -113,10 +131,11 @@ pub(super) async fn update(
     key: &str,
     value: Vec<u8>,
     expected: i64,
+    lease: i64,
 ) -> StorageResult<i64> {
     let txn = TxnRequest {
         compare: vec![compare_mod(key, expected)],
-        success: vec![RequestOp::Put(PutRequest::new(key, value))],
+        success: vec![put(key, value, lease)],
         failure: Vec::new(),
     };
     let resp = store.txn(txn).await.map_err(convert)?;

@@ -64,6 +64,9 @@ pub enum StorageError {
     Compacted { requested: i64, compacted: i64 },
     #[error("required revision is a future revision")]
     FutureRevision,
+    /// A write named a lease the store does not hold (it expired).
+    #[error("the lease was not found")]
+    LeaseNotFound,
     #[error("the store is unavailable: {0}")]
     Unavailable(String),
     #[error("the store failed: {0}")]
@@ -172,11 +175,13 @@ pub mod requests {
     use std::sync::Mutex;
 
     /// The operations counted, as the metric's `operation` label.
-    pub const OPERATIONS: [&str; 6] = ["get", "list", "watch", "create", "update", "delete"];
+    pub const OPERATIONS: [&str; 7] = [
+        "get", "list", "watch", "create", "update", "delete", "lease",
+    ];
 
     #[derive(Default)]
     pub struct Requests {
-        counts: [AtomicU64; 6],
+        counts: [AtomicU64; OPERATIONS.len()],
         /// Watches opened, by the start of their key range (a resource's
         /// prefix): what a resource's watchers cost the store.
         watches: Mutex<BTreeMap<String, u64>>,
@@ -316,24 +321,42 @@ impl Storage {
         local::mod_revisions(store, start, end).await.map(Some)
     }
 
-    /// Puts `value` at `key` if it does not exist; its revision.
-    pub async fn create(&self, key: &str, value: Vec<u8>) -> StorageResult<i64> {
+    /// Puts `value` at `key` if it does not exist; its revision. With a
+    /// `lease` (not 0), the key goes when the lease expires.
+    pub async fn create(&self, key: &str, value: Vec<u8>, lease: i64) -> StorageResult<i64> {
         self.requests.count("create");
         let value = self.encrypt(key, value)?;
         match &self.backend {
-            Backend::Local(s) => local::create(s, key, value).await,
-            Backend::Etcd(e) => e.create(key, value).await,
+            Backend::Local(s) => local::create(s, key, value, lease).await,
+            Backend::Etcd(e) => e.create(key, value, lease).await,
         }
     }
 
     /// Puts `value` at `key` if its mod revision is `expected`; the new
-    /// revision, or `Conflict`.
-    pub async fn update(&self, key: &str, value: Vec<u8>, expected: i64) -> StorageResult<i64> {
+    /// revision, or `Conflict`. The key is attached to `lease` (0: none),
+    /// whatever it was attached to before.
+    pub async fn update(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        expected: i64,
+        lease: i64,
+    ) -> StorageResult<i64> {
         self.requests.count("update");
         let value = self.encrypt(key, value)?;
         match &self.backend {
-            Backend::Local(s) => local::update(s, key, value, expected).await,
-            Backend::Etcd(e) => e.update(key, value, expected).await,
+            Backend::Local(s) => local::update(s, key, value, expected, lease).await,
+            Backend::Etcd(e) => e.update(key, value, expected, lease).await,
+        }
+    }
+
+    /// A new lease of `ttl` seconds (the store may raise a short one to its
+    /// minimum): its ID.
+    pub async fn grant_lease(&self, ttl: i64) -> StorageResult<i64> {
+        self.requests.count("lease");
+        match &self.backend {
+            Backend::Local(s) => local::grant_lease(s, ttl).await,
+            Backend::Etcd(e) => e.grant_lease(ttl).await,
         }
     }
 
