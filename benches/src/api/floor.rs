@@ -22,7 +22,9 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use super::pods::SEQ_ANNOTATION;
-use super::watch::{open_each, own_cpu_time, paced, Readers, Shared, WatchPoint, WatchTransport};
+use super::watch::{
+    open_each, own_cpu_time, paced, thread_cpu_time, Readers, Shared, WatchPoint, WatchTransport,
+};
 use crate::versus::progress::Progress;
 
 /// Sending threads: the API server's worker threads on a 2-core machine.
@@ -186,20 +188,6 @@ fn send_all(mut streams: Vec<TcpStream>, lines: mpsc::Receiver<Arc<Vec<u8>>>) ->
         }
     }
     Ok(thread_cpu_time())
-}
-
-/// User + system CPU time of the calling thread.
-fn thread_cpu_time() -> Duration {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_THREAD is valid on Linux.
-    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
-        return Duration::ZERO;
-    }
-    let time = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
-    };
-    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 /// The opening of the connections the floor's readers use is the API

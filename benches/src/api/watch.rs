@@ -492,10 +492,20 @@ fn firsts(first: &[AtomicU64]) -> Vec<u64> {
 
 /// User + system CPU time of this process so far.
 pub(crate) fn own_cpu_time() -> Duration {
+    cpu_time(libc::RUSAGE_SELF)
+}
+
+/// User + system CPU time of the calling thread so far.
+pub(crate) fn thread_cpu_time() -> Duration {
+    cpu_time(libc::RUSAGE_THREAD)
+}
+
+/// `getrusage(who)`'s user + system time (zero if it fails).
+fn cpu_time(who: libc::c_int) -> Duration {
     // SAFETY: getrusage only writes the struct it is given.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_SELF is always valid.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+    // SAFETY: as above; both `who`s used here are valid on Linux.
+    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
         return Duration::ZERO;
     }
     let time = |t: libc::timeval| {
