@@ -241,12 +241,18 @@ impl Registry {
         self
     }
 
-    /// Writes with `put`, given the lease an object of `resource` is
-    /// attached to (0: none; Events: one that expires after the event TTL).
-    /// A lease the store no longer holds is replaced once.
-    async fn put_leased<F, W>(&self, resource: &ResourceType, put: F) -> Result<i64, StorageError>
+    /// Writes `value` with `put`, given the lease an object of `resource`
+    /// is attached to (0: none; Events: one that expires after the event
+    /// TTL). A lease the store no longer holds is replaced once; only then
+    /// is the value copied.
+    async fn put_leased<F, W>(
+        &self,
+        resource: &ResourceType,
+        value: Vec<u8>,
+        put: F,
+    ) -> Result<i64, StorageError>
     where
-        F: Fn(i64) -> W,
+        F: Fn(Vec<u8>, i64) -> W,
         W: std::future::Future<Output = Result<i64, StorageError>>,
     {
         let Some(ttl) = self
@@ -254,14 +260,14 @@ impl Registry {
             .as_ref()
             .filter(|_| crate::event_ttl::EventTtl::applies_to(resource))
         else {
-            return put(0).await;
+            return put(value, 0).await;
         };
         let lease = ttl.lease(&self.storage).await?;
-        match put(lease).await {
+        match put(value.clone(), lease).await {
             Err(StorageError::LeaseNotFound) => {
                 ttl.forget(lease);
                 let lease = ttl.lease(&self.storage).await?;
-                put(lease).await
+                put(value, lease).await
             }
             written => written,
         }
@@ -616,10 +622,9 @@ impl Registry {
             return Ok(object);
         }
         let key = resource.key(target.namespace, &name);
-        let stored = object::to_stored(&object);
         let created = self
-            .put_leased(resource, |lease| {
-                self.storage.create(&key, stored.clone(), lease)
+            .put_leased(resource, object::to_stored(&object), |value, lease| {
+                self.storage.create(&key, value, lease)
             })
             .await;
         let revision = match created {
@@ -791,9 +796,8 @@ impl Registry {
             // The last finalizer is gone: the object goes.
             true => self.storage.delete(&key, revision).await,
             false => {
-                let stored = object::to_stored(&next);
-                self.put_leased(resource, |lease| {
-                    self.storage.update(&key, stored.clone(), revision, lease)
+                self.put_leased(resource, object::to_stored(&next), |value, lease| {
+                    self.storage.update(&key, value, revision, lease)
                 })
                 .await
             }
@@ -1102,11 +1106,12 @@ impl Registry {
             return Ok(marked);
         }
         let key = target.resource.key(target.namespace, name);
-        let stored = object::to_stored(&marked);
         let written = self
-            .put_leased(target.resource, |lease| {
-                self.storage.update(&key, stored.clone(), revision, lease)
-            })
+            .put_leased(
+                target.resource,
+                object::to_stored(&marked),
+                |value, lease| self.storage.update(&key, value, revision, lease),
+            )
             .await
             .map_err(|err| storage_error(target, name, err))?;
         metadata_mut(&mut marked).insert("resourceVersion".into(), json!(written.to_string()));

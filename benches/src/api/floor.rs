@@ -190,9 +190,9 @@ fn send_all(mut streams: Vec<TcpStream>, lines: mpsc::Receiver<Arc<Vec<u8>>>) ->
     Ok(thread_cpu_time())
 }
 
-/// The opening of the connections the floor's readers use is the API
-/// benchmark's own (`H1Watch::open`), so it is checked here against the
-/// floor's acceptor, with a few connections and writes.
+/// The floor's readers open their connections as the API benchmark's
+/// watches do (`H1Watch::open`): a few connections and writes check them
+/// against the floor's acceptor and senders.
 #[cfg(test)]
 mod tests {
     use super::*;
