@@ -24,6 +24,7 @@ pub mod limits;
 pub mod namespace;
 pub mod object;
 pub mod openapi;
+pub mod options;
 pub mod patch;
 pub mod pod_logs;
 pub mod protobuf;

@@ -64,8 +64,57 @@ pub fn parse_body(body: &[u8]) -> ApiResult<Value> {
     }
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
-    if !value.is_object() {
+    check_shape(value)
+}
+
+/// The media types an object body may have, as Kubernetes lists them in
+/// its 415.
+const BODY_MEDIA_TYPES: &str = "application/json, application/yaml";
+
+/// Parses the body of a POST or PUT by its `Content-Type`: JSON (also
+/// when there is none, as the Python client sends it) or YAML; protobuf
+/// is recognised by its prefix. Any other type is a 415, not read as JSON.
+pub fn parse_request_body(content_type: &str, body: &[u8]) -> ApiResult<Value> {
+    let media_type = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    match media_type.as_str() {
+        "" | "application/json" => parse_body(body),
+        "application/vnd.kubernetes.protobuf" => parse_body(body),
+        "application/yaml" => {
+            if body.is_empty() {
+                return parse_body(body);
+            }
+            let value: Value = serde_yaml::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))?;
+            check_shape(value)
+        }
+        other => Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format ({other}) - accepted media types include: {BODY_MEDIA_TYPES}"
+        ))),
+    }
+}
+
+/// One object, whose type fields are strings and whose metadata is an
+/// object, as every Kubernetes object decodes.
+fn check_shape(value: Value) -> ApiResult<Value> {
+    let Some(map) = value.as_object() else {
         return Err(ApiError::bad_request("the body must be a JSON object"));
+    };
+    for field in ["apiVersion", "kind"] {
+        if map.get(field).is_some_and(|v| !v.is_string() && !v.is_null()) {
+            return Err(ApiError::bad_request(format!(
+                "the body's {field} must be a string"
+            )));
+        }
+    }
+    if map.get("metadata").is_some_and(|m| !m.is_object() && !m.is_null()) {
+        return Err(ApiError::bad_request(
+            "the body's metadata must be an object (ObjectMeta)",
+        ));
     }
     Ok(value)
 }
@@ -481,5 +530,22 @@ mod tests {
         );
         assert!(parse_body(b"[1]").is_err());
         assert!(parse_body(b"{").is_err());
+        assert!(parse_body(br#"{"metadata":"x"}"#).is_err());
+        assert!(parse_body(br#"{"kind":5}"#).is_err());
+    }
+
+    #[test]
+    fn a_body_is_read_by_its_content_type_and_other_types_are_415() {
+        let json = br#"{"kind":"ConfigMap","data":{"a":"b"}}"#;
+        for content_type in ["", "application/json", "application/json; charset=utf-8"] {
+            assert_eq!(parse_request_body(content_type, json).unwrap()["data"]["a"], "b");
+        }
+        let yaml = b"kind: ConfigMap\ndata:\n  a: b\n";
+        assert_eq!(parse_request_body("application/yaml", yaml).unwrap()["data"]["a"], "b");
+        for content_type in ["text/plain", "application/xml", "application/x-www-form-urlencoded"] {
+            let err = parse_request_body(content_type, json).unwrap_err();
+            assert_eq!(err.code, 415, "{content_type}");
+        }
+        assert_eq!(parse_request_body("application/yaml", b"- 1\n").unwrap_err().code, 400);
     }
 }

@@ -163,6 +163,44 @@ pub fn object(body: &[u8]) -> Result<Value, String> {
     Ok(review)
 }
 
+/// A DeleteOptions body (gracePeriodSeconds = 1, preconditions = 2 {uid =
+/// 1, resourceVersion = 2}, orphanDependents = 3, propagationPolicy = 4,
+/// dryRun = 5 repeated), as kubectl drain sends it, read into its JSON.
+pub fn delete_options(body: &[u8]) -> Result<Value, String> {
+    let malformed = || "the protobuf DeleteOptions body is malformed".to_string();
+    let envelope = body
+        .strip_prefix(MAGIC)
+        .ok_or("the body is not Kubernetes protobuf")?;
+    let envelope = fields(envelope).ok_or_else(malformed)?;
+    let type_meta = strings(
+        bytes_of(&envelope, 1).unwrap_or_default(),
+        &[(1, "apiVersion"), (2, "kind")],
+    )
+    .ok_or_else(malformed)?;
+    let raw = fields(bytes_of(&envelope, 2).unwrap_or_default()).ok_or_else(malformed)?;
+    let mut options = json!({ "kind": type_meta["kind"] });
+    let mut dry_run = Vec::new();
+    for field in &raw {
+        match field {
+            Field::Varint(1, v) => options["gracePeriodSeconds"] = json!(*v as i64),
+            Field::Bytes(2, b) => {
+                options["preconditions"] =
+                    strings(b, &[(1, "uid"), (2, "resourceVersion")]).ok_or_else(malformed)?
+            }
+            Field::Varint(3, v) => options["orphanDependents"] = json!(*v != 0),
+            Field::Bytes(4, b) => {
+                options["propagationPolicy"] = json!(String::from_utf8_lossy(b).into_owned())
+            }
+            Field::Bytes(5, b) => dry_run.push(json!(String::from_utf8_lossy(b).into_owned())),
+            _ => {}
+        }
+    }
+    if !dry_run.is_empty() {
+        options["dryRun"] = json!(dry_run);
+    }
+    Ok(options)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,6 +231,27 @@ mod tests {
         );
         assert!(object(b"k8s\0\x0a\xff").is_err());
         assert!(object(b"{}").is_err());
+    }
+
+    #[test]
+    fn delete_options_read_as_their_json() {
+        let raw = [
+            vec![1 << 3, 5],
+            field(2, &field(1, b"u1")),
+            field(4, b"Foreground"),
+            field(5, b"All"),
+        ]
+        .concat();
+        let type_meta = [field(1, b"v1"), field(2, b"DeleteOptions")].concat();
+        let body = [MAGIC.to_vec(), field(1, &type_meta), field(2, &raw)].concat();
+        let options = delete_options(&body).unwrap();
+        assert_eq!(
+            options,
+            json!({"kind": "DeleteOptions", "gracePeriodSeconds": 5,
+                   "preconditions": {"uid": "u1"}, "propagationPolicy": "Foreground",
+                   "dryRun": ["All"]})
+        );
+        assert!(delete_options(b"k8s\0\x0a\xff").is_err());
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub struct Target<'a> {
 }
 
 /// The selectors and paging of a list or watch.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct ListOptions {
     pub labels: Option<LabelSelector>,
     pub fields: Option<FieldSelector>,
@@ -722,6 +722,7 @@ impl Registry {
                 object
             }
         };
+        check_uid(target, name, &next, &current)?;
         // What the server owns stays as it was.
         {
             let old = &current["metadata"];
@@ -776,6 +777,7 @@ impl Registry {
             crate::crd::accept(&mut next);
         }
         crate::validation::validate_object(resource, &next)?;
+        crate::validation::update::validate_update(resource, &current, &next)?;
         if next == current {
             // Nothing changed: no write, the same resourceVersion.
             return Ok(current);
@@ -883,6 +885,7 @@ impl Registry {
                         &current,
                         patch.body,
                     )?;
+                    check_identity(target, name, &patched)?;
                     (patch.check)(&patched)?;
                     check_precondition(target, name, &patched, revision)?;
                     metadata_mut(&mut patched)
@@ -1508,6 +1511,48 @@ fn check_precondition(
         Some(rv) if !rv.is_empty() && rv != revision.to_string() => {
             Err(storage_error(target, name, StorageError::Conflict))
         }
+        _ => Ok(()),
+    }
+}
+
+/// A patched object is still the object of the URL: a patch that takes
+/// or changes its name or namespace is refused (400), as Kubernetes'
+/// patch handler checks the result.
+fn check_identity(target: &Target<'_>, name: &str, patched: &Value) -> ApiResult<()> {
+    if !patched.is_object() {
+        return Err(ApiError::bad_request(
+            "the patched object is not a JSON object",
+        ));
+    }
+    let patched_name = object::meta_str(patched, "name").unwrap_or("");
+    if patched_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({patched_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let patched_namespace = object::meta_str(patched, "namespace").unwrap_or("");
+    match target.namespace {
+        Some(namespace) if !patched_namespace.is_empty() && patched_namespace != namespace => {
+            Err(ApiError::bad_request(format!(
+                "the namespace of the object ({patched_namespace}) does not match the namespace on the request ({namespace})"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A uid in the object written is a precondition: a write meant for an
+/// object of the same name that was deleted and created again fails
+/// (409) rather than landing on the new one.
+fn check_uid(target: &Target<'_>, name: &str, next: &Value, current: &Value) -> ApiResult<()> {
+    let current_uid = object::meta_str(current, "uid").unwrap_or("");
+    match object::meta_str(next, "uid") {
+        Some(uid) if !uid.is_empty() && uid != current_uid => Err(ApiError::conflict(
+            target.resource.group,
+            target.resource.plural,
+            name,
+            &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {current_uid}"),
+        )),
         _ => Ok(()),
     }
 }

@@ -17,9 +17,9 @@ use tower::ServiceExt;
 
 use crate::conversion::served as convert;
 use crate::field_validation;
-use crate::registry::{DeleteOptions, ListJson, ListOptions, Propagation, Registry, Target, Write};
+use crate::options::{self, OptionsKind};
+use crate::registry::{ListJson, Registry, Target, Write};
 use crate::resources::{self, ResourceType};
-use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
 use crate::table;
 use crate::watch::WatchOptions;
@@ -197,130 +197,6 @@ fn parse_route(group: &str, version: &str, rest: &[String]) -> ApiResult<Route> 
     })
 }
 
-fn flag(query: &HashMap<String, String>, name: &str) -> bool {
-    query.get(name).is_some_and(|v| v == "true" || v == "1")
-}
-
-fn dry_run(query: &HashMap<String, String>) -> ApiResult<bool> {
-    match query.get("dryRun").map(String::as_str) {
-        None | Some("") => Ok(false),
-        Some("All") => Ok(true),
-        Some(other) => Err(ApiError::bad_request(format!(
-            "unsupported dryRun value {other:?}: only \"All\" is supported"
-        ))),
-    }
-}
-
-fn list_options(
-    resource: &ResourceType,
-    query: &HashMap<String, String>,
-) -> ApiResult<ListOptions> {
-    let labels = match query.get("labelSelector").filter(|s| !s.is_empty()) {
-        Some(s) => Some(LabelSelector::parse(s)?),
-        None => None,
-    };
-    let fields = match query.get("fieldSelector").filter(|s| !s.is_empty()) {
-        Some(s) => {
-            let selector = FieldSelector::parse(s)?;
-            selector.check_supported(resource.kind)?;
-            Some(selector)
-        }
-        None => None,
-    };
-    let limit = match query.get("limit").filter(|s| !s.is_empty()) {
-        Some(l) => l
-            .parse::<i64>()
-            .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
-        None => 0,
-    };
-    Ok(ListOptions {
-        labels,
-        fields,
-        limit,
-        continue_token: query.get("continue").filter(|s| !s.is_empty()).cloned(),
-        resource_version: query.get("resourceVersion").cloned().unwrap_or_default(),
-        resource_version_match: query
-            .get("resourceVersionMatch")
-            .cloned()
-            .unwrap_or_default(),
-    })
-}
-
-fn delete_options(query: &HashMap<String, String>, body: &[u8]) -> ApiResult<DeleteOptions> {
-    let mut options = DeleteOptions {
-        dry_run: dry_run(query)?,
-        ..DeleteOptions::default()
-    };
-    if let Some(g) = query.get("gracePeriodSeconds") {
-        options.grace_period_seconds = Some(
-            g.parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
-        );
-    }
-    if let Some(policy) = query.get("propagationPolicy").filter(|p| !p.is_empty()) {
-        options.propagation = Some(Propagation::parse(policy)?);
-    }
-    if let Some(orphan) = query.get("orphanDependents").filter(|p| !p.is_empty()) {
-        if options.propagation.is_some() {
-            return Err(both_orphan_and_policy());
-        }
-        options.propagation = Some(match orphan.as_str() {
-            "true" => Propagation::Orphan,
-            _ => Propagation::Background,
-        });
-    }
-    // kubectl drain may send DeleteOptions as protobuf; it carries nothing
-    // we act on, so such a body is ignored rather than refused.
-    let protobuf = body.starts_with(b"k8s\0");
-    if !protobuf && !body.iter().all(u8::is_ascii_whitespace) {
-        let value: Value = serde_json::from_slice(body).map_err(|e| {
-            ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}"))
-        })?;
-        if let Some(g) = value.get("gracePeriodSeconds").and_then(Value::as_i64) {
-            options.grace_period_seconds = Some(g);
-        }
-        if let Some(dry) = value.get("dryRun").and_then(Value::as_array) {
-            options.dry_run |= dry.iter().any(|d| d == "All");
-        }
-        if let Some(policy) = value.get("propagationPolicy").and_then(Value::as_str) {
-            options.propagation = Some(Propagation::parse(policy)?);
-        }
-        if let Some(orphan) = value.get("orphanDependents").and_then(Value::as_bool) {
-            if options.propagation.is_some() {
-                return Err(both_orphan_and_policy());
-            }
-            options.propagation = Some(match orphan {
-                true => Propagation::Orphan,
-                false => Propagation::Background,
-            });
-        }
-        if let Some(pre) = value.get("preconditions") {
-            options.precondition_uid = pre.get("uid").and_then(Value::as_str).map(str::to_string);
-            options.precondition_resource_version = pre
-                .get("resourceVersion")
-                .and_then(Value::as_str)
-                .map(str::to_string);
-        }
-    }
-    Ok(options)
-}
-
-fn both_orphan_and_policy() -> ApiError {
-    ApiError::invalid(
-        "meta.k8s.io",
-        "DeleteOptions",
-        "deleteoptions",
-        "",
-        vec![crate::status::Cause {
-            reason: "FieldValueInvalid",
-            message:
-                "Invalid value: \"null\": Cannot both set OrphanDependents and PropagationPolicy"
-                    .into(),
-            field: "orphanDependents".into(),
-        }],
-    )
-}
-
 /// The field manager of a write: `fieldManager`, or else the client's name
 /// as its User-Agent gives it (`kubectl/v1.32.0 (linux/amd64) …` →
 /// `kubectl`), as Kubernetes does.
@@ -480,7 +356,7 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
     };
     let manager = field_manager(query, headers)?;
     // Who writes, and whether for real (dryRun is read only by writes).
-    let write = || Ok::<_, ApiError>(Write::new(manager, dry_run(query)?));
+    let write = |kind| Ok::<_, ApiError>(Write::new(manager, options::dry_run(query, kind)?));
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -496,15 +372,13 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
         ))
     };
     match (&method, route.name.as_deref(), route.subresource.as_deref()) {
-        (&Method::GET, None, None) if flag(query, "watch") => {
+        (&Method::GET, None, None) if options::flag(query, "watch")? => {
             let options = WatchOptions {
-                list: list_options(resource, query)?,
-                allow_bookmarks: flag(query, "allowWatchBookmarks"),
-                timeout: query
-                    .get("timeoutSeconds")
-                    .and_then(|t| t.parse::<u64>().ok())
-                    .map(Duration::from_secs),
-                send_initial_events: flag(query, "sendInitialEvents"),
+                list: options::list_options(resource, query, true)?,
+                allow_bookmarks: options::flag(query, "allowWatchBookmarks")?,
+                timeout: options::count(query, "timeoutSeconds")?
+                    .map(|t| Duration::from_secs(t.unsigned_abs())),
+                send_initial_events: options::flag(query, "sendInitialEvents")?,
                 table: render_as(headers, query)?,
                 convert: convert::watch_converter(served),
             };
@@ -520,7 +394,7 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
                 .into_response())
         }
         (&Method::GET, None, None) => {
-            let options = list_options(resource, query)?;
+            let options = options::list_options(resource, query, false)?;
             let plain = render_as(headers, query)?.is_none() && std::ptr::eq(served, resource);
             if plain {
                 // From the watch cache, without parsing each object.
@@ -563,9 +437,9 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
             Ok(json_response(StatusCode::OK, &scale))
         }
         (&Method::PUT, Some(name), Some("scale")) => {
-            let scale = crate::object::parse_body(body)?;
+            let scale = crate::object::parse_request_body(content_type, body)?;
             let scale =
-                crate::subresources::put_scale(registry, &target, name, scale, &write()?).await?;
+                crate::subresources::put_scale(registry, &target, name, scale, &write(OptionsKind::Update)?).await?;
             Ok(json_response(StatusCode::OK, &scale))
         }
         (&Method::PATCH, Some(name), Some("scale")) => {
@@ -575,15 +449,15 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
                 name,
                 content_type,
                 body,
-                &write()?,
+                &write(OptionsKind::Patch)?,
             )
             .await?;
             Ok(json_response(StatusCode::OK, &scale))
         }
         (&Method::POST, Some(name), Some("binding")) => {
-            let binding = crate::object::parse_body(body)?;
+            let binding = crate::object::parse_request_body(content_type, body)?;
             let status =
-                crate::subresources::bind(registry, &target, name, binding, &write()?).await?;
+                crate::subresources::bind(registry, &target, name, binding, &write(OptionsKind::Create)?).await?;
             Ok(json_response(StatusCode::CREATED, &status))
         }
         (&Method::POST, Some(name), Some("token")) if resource.kind == "ServiceAccount" => {
@@ -598,7 +472,7 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
             Ok(json_response(StatusCode::CREATED, &token))
         }
         (&Method::POST, Some(name), Some("eviction")) => {
-            let eviction = crate::object::parse_body(body)?;
+            let eviction = crate::object::parse_request_body(content_type, body)?;
             let status = crate::subresources::evict(registry, &target, name, eviction).await?;
             Ok(json_response(StatusCode::CREATED, &status))
         }
@@ -625,19 +499,19 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
             }
         }
         (&Method::POST, None, None) => {
-            let object = crate::object::parse_body(body)?;
+            let object = crate::object::parse_request_body(content_type, body)?;
             let warnings = field_validation::check(served, validation, &object, Some(body))?;
             let object = convert::incoming(served, object)?;
-            let write = write()?;
+            let write = write(OptionsKind::Create)?;
             let created = registry.create(&target, object, &write).await?;
             let created = convert::outgoing(served, created);
             Ok(warned_response(StatusCode::CREATED, &created, &warnings))
         }
         (&Method::PUT, Some(name), sub @ (None | Some("status") | Some("finalize"))) => {
-            let object = crate::object::parse_body(body)?;
+            let object = crate::object::parse_request_body(content_type, body)?;
             let warnings = field_validation::check(served, validation, &object, Some(body))?;
             let object = convert::incoming(served, object)?;
-            let write = write()?;
+            let write = write(OptionsKind::Update)?;
             let updated = registry.update(&target, name, object, sub, &write).await?;
             let updated = convert::outgoing(served, updated);
             Ok(warned_response(StatusCode::OK, &updated, &warnings))
@@ -677,12 +551,13 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
                     }],
                 ));
             }
-            let write = write()?;
+            let force = options::check_force(query, crate::patch::is_apply(content_type))?;
+            let write = write(OptionsKind::Patch)?;
             let patch = crate::registry::Patch {
                 content_type,
                 body,
                 check: &check,
-                force: flag(query, "force"),
+                force,
             };
             let (patched, created) =
                 convert::patch(registry, served, &target, name, &patch, sub, &write).await?;
@@ -695,7 +570,7 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
             Ok(warned_response(code, &patched, &warnings))
         }
         (&Method::DELETE, Some(name), None) => {
-            let options = delete_options(query, body)?;
+            let options = options::delete_options(query, body)?;
             let deleted = registry.delete(&target, name, &options).await?;
             Ok(json_response(
                 StatusCode::OK,
@@ -703,9 +578,9 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
             ))
         }
         (&Method::DELETE, None, None) => {
-            let options = delete_options(query, body)?;
+            let options = options::delete_options(query, body)?;
             let deleted = registry
-                .delete_collection(&target, &list_options(resource, query)?, &options)
+                .delete_collection(&target, &options::list_options(resource, query, false)?, &options)
                 .await?;
             Ok(json_response(
                 StatusCode::OK,

@@ -204,6 +204,24 @@ pub async fn bind(
         .admit_subresource(registry, &mut attrs)
         .await?;
     let binding = attrs.object.unwrap_or_default();
+    // Only a Node is a place to run a pod (Kubernetes' ValidatePodBinding).
+    let kind = binding["target"]["kind"].as_str().unwrap_or("");
+    if !kind.is_empty() && kind != "Node" {
+        return Err(ApiError::invalid(
+            "",
+            "Binding",
+            "bindings",
+            name,
+            vec![Cause {
+                reason: "FieldValueNotSupported",
+                message: format!(
+                    "Unsupported value: {}: supported values: \"Node\", \"<empty>\"",
+                    crate::selectors::go_quote(kind)
+                ),
+                field: "target.kind".into(),
+            }],
+        ));
+    }
     let node = binding["target"]["name"]
         .as_str()
         .filter(|n| !n.is_empty())
@@ -565,6 +583,13 @@ mod tests {
             "{}",
             err.message
         );
+        let mut elsewhere = binding_to("n1", json!({"name": "web"}));
+        elsewhere["target"]["kind"] = json!("Pod");
+        let err = bind(&registry, &pods(), "web", elsewhere, &write)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, 422, "{err:?}");
+        assert_eq!(err.to_status()["details"]["causes"][0]["field"], "target.kind");
         let dry = binding_to("n1", json!({"name": "web"}));
         bind(&registry, &pods(), "web", dry, &Write::new("test", true))
             .await

@@ -10,6 +10,8 @@ use crate::resources::ResourceType;
 use crate::selectors::{go_quote, go_string_slice, LabelSelector};
 use crate::status::{ApiError, Cause};
 
+pub mod update;
+
 // ---------------------------------------------------------------------------
 // String formats, as k8s.io/apimachinery's util/validation checks them
 // ---------------------------------------------------------------------------

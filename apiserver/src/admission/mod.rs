@@ -444,7 +444,7 @@ pub(crate) mod tests {
         );
 
         let mut changed = (*first).clone();
-        changed["value"] = serde_json::json!(20);
+        changed["description"] = serde_json::json!("for the important ones");
         registry
             .update(&classes, "high", changed, None, &write)
             .await
@@ -453,7 +453,10 @@ pub(crate) mod tests {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(after["value"], 20, "a change is seen at once");
+        assert_eq!(
+            after["description"], "for the important ones",
+            "a change is seen at once"
+        );
         assert_ne!(
             after["metadata"]["resourceVersion"],
             first["metadata"]["resourceVersion"]

@@ -62,7 +62,16 @@ fn decode_op(op: &Value) -> Result<Op, String> {
             .ok_or_else(|| "missing \"value\"".to_string())
     };
     let path = text("path")?;
-    Ok(match text("op")?.as_str() {
+    let op_name = text("op")?;
+    // The root is the object itself: replacing or removing it would take
+    // its identity and everything only the server sets with it.
+    let from_root = matches!(op_name.as_str(), "move") && fields.get("from") == Some(&Value::from(""));
+    if (path.is_empty() && op_name != "test") || from_root {
+        return Err(format!(
+            "{op_name} operation does not apply: the root of the object cannot be replaced, removed or moved"
+        ));
+    }
+    Ok(match op_name.as_str() {
         "add" => Op::Add {
             path,
             value: value()?,

@@ -23,6 +23,13 @@ pub fn apply(definition: &str, document: &Value, patch: &Value) -> Result<Value,
             "a strategic merge patch must be a JSON object".into(),
         ));
     };
+    if patch.get(PATCH).is_some_and(|p| p == "delete") {
+        // It would leave an object with nothing but what the server fills in.
+        return Err(PatchError::Unprocessable(
+            "$patch: delete is not allowed at the root of a patch; delete the object with DELETE"
+                .into(),
+        ));
+    }
     let mut doc = match document {
         Value::Object(map) => map.clone(),
         _ => Map::new(),
