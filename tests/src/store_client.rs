@@ -68,3 +68,34 @@ pub async fn get_value(addr: SocketAddr, key: &str) -> Result<Option<String>> {
         .first()
         .map(|kv| String::from_utf8_lossy(&kv.value).into_owned()))
 }
+
+/// Every key under `prefix` with its mod revision and value, in key
+/// order: a dump to compare before and after requests that must change
+/// nothing.
+pub async fn dump(addr: SocketAddr, prefix: &str) -> Result<Vec<(String, i64, Vec<u8>)>> {
+    let mut client = KvClient::new(connect(addr).await?);
+    let mut end = prefix.as_bytes().to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    let response = client
+        .range(RangeRequest {
+            key: prefix.into(),
+            range_end: end,
+            ..Default::default()
+        })
+        .await
+        .with_context(|| format!("range {prefix} from {addr}"))?
+        .into_inner();
+    Ok(response
+        .kvs
+        .into_iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(&kv.key).into_owned(),
+                kv.mod_revision,
+                kv.value,
+            )
+        })
+        .collect())
+}

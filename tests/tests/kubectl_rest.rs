@@ -354,7 +354,6 @@ async fn get_watch_sees_changes_made_meanwhile(backend: Backend) -> Result<()> {
         )
     };
     kubectl.manifest("w1.json", &pod("w1", "one"))?;
-    kubectl.manifest("w1-two.json", &pod("w1", "two"))?;
     kubectl.manifest("w2.json", &pod("w2", "one"))?;
     kubectl.manifest(
         "other.json",
@@ -367,6 +366,12 @@ async fn get_watch_sees_changes_made_meanwhile(backend: Backend) -> Result<()> {
     };
     let rv = "jsonpath={.metadata.resourceVersion}";
     let created = rv_of(kubectl.ok(&["create", "-f", "w1.json", "-o", rv])?)?;
+    // A replacement is the object as stored with one change: a pod's spec
+    // as first written lacks what admission added (its service account's
+    // token volume), and Kubernetes refuses to change a pod's spec.
+    let mut two: Value = serde_json::from_str(&kubectl.ok(&["get", "pod", "w1", "-o", "json"])?)?;
+    two["metadata"]["labels"]["step"] = "two".into();
+    kubectl.manifest("w1-two.json", &two.to_string())?;
 
     // On a cluster the watch goes to another member than the writes.
     let watcher = kubectl.with_kubeconfig(&server.watch_kubeconfig())?;
