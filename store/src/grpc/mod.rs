@@ -15,6 +15,7 @@
 //! ```
 
 mod cluster;
+mod codec;
 mod convert;
 mod kv;
 mod lease;

@@ -8,6 +8,7 @@ use tonic::{Code, Status};
 use crate::error::StoreError;
 
 pub(crate) const EMPTY_KEY: &str = "etcdserver: key is not provided";
+pub(crate) const TOO_MANY_OPS: &str = "etcdserver: too many operations in txn request";
 pub(crate) const COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted";
 pub(crate) const FUTURE_REVISION: &str = "etcdserver: mvcc: required revision is a future revision";
 pub(crate) const NOT_LEADER: &str = "etcdserver: not leader";
@@ -25,10 +26,7 @@ pub(crate) fn from_store(err: StoreError) -> Status {
         StoreError::KeyNotFound => (Code::InvalidArgument, "etcdserver: key not found"),
         StoreError::ValueProvided => (Code::InvalidArgument, "etcdserver: value is provided"),
         StoreError::LeaseProvided => (Code::InvalidArgument, "etcdserver: lease is provided"),
-        StoreError::TooManyOps { .. } => (
-            Code::InvalidArgument,
-            "etcdserver: too many operations in txn request",
-        ),
+        StoreError::TooManyOps { .. } => (Code::InvalidArgument, TOO_MANY_OPS),
         StoreError::DuplicateKey => (
             Code::InvalidArgument,
             "etcdserver: duplicate key given in txn request",

@@ -466,6 +466,80 @@ async fn txn_compare_and_swap_takes_either_branch() {
     server.shutdown().await;
 }
 
+/// A txn in a txn `depth` times, with one put at the bottom.
+fn nested_txn(depth: usize, leaf: &str) -> pb::TxnRequest {
+    (1..depth).fold(
+        pb::TxnRequest {
+            success: vec![put_op(leaf, "v")],
+            ..Default::default()
+        },
+        |inner, _| pb::TxnRequest {
+            success: vec![pb::RequestOp {
+                request: Some(request_op::Request::RequestTxn(inner)),
+            }],
+            ..Default::default()
+        },
+    )
+}
+
+/// A txn's answer without its responses, which nest as deep as the txn
+/// and deeper than the generated client reads.
+#[derive(Clone, PartialEq, prost::Message)]
+struct TxnOutcome {
+    #[prost(message, optional, tag = "1")]
+    header: Option<pb::ResponseHeader>,
+    #[prost(bool, tag = "2")]
+    succeeded: bool,
+}
+
+async fn txn_outcome(channel: Channel, txn: pb::TxnRequest) -> Result<TxnOutcome, Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("channel ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/etcdserverpb.KV/Txn");
+    let codec = tonic_prost::ProstCodec::<pb::TxnRequest, TxnOutcome>::default();
+    let answer = grpc.unary(tonic::Request::new(txn), path, codec).await?;
+    Ok(answer.into_inner())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn txns_nest_as_deep_as_etcds_op_budget_allows() {
+    let server = Server::start().await;
+    let mut kv = server.kv();
+    // One operation a level: 128 levels spend etcd's 128 operations.
+    let outcome = txn_outcome(server.channel.clone(), nested_txn(128, "deep"))
+        .await
+        .expect("128 levels are applied");
+    assert!(outcome.succeeded);
+    assert_eq!(get(&mut kv, key("deep")).await.kvs[0].value, b"v");
+    for depth in [129, 300] {
+        assert_status(
+            kv.txn(nested_txn(depth, "deeper")).await,
+            Code::InvalidArgument,
+            "etcdserver: too many operations in txn request",
+        );
+    }
+    // A nested txn gets what its parent left: 128 - 100.
+    let mut ops: Vec<_> = (0..99).map(|i| put_op(&format!("p{i}"), "v")).collect();
+    ops.push(pb::RequestOp {
+        request: Some(request_op::Request::RequestTxn(pb::TxnRequest {
+            success: (0..29).map(|i| put_op(&format!("n{i}"), "v")).collect(),
+            ..Default::default()
+        })),
+    });
+    let over_budget = pb::TxnRequest {
+        success: ops,
+        ..Default::default()
+    };
+    assert_status(
+        kv.txn(over_budget).await,
+        Code::InvalidArgument,
+        "etcdserver: too many operations in txn request",
+    );
+    assert!(get(&mut kv, key("deeper")).await.kvs.is_empty());
+    assert!(get(&mut kv, key("p0")).await.kvs.is_empty());
+    server.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_carry_etcds_codes_and_messages() {
     let server = Server::start().await;
