@@ -14,6 +14,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let descriptors = protox::compile(PROTOS, ["proto"])?;
     tonic_prost_build::configure()
+        // prost's codec but for TxnRequest, which nests deeper than prost reads.
+        .codec_path("crate::grpc::codec::EtcdCodec")
         .build_server(true)
         .build_client(true)
         .compile_fds(descriptors)?;

@@ -91,8 +91,21 @@ pub fn check_txn(req: &TxnRequest, max_ops: usize) -> Result<()> {
     Ok(())
 }
 
+/// etcd's budget: a txn may hold `max_ops` compares and as many operations
+/// in each branch; a txn nested in it gets what its parent left over
+/// (`max_ops` less the parent's largest list), so nesting ends at most
+/// `max_ops` levels down. The error names the configured limit.
 fn check_txn_ops(req: &TxnRequest, max_ops: usize) -> Result<()> {
-    if req.compare.len() > max_ops || req.success.len() > max_ops || req.failure.len() > max_ops {
+    check_txn_budget(req, max_ops, max_ops)
+}
+
+fn check_txn_budget(req: &TxnRequest, budget: usize, max_ops: usize) -> Result<()> {
+    let ops = req
+        .compare
+        .len()
+        .max(req.success.len())
+        .max(req.failure.len());
+    if ops > budget {
         return Err(StoreError::TooManyOps { limit: max_ops });
     }
     if req.compare.iter().any(|c: &Compare| c.key.is_empty()) {
@@ -103,7 +116,7 @@ fn check_txn_ops(req: &TxnRequest, max_ops: usize) -> Result<()> {
             RequestOp::Range(r) => check_range(r)?,
             RequestOp::Put(p) => check_put(p)?,
             RequestOp::DeleteRange(d) => check_delete_range(d)?,
-            RequestOp::Txn(t) => check_txn_ops(t, max_ops)?,
+            RequestOp::Txn(t) => check_txn_budget(t, budget - ops, max_ops)?,
         }
     }
     Ok(())
@@ -235,6 +248,47 @@ mod tests {
         let mut p = PutRequest::new("k", "v");
         p.ignore_value = true;
         assert!(matches!(check_put(&p), Err(StoreError::ValueProvided)));
+    }
+
+    fn nested(depth: usize, leaf: TxnRequest) -> TxnRequest {
+        (1..depth).fold(leaf, |inner, _| txn(vec![RequestOp::Txn(inner)], vec![]))
+    }
+
+    #[test]
+    fn a_nested_txn_gets_what_its_parent_left_of_the_op_budget() {
+        let too_many = |t: &TxnRequest| {
+            matches!(
+                check_txn(t, MAX_TXN_OPS),
+                Err(StoreError::TooManyOps { limit: 128 })
+            )
+        };
+        let puts = |prefix: &str, n: usize| -> Vec<RequestOp> {
+            (0..n).map(|i| put(&format!("{prefix}{i}"))).collect()
+        };
+        let with_nested = |outer: usize, inner: usize| {
+            let mut ops = puts("outer", outer - 1);
+            ops.push(RequestOp::Txn(txn(puts("inner", inner), vec![])));
+            txn(ops, vec![])
+        };
+        assert!(!too_many(&with_nested(100, 28)));
+        assert!(too_many(&with_nested(100, 29)));
+        // The compares count against the budget as much as either branch.
+        let mut compared = with_nested(1, 29);
+        assert!(!too_many(&compared));
+        compared.compare = (0..100)
+            .map(|_| Compare {
+                result: crate::api::CompareResult::Equal,
+                target: crate::api::CompareTarget::Version(0),
+                key: b"c".to_vec(),
+                range_end: vec![],
+            })
+            .collect();
+        assert!(too_many(&compared));
+        // One operation a level: 128 levels fit, the 129th has no budget
+        // left but may still be an empty txn.
+        assert!(!too_many(&nested(128, txn(vec![put("leaf")], vec![]))));
+        assert!(!too_many(&nested(129, txn(vec![], vec![]))));
+        assert!(too_many(&nested(129, txn(vec![put("leaf")], vec![]))));
     }
 
     #[test]

@@ -25,6 +25,9 @@ impl Cluster for ClusterService {
         request: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
         let req = request.into_inner();
+        if !peer_urls_are_valid(&req.peer_ur_ls) {
+            return Err(Status::invalid_argument(status::MEMBER_BAD_URLS));
+        }
         let (added, members) = self
             .store
             .add_member(req.peer_ur_ls, req.is_learner)
@@ -79,5 +82,58 @@ impl Cluster for ClusterService {
         Err(Status::unimplemented(
             "skiff has no learners to promote; members join as voters",
         ))
+    }
+}
+
+/// etcd's `types.NewURLs`: at least one URL, each of scheme http, https,
+/// unix or unixs, with an address of the form host:port and no path.
+fn peer_urls_are_valid(urls: &[String]) -> bool {
+    !urls.is_empty() && urls.iter().all(|url| peer_url_is_valid(url.trim()))
+}
+
+fn peer_url_is_valid(url: &str) -> bool {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return false;
+    };
+    if !matches!(scheme, "http" | "https" | "unix" | "unixs") {
+        return false;
+    }
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    path.is_empty() && splits_as_host_port(host_port)
+}
+
+/// Go's `net.SplitHostPort` succeeds: one colon, or a bracketed IPv6
+/// host followed by one.
+fn splits_as_host_port(address: &str) -> bool {
+    match address.strip_prefix('[') {
+        Some(bracketed) => bracketed
+            .split_once(']')
+            .and_then(|(_, after)| after.strip_prefix(':'))
+            .is_some_and(|port| !port.contains(':')),
+        None => address.matches(':').count() == 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_urls_as_etcd_reads_them() {
+        let valid = |urls: &[&str]| {
+            peer_urls_are_valid(&urls.iter().map(|u| u.to_string()).collect::<Vec<_>>())
+        };
+        assert!(valid(&["http://10.0.0.2:2380"]));
+        assert!(valid(&[" https://node-2:2380 ", "http://[::1]:2380"]));
+        assert!(valid(&["unix://sock:1"]));
+        assert!(!valid(&[]));
+        assert!(!valid(&["not a url"]));
+        assert!(!valid(&["ftp://10.0.0.2:2380"]));
+        assert!(!valid(&["http://10.0.0.2"]), "no port");
+        assert!(!valid(&["http://10.0.0.2:2380/path"]));
+        assert!(!valid(&["http://::1:2380"]), "IPv6 without brackets");
+        assert!(!valid(&["http://10.0.0.2:2380", "10.0.0.3:2380"]));
     }
 }

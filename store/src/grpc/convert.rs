@@ -1,6 +1,7 @@
 //! Protobuf messages ↔ the store's `api` types, field for field. Requests
-//! are taken as etcd takes them: an unknown enum value is read as the
-//! default, a missing compare operand as zero or empty.
+//! are taken as etcd takes them: a compare outside its enums as etcd
+//! evaluates it, a missing compare operand as zero or empty, and a sort
+//! outside its enums refused (etcd 3.6's answer; 3.4 crashed on it).
 
 use tonic::Status;
 
@@ -24,21 +25,25 @@ pub(crate) fn current_header(store: &Store) -> Option<pb::ResponseHeader> {
     header(store, store.kv().current_revision())
 }
 
-pub(crate) fn range_request(req: pb::RangeRequest) -> api::RangeRequest {
+/// etcd's answer to a sort order or target outside its enums.
+const INVALID_SORT_OPTION: &str = "etcdserver: invalid sort option";
+
+pub(crate) fn range_request(req: pb::RangeRequest) -> Result<api::RangeRequest, Status> {
     use pb::range_request::{SortOrder, SortTarget};
-    let sort_order = match SortOrder::try_from(req.sort_order) {
-        Ok(SortOrder::Ascend) => api::SortOrder::Ascend,
-        Ok(SortOrder::Descend) => api::SortOrder::Descend,
-        Ok(SortOrder::None) | Err(_) => api::SortOrder::None,
+    let invalid = |_| Status::invalid_argument(INVALID_SORT_OPTION);
+    let sort_order = match SortOrder::try_from(req.sort_order).map_err(invalid)? {
+        SortOrder::None => api::SortOrder::None,
+        SortOrder::Ascend => api::SortOrder::Ascend,
+        SortOrder::Descend => api::SortOrder::Descend,
     };
-    let sort_target = match SortTarget::try_from(req.sort_target) {
-        Ok(SortTarget::Version) => api::SortTarget::Version,
-        Ok(SortTarget::Create) => api::SortTarget::Create,
-        Ok(SortTarget::Mod) => api::SortTarget::Mod,
-        Ok(SortTarget::Value) => api::SortTarget::Value,
-        Ok(SortTarget::Key) | Err(_) => api::SortTarget::Key,
+    let sort_target = match SortTarget::try_from(req.sort_target).map_err(invalid)? {
+        SortTarget::Key => api::SortTarget::Key,
+        SortTarget::Version => api::SortTarget::Version,
+        SortTarget::Create => api::SortTarget::Create,
+        SortTarget::Mod => api::SortTarget::Mod,
+        SortTarget::Value => api::SortTarget::Value,
     };
-    api::RangeRequest {
+    Ok(api::RangeRequest {
         key: req.key,
         range_end: req.range_end,
         limit: req.limit,
@@ -52,7 +57,7 @@ pub(crate) fn range_request(req: pb::RangeRequest) -> api::RangeRequest {
         max_mod_revision: req.max_mod_revision,
         min_create_revision: req.min_create_revision,
         max_create_revision: req.max_create_revision,
-    }
+    })
 }
 
 pub(crate) fn put_request(req: pb::PutRequest) -> api::PutRequest {
@@ -91,7 +96,7 @@ fn request_ops(ops: Vec<pb::RequestOp>) -> Result<Vec<api::RequestOp>, Status> {
     ops.into_iter()
         .map(|op| {
             Ok(match op.request {
-                Some(Request::RequestRange(r)) => api::RequestOp::Range(range_request(r)),
+                Some(Request::RequestRange(r)) => api::RequestOp::Range(range_request(r)?),
                 Some(Request::RequestPut(p)) => api::RequestOp::Put(put_request(p)),
                 Some(Request::RequestDeleteRange(d)) => {
                     api::RequestOp::DeleteRange(delete_range_request(d))
@@ -109,46 +114,40 @@ fn request_ops(ops: Vec<pb::RequestOp>) -> Result<Vec<api::RequestOp>, Status> {
 fn compare(c: pb::Compare) -> Result<api::Compare, Status> {
     use pb::compare::{CompareResult, CompareTarget, TargetUnion};
     let result = match CompareResult::try_from(c.result) {
-        Ok(CompareResult::Equal) => api::CompareResult::Equal,
-        Ok(CompareResult::Greater) => api::CompareResult::Greater,
-        Ok(CompareResult::Less) => api::CompareResult::Less,
-        Ok(CompareResult::NotEqual) => api::CompareResult::NotEqual,
-        Err(_) => {
-            return Err(Status::invalid_argument(format!(
-                "etcdserver: unknown compare result {}",
-                c.result
-            )))
-        }
+        Ok(CompareResult::Equal) => Some(api::CompareResult::Equal),
+        Ok(CompareResult::Greater) => Some(api::CompareResult::Greater),
+        Ok(CompareResult::Less) => Some(api::CompareResult::Less),
+        Ok(CompareResult::NotEqual) => Some(api::CompareResult::NotEqual),
+        Err(_) => None,
     };
     let operand = c.target_union;
     let int = |pick: fn(&TargetUnion) -> Option<i64>| operand.as_ref().and_then(pick).unwrap_or(0);
     let target = match CompareTarget::try_from(c.target) {
-        Ok(CompareTarget::Version) => api::CompareTarget::Version(int(|u| match u {
+        Ok(CompareTarget::Version) => Some(api::CompareTarget::Version(int(|u| match u {
             TargetUnion::Version(v) => Some(*v),
             _ => None,
-        })),
-        Ok(CompareTarget::Create) => api::CompareTarget::CreateRevision(int(|u| match u {
+        }))),
+        Ok(CompareTarget::Create) => Some(api::CompareTarget::CreateRevision(int(|u| match u {
             TargetUnion::CreateRevision(v) => Some(*v),
             _ => None,
-        })),
-        Ok(CompareTarget::Mod) => api::CompareTarget::ModRevision(int(|u| match u {
+        }))),
+        Ok(CompareTarget::Mod) => Some(api::CompareTarget::ModRevision(int(|u| match u {
             TargetUnion::ModRevision(v) => Some(*v),
             _ => None,
-        })),
-        Ok(CompareTarget::Lease) => api::CompareTarget::Lease(int(|u| match u {
+        }))),
+        Ok(CompareTarget::Lease) => Some(api::CompareTarget::Lease(int(|u| match u {
             TargetUnion::Lease(v) => Some(*v),
             _ => None,
-        })),
-        Ok(CompareTarget::Value) => api::CompareTarget::Value(match operand {
+        }))),
+        Ok(CompareTarget::Value) => Some(api::CompareTarget::Value(match operand {
             Some(TargetUnion::Value(v)) => v,
             _ => Vec::new(),
-        }),
-        Err(_) => {
-            return Err(Status::invalid_argument(format!(
-                "etcdserver: unknown compare target {}",
-                c.target
-            )))
-        }
+        })),
+        Err(_) => None,
+    };
+    let (result, target) = match (result, target) {
+        (Some(result), Some(target)) => (result, target),
+        (result, target) => compare_outside_enums(result, target),
     };
     Ok(api::Compare {
         result,
@@ -156,6 +155,27 @@ fn compare(c: pb::Compare) -> Result<api::Compare, Status> {
         key: c.key,
         range_end: c.range_end,
     })
+}
+
+/// etcd takes a compare whose result or target is outside its enums
+/// (`compareKV`): an unknown target compares as equal whatever the key
+/// holds, and an unknown result holds, except that a value compare fails
+/// when no key is in the range. Each case is a version compare with the
+/// same outcome: versions are never negative, a missing key's is 0 and a
+/// present key's at least 1.
+fn compare_outside_enums(
+    result: Option<api::CompareResult>,
+    target: Option<api::CompareTarget>,
+) -> (api::CompareResult, api::CompareTarget) {
+    use api::{CompareResult, CompareTarget};
+    let holds = (CompareResult::NotEqual, CompareTarget::Version(-1));
+    match (result, target) {
+        (None, Some(CompareTarget::Value(_))) => {
+            (CompareResult::Greater, CompareTarget::Version(0))
+        }
+        (None, _) | (Some(CompareResult::Equal), None) => holds,
+        (Some(_), _) => (CompareResult::Equal, CompareTarget::Version(-1)),
+    }
 }
 
 pub(crate) fn key_value(kv: api::KeyValue) -> mvccpb::KeyValue {

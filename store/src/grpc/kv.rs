@@ -24,7 +24,7 @@ impl Kv for KvService {
         &self,
         request: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
-        let req = convert::range_request(request.into_inner());
+        let req = convert::range_request(request.into_inner())?;
         let resp = self.store.range(req).await.map_err(from_store)?;
         Ok(Response::new(convert::range_response(&self.store, resp)))
     }

@@ -131,8 +131,14 @@ async fn keep_alive(
         };
         let id = match request {
             Ok(Some(request)) => request.id,
-            // The client closed its side, or the connection broke.
-            Ok(None) | Err(_) => return,
+            // The client closed its side.
+            Ok(None) => return,
+            // A broken connection hears nothing; a refused message is
+            // answered, as etcd returns its receive error.
+            Err(refused) => {
+                let _ = answers.try_send(Err(status::over_receive_limit_as_etcd(refused)));
+                return;
+            }
         };
         let answer = match store.lease_keep_alive(id).await {
             Ok(resp) => Ok(pb::LeaseKeepAliveResponse {

@@ -15,6 +15,7 @@
 //! ```
 
 mod cluster;
+mod codec;
 mod convert;
 mod kv;
 mod lease;
@@ -138,6 +139,12 @@ async fn serve_one(
         // connection (with its watches) dropped if it does not answer.
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .layer(tower::util::MapResponseLayer::new(
+            status::over_receive_limit_in_headers
+                as fn(
+                    tonic::codegen::http::Response<tonic::body::Body>,
+                ) -> tonic::codegen::http::Response<tonic::body::Body>,
+        ))
         .add_service(limited!(KvServer::new(kv::KvService::new(store.clone()))))
         .add_service(limited!(WatchServer::new(watch::WatchService::new(
             store.clone(),

@@ -3,11 +3,13 @@
 //! message (`rpctypes.Error`). Our extra detail goes to the log, not the
 //! client.
 
+use tonic::codegen::http;
 use tonic::{Code, Status};
 
 use crate::error::StoreError;
 
 pub(crate) const EMPTY_KEY: &str = "etcdserver: key is not provided";
+pub(crate) const TOO_MANY_OPS: &str = "etcdserver: too many operations in txn request";
 pub(crate) const COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted";
 pub(crate) const FUTURE_REVISION: &str = "etcdserver: mvcc: required revision is a future revision";
 pub(crate) const NOT_LEADER: &str = "etcdserver: not leader";
@@ -17,6 +19,42 @@ pub(crate) const LEADER_TRANSFER_TIMEOUT: &str =
 pub(crate) const MEMBER_NOT_FOUND: &str = "etcdserver: member not found";
 pub(crate) const NO_LEADER: &str = "etcdserver: no leader";
 pub(crate) const STOPPED: &str = "etcdserver: server stopped";
+pub(crate) const MEMBER_BAD_URLS: &str = "etcdserver: given member URLs are invalid";
+
+/// tonic refuses a message over the receive limit as OutOfRange; grpc-go,
+/// and so etcd, as ResourceExhausted with its own words, which is what
+/// etcd clients expect. Any other status is kept.
+pub(crate) fn over_receive_limit_as_etcd(status: Status) -> Status {
+    let sizes = (status.code() == Code::OutOfRange)
+        .then(|| status.message())
+        .and_then(|m| m.strip_prefix("Error, decoded message length too large: found "))
+        .and_then(|m| m.strip_suffix(" bytes"))
+        .and_then(|m| m.split_once(" bytes, the limit is: "));
+    match sizes {
+        Some((found, limit)) => Status::resource_exhausted(format!(
+            "grpc: received message larger than max ({found} vs. {limit})"
+        )),
+        None => status,
+    }
+}
+
+/// [`over_receive_limit_as_etcd`] for a unary call, whose refusal is in
+/// the response's headers.
+pub(crate) fn over_receive_limit_in_headers(
+    mut response: http::Response<tonic::body::Body>,
+) -> http::Response<tonic::body::Body> {
+    let Some(status) = Status::from_header_map(response.headers()) else {
+        return response;
+    };
+    if status.code() == Code::OutOfRange {
+        let status = over_receive_limit_as_etcd(status);
+        if status.code() == Code::ResourceExhausted {
+            // Only fails for a message that is not a header value; ours is.
+            let _ = status.add_header(response.headers_mut());
+        }
+    }
+    response
+}
 
 /// The status etcd answers for `err`.
 pub(crate) fn from_store(err: StoreError) -> Status {
@@ -25,10 +63,7 @@ pub(crate) fn from_store(err: StoreError) -> Status {
         StoreError::KeyNotFound => (Code::InvalidArgument, "etcdserver: key not found"),
         StoreError::ValueProvided => (Code::InvalidArgument, "etcdserver: value is provided"),
         StoreError::LeaseProvided => (Code::InvalidArgument, "etcdserver: lease is provided"),
-        StoreError::TooManyOps { .. } => (
-            Code::InvalidArgument,
-            "etcdserver: too many operations in txn request",
-        ),
+        StoreError::TooManyOps { .. } => (Code::InvalidArgument, TOO_MANY_OPS),
         StoreError::DuplicateKey => (
             Code::InvalidArgument,
             "etcdserver: duplicate key given in txn request",

@@ -466,6 +466,241 @@ async fn txn_compare_and_swap_takes_either_branch() {
     server.shutdown().await;
 }
 
+/// A txn in a txn `depth` times, with one put at the bottom.
+fn nested_txn(depth: usize, leaf: &str) -> pb::TxnRequest {
+    (1..depth).fold(
+        pb::TxnRequest {
+            success: vec![put_op(leaf, "v")],
+            ..Default::default()
+        },
+        |inner, _| pb::TxnRequest {
+            success: vec![pb::RequestOp {
+                request: Some(request_op::Request::RequestTxn(inner)),
+            }],
+            ..Default::default()
+        },
+    )
+}
+
+/// A txn's answer without its responses, which nest as deep as the txn
+/// and deeper than the generated client reads.
+#[derive(Clone, PartialEq, prost::Message)]
+struct TxnOutcome {
+    #[prost(message, optional, tag = "1")]
+    header: Option<pb::ResponseHeader>,
+    #[prost(bool, tag = "2")]
+    succeeded: bool,
+}
+
+async fn txn_outcome(channel: Channel, txn: pb::TxnRequest) -> Result<TxnOutcome, Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("channel ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/etcdserverpb.KV/Txn");
+    let codec = tonic_prost::ProstCodec::<pb::TxnRequest, TxnOutcome>::default();
+    let answer = grpc.unary(tonic::Request::new(txn), path, codec).await?;
+    Ok(answer.into_inner())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn txns_nest_as_deep_as_etcds_op_budget_allows() {
+    let server = Server::start().await;
+    let mut kv = server.kv();
+    // One operation a level: 128 levels spend etcd's 128 operations.
+    let outcome = txn_outcome(server.channel.clone(), nested_txn(128, "deep"))
+        .await
+        .expect("128 levels are applied");
+    assert!(outcome.succeeded);
+    assert_eq!(get(&mut kv, key("deep")).await.kvs[0].value, b"v");
+    for depth in [129, 300] {
+        assert_status(
+            kv.txn(nested_txn(depth, "deeper")).await,
+            Code::InvalidArgument,
+            "etcdserver: too many operations in txn request",
+        );
+    }
+    // A nested txn gets what its parent left: 128 - 100.
+    let mut ops: Vec<_> = (0..99).map(|i| put_op(&format!("p{i}"), "v")).collect();
+    ops.push(pb::RequestOp {
+        request: Some(request_op::Request::RequestTxn(pb::TxnRequest {
+            success: (0..29).map(|i| put_op(&format!("n{i}"), "v")).collect(),
+            ..Default::default()
+        })),
+    });
+    let over_budget = pb::TxnRequest {
+        success: ops,
+        ..Default::default()
+    };
+    assert_status(
+        kv.txn(over_budget).await,
+        Code::InvalidArgument,
+        "etcdserver: too many operations in txn request",
+    );
+    assert!(get(&mut kv, key("deeper")).await.kvs.is_empty());
+    assert!(get(&mut kv, key("p0")).await.kvs.is_empty());
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_from_a_negative_revision_is_compacted_below_any_compaction() {
+    let server = Server::start().await;
+    let mut stream = server.watch_stream().await;
+    let id = stream.create(prefix_watch("/n", -5)).await;
+    assert!(id >= 0);
+    let canceled = stream.next().await;
+    assert_eq!(
+        (
+            canceled.watch_id,
+            canceled.canceled,
+            canceled.compact_revision
+        ),
+        (id, true, -1),
+        "{canceled:?}"
+    );
+    assert!(canceled.cancel_reason.is_empty());
+    stream.assert_quiet().await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_the_receive_limit_ends_a_stream_resource_exhausted() {
+    let server = Server::start().await;
+    let mut stream = server.watch_stream().await;
+    let create = pb::WatchCreateRequest {
+        key: vec![b'k'; 3 * 1024 * 1024],
+        ..Default::default()
+    };
+    let size = prost::Message::encoded_len(&pb::WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(create.clone())),
+    });
+    stream.send(RequestUnion::CreateRequest(create)).await;
+    let ended = tokio::time::timeout(WAIT, stream.responses.message())
+        .await
+        .expect("an answer in time");
+    let limit = server.store.config().max_request_bytes + super::GRPC_OVERHEAD_BYTES;
+    assert_status(
+        ended,
+        Code::ResourceExhausted,
+        &format!("grpc: received message larger than max ({size} vs. {limit})"),
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_may_have_a_negative_id_as_in_etcd() {
+    let server = Server::start().await;
+    let mut kv = server.kv();
+    let mut lease = server.lease();
+    let granted = lease
+        .lease_grant(pb::LeaseGrantRequest { ttl: 60, id: -5 })
+        .await
+        .expect("granted")
+        .into_inner();
+    assert_eq!((granted.id, granted.ttl), (-5, 60));
+    kv.put(pb::PutRequest {
+        key: "leased".into(),
+        value: "v".into(),
+        lease: -5,
+        ..Default::default()
+    })
+    .await
+    .expect("put with the lease");
+    let ttl = lease
+        .lease_time_to_live(pb::LeaseTimeToLiveRequest { id: -5, keys: true })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ttl.keys, [b"leased".to_vec()]);
+    lease
+        .lease_revoke(pb::LeaseRevokeRequest { id: -5 })
+        .await
+        .expect("revoked");
+    assert!(get(&mut kv, key("leased")).await.kvs.is_empty());
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compares_outside_the_enums_are_evaluated_as_etcd_does() {
+    let server = Server::start().await;
+    let mut kv = server.kv();
+    put(&mut kv, "present", "v").await;
+    let outcome = |result: i32, target: i32, key: &str| {
+        let txn = pb::TxnRequest {
+            compare: vec![pb::Compare {
+                result,
+                target,
+                key: key.into(),
+                range_end: vec![],
+                target_union: Some(compare::TargetUnion::Version(7)),
+            }],
+            ..Default::default()
+        };
+        let mut kv = kv.clone();
+        async move { kv.txn(txn).await.expect("answered").into_inner().succeeded }
+    };
+    let (equal, not_equal, value, version) = (0, 3, 3, 0);
+    // An unknown result holds, but a value compare of no key fails.
+    assert!(outcome(9, version, "present").await);
+    assert!(outcome(-1, version, "absent").await);
+    assert!(outcome(9, value, "present").await);
+    assert!(!outcome(9, value, "absent").await);
+    // An unknown target compares as equal.
+    assert!(outcome(equal, 9, "present").await);
+    assert!(outcome(equal, 9, "absent").await);
+    assert!(!outcome(not_equal, 9, "present").await);
+    assert!(outcome(9, 9, "absent").await);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sort_outside_the_enums_is_an_invalid_sort_option() {
+    let server = Server::start().await;
+    let mut kv = server.kv();
+    put(&mut kv, "k", "v").await;
+    for (sort_order, sort_target) in [(7, 0), (-1, 1), (0, 9), (1, 5)] {
+        let range = pb::RangeRequest {
+            sort_order,
+            sort_target,
+            ..key("k")
+        };
+        assert_status(
+            kv.range(range.clone()).await,
+            Code::InvalidArgument,
+            "etcdserver: invalid sort option",
+        );
+        let in_txn = pb::TxnRequest {
+            success: vec![pb::RequestOp {
+                request: Some(request_op::Request::RequestRange(range)),
+            }],
+            ..Default::default()
+        };
+        assert_status(
+            kv.txn(in_txn).await,
+            Code::InvalidArgument,
+            "etcdserver: invalid sort option",
+        );
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_with_bad_peer_urls_is_refused_before_anything_else() {
+    let server = Server::start().await;
+    for urls in [vec![], vec!["not a url".to_string()]] {
+        assert_status(
+            server
+                .cluster()
+                .member_add(pb::MemberAddRequest {
+                    peer_ur_ls: urls,
+                    is_learner: false,
+                })
+                .await,
+            Code::InvalidArgument,
+            "etcdserver: given member URLs are invalid",
+        );
+    }
+    server.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_carry_etcds_codes_and_messages() {
     let server = Server::start().await;
@@ -589,16 +824,17 @@ async fn errors_carry_etcds_codes_and_messages() {
     );
     // Beyond the limit plus etcd's gRPC overhead the message itself is
     // refused, before the store sees it.
-    let huge = big + super::GRPC_OVERHEAD_BYTES;
-    let status = kv
-        .put(pb::PutRequest {
-            key: "huge".into(),
-            value: vec![b'x'; huge],
-            ..Default::default()
-        })
-        .await
-        .expect_err("refused");
-    assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
+    let huge = pb::PutRequest {
+        key: "huge".into(),
+        value: vec![b'x'; big + super::GRPC_OVERHEAD_BYTES],
+        ..Default::default()
+    };
+    let limit = big - 1 + super::GRPC_OVERHEAD_BYTES;
+    let refusal = format!(
+        "grpc: received message larger than max ({} vs. {limit})",
+        prost::Message::encoded_len(&huge)
+    );
+    assert_status(kv.put(huge).await, Code::ResourceExhausted, &refusal);
 
     assert_status(
         lease.lease_revoke(pb::LeaseRevokeRequest { id: 42 }).await,
@@ -936,16 +1172,13 @@ async fn watching_a_compacted_revision_is_canceled_with_the_compact_revision() {
     assert_eq!(canceled.compact_revision, 4);
     assert!(canceled.events.is_empty());
 
-    // A negative start revision is refused at once, as etcd does.
-    stream
-        .send(RequestUnion::CreateRequest(prefix_watch("/c", -1)))
-        .await;
-    let refused = stream.next().await;
-    assert!(refused.created && refused.canceled && refused.watch_id == -1);
-    assert_eq!(
-        refused.cancel_reason,
-        "etcdserver: mvcc: required revision has been compacted"
-    );
+    // A negative start revision is created, then canceled as compacted
+    // at once, as etcd does.
+    let negative = stream.create(prefix_watch("/c", -1)).await;
+    let canceled = stream.next().await;
+    assert_eq!(canceled.watch_id, negative);
+    assert!(canceled.canceled && !canceled.created, "{canceled:?}");
+    assert_eq!(canceled.compact_revision, 4);
 
     // From the compact revision on, history is there.
     let id = stream.create(prefix_watch("/c", 4)).await;

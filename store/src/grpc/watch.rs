@@ -184,8 +184,10 @@ impl ServerWatchStream {
                     reading = false;
                     true
                 }
-                Step::Request(Err(status)) => {
-                    let _ = self.out.try_send(Err(status));
+                Step::Request(Err(refused)) => {
+                    let _ = self
+                        .out
+                        .try_send(Err(status::over_receive_limit_as_etcd(refused)));
                     false
                 }
                 Step::Delivery(delivery) => self.deliver(delivery).await,
@@ -219,9 +221,6 @@ impl ServerWatchStream {
     }
 
     async fn create(&mut self, req: pb::WatchCreateRequest) -> bool {
-        if req.start_revision < 0 {
-            return self.send(self.refusal(status::COMPACTED.into())).await;
-        }
         // No key is the smallest key, as in etcd.
         let key = if req.key.is_empty() {
             vec![0]
@@ -240,6 +239,9 @@ impl ServerWatchStream {
         } else {
             self.unused_watch_id()
         };
+        if req.start_revision < 0 {
+            return self.compacted_at_once(id).await;
+        }
         let has_filter = |filter: FilterType| req.filters.contains(&(filter as i32));
         let watch_request = WatchRequest {
             key,
@@ -307,6 +309,27 @@ impl ServerWatchStream {
                 task,
             },
         );
+    }
+
+    /// A watch from a negative revision: etcd creates it, then cancels it
+    /// as compacted, with its compact revision (-1 before any compaction),
+    /// which clients turn into ErrCompacted.
+    async fn compacted_at_once(&mut self, id: i64) -> bool {
+        let created = pb::WatchResponse {
+            header: convert::current_header(&self.store),
+            watch_id: id,
+            created: true,
+            ..Default::default()
+        };
+        let compacted = self.store.kv().compact_revision();
+        let canceled = pb::WatchResponse {
+            header: convert::current_header(&self.store),
+            watch_id: id,
+            canceled: true,
+            compact_revision: if compacted > 0 { compacted } else { -1 },
+            ..Default::default()
+        };
+        self.send(created).await && self.send(canceled).await
     }
 
     /// A create answered with a refusal (etcd: created and canceled at once).

@@ -541,7 +541,9 @@ impl<'a> Applier<'a> {
     }
 
     fn lease_grant(&mut self, id: i64, ttl: i64) -> Result<LeaseGrantResponse> {
-        if id <= 0 {
+        // Only 0 is no lease: etcd grants a negative ID asked for (etcdctl
+        // reads IDs as unsigned hex, so half of them are negative here).
+        if id == 0 {
             return Err(StoreError::LeaseNotFound);
         }
         if self.lessor.contains(id) {
