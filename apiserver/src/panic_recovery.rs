@@ -118,3 +118,187 @@ mod tests {
         assert_eq!(panic_message(other.as_ref()), "a panic without a message");
     }
 }
+
+/// Requests a fuzzer found to panic, and their kin: an object whose
+/// `status`, `spec` or `metadata` is of the wrong JSON type, created,
+/// replaced or patched, is refused as bad (400 or 422). The router here
+/// has no recovery layer, so a panic fails the test.
+#[cfg(test)]
+mod wrong_types {
+    use axum::body::Body;
+    use axum::http::{Method, Request, StatusCode};
+    use serde_json::{json, Value};
+    use tower::ServiceExt;
+
+    async fn send(
+        router: &axum::Router,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: &Value,
+    ) -> (StatusCode, Value) {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", content_type)
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let response = router.clone().oneshot(request).await.unwrap();
+        let code = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    /// (collection path, a valid object named `x`); each has a spec and
+    /// a status, and a /status subresource.
+    fn objects() -> Vec<(&'static str, Value)> {
+        vec![
+            (
+                "/api/v1/namespaces/default/pods",
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+                       "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+            ),
+            (
+                "/api/v1/namespaces",
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}),
+            ),
+            (
+                "/apis/apps/v1/namespaces/default/deployments",
+                json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
+                       "spec": {"selector": {"matchLabels": {"a": "b"}},
+                                "template": {"metadata": {"labels": {"a": "b"}},
+                                             "spec": {"containers": [{"name": "c", "image": "i"}]}}}}),
+            ),
+            (
+                "/api/v1/namespaces/default/services",
+                json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"},
+                       "spec": {"ports": [{"port": 80}]}}),
+            ),
+            (
+                "/api/v1/nodes",
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "x"}}),
+            ),
+        ]
+    }
+
+    #[tokio::test]
+    async fn objects_of_wrong_json_types_are_refused_not_panics() {
+        let (registry, _dir) = crate::registry::test_registry().await;
+        let router = crate::server::router(registry);
+        let wrong = [json!("x"), json!([1]), json!(1), json!(true)];
+        let merge = "application/merge-patch+json";
+        for (collection, valid) in objects() {
+            let (code, stored) = send(
+                &router,
+                Method::POST,
+                collection,
+                "application/json",
+                &valid,
+            )
+            .await;
+            assert_eq!(code, StatusCode::CREATED, "{collection}: {stored}");
+            let named = format!("{collection}/x");
+            for field in ["status", "spec", "metadata"] {
+                for value in &wrong {
+                    let mut created = valid.clone();
+                    created["metadata"]["name"] = json!("new");
+                    created[field] = value.clone();
+                    // Without a resourceVersion: an unconditional update.
+                    let mut replaced = stored.clone();
+                    replaced["metadata"]["resourceVersion"].take();
+                    replaced[field] = value.clone();
+                    let patched = json!({ field: value });
+                    // Decoding refuses a new object of a wrong type.
+                    let what = format!("POST {collection} {field}={value}");
+                    let (code, answer) = send(
+                        &router,
+                        Method::POST,
+                        collection,
+                        "application/json",
+                        &created,
+                    )
+                    .await;
+                    assert!(
+                        code == StatusCode::BAD_REQUEST || code == StatusCode::UNPROCESSABLE_ENTITY,
+                        "{what}: {code} {answer}"
+                    );
+                    assert_eq!(answer["kind"], "Status", "{what}: {answer}");
+                    let status = format!("{named}/status");
+                    let tries = [
+                        (
+                            Method::PUT,
+                            named.clone(),
+                            "application/json",
+                            replaced.clone(),
+                        ),
+                        (Method::PATCH, named.clone(), merge, patched.clone()),
+                        (Method::PUT, status.clone(), "application/json", replaced),
+                        (Method::PATCH, status, merge, patched),
+                    ];
+                    for (method, path, content_type, body) in tries {
+                        let what = format!("{method} {path} {field}={value}");
+                        let (code, answer) =
+                            send(&router, method, &path, content_type, &body).await;
+                        assert!(code.as_u16() < 500, "{what}: {code} {answer}");
+                        if !code.is_success() {
+                            assert_eq!(answer["kind"], "Status", "{what}: {answer}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The fuzzer's case exactly: a Pod's status that is not an object is
+    /// a 400 worded as Kubernetes words it, created or written to /status.
+    #[tokio::test]
+    async fn a_pod_status_that_is_not_an_object_is_a_bad_request() {
+        let (registry, _dir) = crate::registry::test_registry().await;
+        let router = crate::server::router(registry);
+        let pods = "/api/v1/namespaces/default/pods";
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+                         "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        for status in [json!("x"), json!([1])] {
+            let mut bad = pod.clone();
+            bad["status"] = status.clone();
+            let (code, answer) = send(&router, Method::POST, pods, "application/json", &bad).await;
+            assert_eq!(code, StatusCode::BAD_REQUEST, "{answer}");
+            assert_eq!(answer["reason"], "BadRequest");
+            let message = answer["message"].as_str().unwrap_or_default();
+            assert!(
+                message.starts_with(
+                    "Pod in version \"v1\" cannot be handled as a Pod: status: invalid type"
+                ),
+                "{message}"
+            );
+        }
+        let (code, stored) = send(&router, Method::POST, pods, "application/json", &pod).await;
+        assert_eq!(code, StatusCode::CREATED, "{stored}");
+        let status = format!("{pods}/web/status");
+        let mut replaced = stored.clone();
+        replaced["status"] = json!("x");
+        let (code, answer) =
+            send(&router, Method::PUT, &status, "application/json", &replaced).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{answer}");
+        let patch = json!({"status": [1]});
+        let merge = "application/merge-patch+json";
+        let (code, answer) = send(&router, Method::PATCH, &status, merge, &patch).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{answer}");
+        // Neither was stored.
+        let request = Request::get(format!("{pods}/web"))
+            .body(Body::empty())
+            .unwrap();
+        let response = router.clone().oneshot(request).await.unwrap();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let now: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            now["metadata"]["resourceVersion"],
+            stored["metadata"]["resourceVersion"]
+        );
+        assert_eq!(now["status"], stored["status"]);
+    }
+}
