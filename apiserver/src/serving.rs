@@ -213,7 +213,7 @@ fn oversized_head<B>(request: &axum::http::Request<B>) -> Option<Response> {
     let head = line + authority + headers + 2;
     if head > MAX_HEADER_BYTES {
         let message = format!(
-            "the request's headers are {head} bytes long; the API server reads at most {MAX_HEADER_BYTES}"
+            "the request's line and headers are {head} bytes long; the API server reads at most {MAX_HEADER_BYTES}"
         );
         return Some(ApiError::new(431, "RequestHeaderFieldsTooLarge", message).into_response());
     }
@@ -824,6 +824,15 @@ mod connection_tests {
             assert!(answered.is_empty(), "{first}: {answered:?}");
             assert!(took >= SHORT, "{first}: closed after {took:?}");
         }
+        // A whole request is answered; the unfinished one after it on
+        // the same connection is timed the same.
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        let two = b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\nGET /ok HTTP/1.1\r\n";
+        stream.write_all(two).await.unwrap();
+        let answered = String::from_utf8(until_closed(&mut stream).await).unwrap();
+        assert!(answered.starts_with("HTTP/1.1 200 OK\r\n"), "{answered}");
+        assert!(answered.ends_with("\r\n\r\nfine"), "{answered}");
+        assert_eq!(answered.matches("HTTP/1.1").count(), 1, "{answered}");
     }
 
     /// The timeout is on the head only: a body sent slowly, a slow
@@ -914,6 +923,12 @@ mod connection_tests {
             (status["code"].as_u64(), status["reason"].as_str()),
             (Some(431), Some("RequestHeaderFieldsTooLarge")),
             "{status}"
+        );
+        let message = status["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("the request's line and headers are 10")
+                && message.ends_with(" bytes long; the API server reads at most 1048576"),
+            "{message}"
         );
         // A head within the limits is served on a new connection.
         let mut one = http1::<Body>(address).await;
