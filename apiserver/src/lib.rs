@@ -25,6 +25,7 @@ pub mod namespace;
 pub mod object;
 pub mod openapi;
 pub mod options;
+pub mod panic_recovery;
 pub mod patch;
 pub mod pod_logs;
 pub mod protobuf;
@@ -137,11 +138,15 @@ pub async fn serve(
     if let Some(auditor) = options.audit {
         router = router.layer(axum::middleware::from_fn_with_state(auditor, audit::record));
     }
-    // Outermost: every layer inside knows the request's user.
-    let router = router.layer(axum::middleware::from_fn_with_state(
-        authenticator,
-        authn::authenticate,
-    ));
+    // Every layer inside knows the request's user.
+    let router = router
+        .layer(axum::middleware::from_fn_with_state(
+            authenticator,
+            authn::authenticate,
+        ))
+        // Outermost: a panic anywhere inside answers 500 and leaves the
+        // connection serving.
+        .layer(axum::middleware::from_fn(panic_recovery::recover));
     // The in-process clients (scheduler, controllers, kubelet) are served
     // once the default roles exist: a request of theirs made before would
     // be refused, and their retries would start them seconds late.

@@ -3,7 +3,7 @@
 //! marked Terminating and goes once its spec and metadata finalizers are
 //! both empty. Emptying it is the namespace controller's work, not this.
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::object;
 use crate::resources::ResourceType;
@@ -32,12 +32,30 @@ pub fn spec_finalizers(namespace: &Value) -> Vec<String> {
 /// On create (`PrepareForCreate`): the phase is Active and
 /// `spec.finalizers` holds `kubernetes`, added after any the client gave.
 pub fn prepare_for_create(namespace: &mut Value) {
-    namespace["status"] = json!({"phase": "Active"});
     let mut finalizers = spec_finalizers(namespace);
     if !finalizers.iter().any(|f| f == FINALIZER_KUBERNETES) {
         finalizers.push(FINALIZER_KUBERNETES.to_string());
     }
-    namespace["spec"]["finalizers"] = json!(finalizers);
+    if let Some(status) = field_mut(namespace, "status") {
+        *status = Map::from_iter([("phase".to_string(), json!("Active"))]);
+    }
+    if let Some(spec) = field_mut(namespace, "spec") {
+        spec.insert("finalizers".into(), json!(finalizers));
+    }
+}
+
+/// `namespace[field]` as an object to write into, made one when absent or
+/// null; `None` when it is of another JSON type, which decoding refuses
+/// with a 400 (writing into it would panic).
+fn field_mut<'a>(namespace: &'a mut Value, field: &str) -> Option<&'a mut Map<String, Value>> {
+    let value = namespace
+        .as_object_mut()?
+        .entry(field)
+        .or_insert(Value::Null);
+    if value.is_null() {
+        *value = json!({});
+    }
+    value.as_object_mut()
 }
 
 /// On update of the namespace itself (`PrepareForUpdate`): its
@@ -55,7 +73,11 @@ pub fn finalize(current: &Value, asked: &Value) -> Value {
 
 fn set_spec_finalizers(namespace: &mut Value, finalizers: Option<Value>) {
     match (finalizers, namespace.get_mut("spec")) {
-        (Some(finalizers), _) => namespace["spec"]["finalizers"] = finalizers,
+        (Some(finalizers), _) => {
+            if let Some(spec) = field_mut(namespace, "spec") {
+                spec.insert("finalizers".into(), finalizers);
+            }
+        }
         (None, Some(Value::Object(spec))) => {
             spec.remove("finalizers");
         }
@@ -75,7 +97,9 @@ pub fn mark_terminating(namespace: &mut Value) {
             meta.insert("deletionGracePeriodSeconds".into(), json!(0));
         }
     }
-    namespace["status"]["phase"] = json!("Terminating");
+    if let Some(status) = field_mut(namespace, "status") {
+        status.insert("phase".into(), json!("Terminating"));
+    }
 }
 
 /// A deleting namespace goes once no finalizer of either kind is left

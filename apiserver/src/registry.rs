@@ -1578,8 +1578,19 @@ fn default_status(resource: &ResourceType, object: &mut Value) {
         ("", "Pod") => "Pending",
         _ => return,
     };
-    if object["status"]["phase"].is_null() {
-        object["status"]["phase"] = json!(phase);
+    // A status that is not an object is left as sent: decoding refuses
+    // it (400), as Kubernetes does.
+    let Some(object) = object.as_object_mut() else {
+        return;
+    };
+    match object.get_mut("status") {
+        None | Some(Value::Null) => {
+            object.insert("status".into(), json!({ "phase": phase }));
+        }
+        Some(Value::Object(status)) if status.get("phase").is_none_or(Value::is_null) => {
+            status.insert("phase".into(), json!(phase));
+        }
+        Some(_) => {}
     }
 }
 

@@ -827,6 +827,9 @@ fn split_terms(selector: &str) -> Vec<&str> {
 
 /// `field`, operator, `value`, at the first unescaped operator.
 fn split_term(term: &str) -> Option<(&str, &'static str, &str)> {
+    // Scanned as bytes, so a selector's non-ASCII text (or an escape
+    // before it) never puts a cut inside a character: the cuts are made
+    // only before and after an operator, which is ASCII.
     let bytes = term.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
@@ -835,7 +838,7 @@ fn split_term(term: &str) -> Option<(&str, &'static str, &str)> {
             continue;
         }
         for operator in ["!=", "==", "="] {
-            if term[i..].starts_with(operator) {
+            if bytes[i..].starts_with(operator.as_bytes()) {
                 return Some((&term[..i], operator, &term[i + operator.len()..]));
             }
         }
@@ -1240,6 +1243,68 @@ mod tests {
             "\"status.replicas\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
         );
         assert!(fsel("spec.nodeName=n").check_supported("Job").is_err());
+    }
+
+    /// Found by a fuzzer: a non-ASCII character in a field selector was
+    /// cut in half (a panic, and the client's connection dropped).
+    #[test]
+    fn non_ascii_field_selectors_are_read_whole() {
+        let err = fsel("é=x").check_supported("Pod").unwrap_err();
+        assert_eq!(
+            (err.code, err.message.as_str()),
+            (400, "field label not supported: é")
+        );
+        assert!(fsel("metadata.name=é").matches(&json!({"metadata": {"name": "é"}})));
+        assert!(fsel("metadata.name!=日本").matches(&json!({"metadata": {"name": "é"}})));
+        assert_eq!(
+            FieldSelector::parse("a=\\é").unwrap_err().message,
+            "invalid field selector: invalid escape sequence: \\é"
+        );
+        assert!(FieldSelector::parse("\\é").is_err());
+    }
+
+    /// Every short selector made of these pieces parses or is refused as
+    /// a 400; none panics (a panic fails the test).
+    #[test]
+    fn selectors_of_any_text_parse_or_are_refused() {
+        let pieces = [
+            "é",
+            "日",
+            "\\",
+            "=",
+            "!",
+            ",",
+            "(",
+            ")",
+            "/",
+            " ",
+            "a",
+            "in",
+            "\0",
+            ">",
+            "\u{10ffff}",
+        ];
+        // Every sequence of up to four pieces.
+        let mut selectors = vec![String::new()];
+        let mut longest = vec![String::new()];
+        for _ in 0..4 {
+            longest = longest
+                .iter()
+                .flat_map(|s| pieces.iter().map(move |p| format!("{s}{p}")))
+                .collect();
+            selectors.extend(longest.iter().cloned());
+        }
+        for selector in &selectors {
+            for err in [
+                LabelSelector::parse(selector).err(),
+                FieldSelector::parse(selector).err(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                assert_eq!(err.code, 400, "{selector:?}: {}", err.message);
+            }
+        }
     }
 
     #[test]

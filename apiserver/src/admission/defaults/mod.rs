@@ -52,7 +52,14 @@ pub fn prepare_for_create(resource: &ResourceType, object: &mut Value) {
     match (resource.group, resource.kind) {
         ("", "Pod") => {
             let class = qos_class(&object["spec"]);
-            object["status"]["qosClass"] = json!(class);
+            // A status that is not an object is left for decoding to
+            // refuse (400).
+            if object["status"].is_null() {
+                object["status"] = json!({});
+            }
+            if let Some(status) = object["status"].as_object_mut() {
+                status.insert("qosClass".into(), json!(class));
+            }
         }
         ("batch", "Job") => batch::generate_selector(object),
         _ => {}
