@@ -10,6 +10,8 @@ use crate::resources::ResourceType;
 use crate::selectors::{go_quote, go_string_slice, LabelSelector};
 use crate::status::{ApiError, Cause};
 
+mod quantities;
+
 // ---------------------------------------------------------------------------
 // String formats, as k8s.io/apimachinery's util/validation checks them
 // ---------------------------------------------------------------------------
@@ -617,7 +619,11 @@ fn cannot_be_handled(resource: &ResourceType, detail: &str) -> ApiError {
 
 fn check_decodes(resource: &ResourceType, object: &Value) -> Result<(), ApiError> {
     let Err(plain) = (resource.decode)(object) else {
-        return Ok(());
+        // Our types keep a quantity as its text; Kubernetes' parse it.
+        return match quantities::first_unparsable(resource, object) {
+            Some(err) => Err(cannot_be_handled(resource, &err.to_string())),
+            None => Ok(()),
+        };
     };
     let detail = match (resource.roundtrip)(object) {
         Err(err) if err.path().iter().next().is_some() => {
@@ -640,6 +646,10 @@ fn validate_kind(resource: &ResourceType, object: &Value, causes: &mut Vec<Cause
             validate_workload(causes, kind, spec)
         }
         ("batch", "Job") => validate_job_spec(causes, spec, "spec"),
+        ("", "ResourceQuota") => quantities::validate_resource_quota(causes, spec),
+        ("", "LimitRange") => quantities::validate_limit_range(causes, spec),
+        ("", "PersistentVolumeClaim") => quantities::validate_claim_spec(causes, spec, "spec"),
+        ("", "PersistentVolume") => quantities::validate_persistent_volume(causes, spec),
         ("apiextensions.k8s.io", "CustomResourceDefinition") if resource.custom.is_none() => {
             causes.extend(crate::crd::validate_definition(object))
         }
@@ -739,6 +749,11 @@ fn validate_container<'a>(
         causes.push(invalid(format!("{path}.image"), &go_quote(image), detail));
     }
     validate_container_ports(causes, items(container, "ports"), &format!("{path}.ports"));
+    quantities::validate_resource_requirements(
+        causes,
+        field(container, "resources"),
+        &format!("{path}.resources"),
+    );
     for (i, env) in items(container, "env").iter().enumerate() {
         if text(env, "name").is_empty() {
             causes.push(required(format!("{path}.env[{i}].name"), ""));
@@ -1374,7 +1389,7 @@ pub(crate) mod tests {
         find("", "v1", "pods").unwrap()
     }
 
-    fn kind(api_version: &str, kind: &str) -> &'static ResourceType {
+    pub(crate) fn kind(api_version: &str, kind: &str) -> &'static ResourceType {
         find_kind(api_version, kind).unwrap()
     }
 
@@ -1386,7 +1401,14 @@ pub(crate) mod tests {
             .collect()
     }
 
-    fn invalid_lines(resource: &ResourceType, object: Value) -> Vec<String> {
+    /// A Pod named `p` with this one container.
+    pub(crate) fn pod_with_container(container: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [container]}})
+    }
+
+    /// The `field: message` lines of the 422 that `object` must draw.
+    pub(crate) fn invalid_lines(resource: &ResourceType, object: Value) -> Vec<String> {
         let err = validate_object(resource, &object).expect_err("should be invalid");
         assert_eq!((err.code, err.reason), (422, "Invalid"), "{}", err.message);
         lines(&err.details.expect("details").causes)
