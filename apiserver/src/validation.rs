@@ -10,6 +10,7 @@ use crate::resources::ResourceType;
 use crate::selectors::{go_quote, go_string_slice, LabelSelector};
 use crate::status::{ApiError, Cause};
 
+mod pod;
 mod quantities;
 
 // ---------------------------------------------------------------------------
@@ -693,22 +694,14 @@ fn validate_pod_spec(causes: &mut Vec<Cause>, spec: &Value, path: &str, claims: 
     }
     let mut names = HashSet::new();
     for (i, container) in containers.iter().enumerate() {
-        validate_container(
-            causes,
-            container,
-            &format!("{path}.containers[{i}]"),
-            &mut names,
-            &volumes,
-        );
+        let at = format!("{path}.containers[{i}]");
+        validate_container(causes, container, &at, &mut names, &volumes);
+        pod::validate_container_fields(causes, container, &at, false);
     }
     for (i, container) in items(spec, "initContainers").iter().enumerate() {
-        validate_container(
-            causes,
-            container,
-            &format!("{path}.initContainers[{i}]"),
-            &mut names,
-            &volumes,
-        );
+        let at = format!("{path}.initContainers[{i}]");
+        validate_container(causes, container, &at, &mut names, &volumes);
+        pod::validate_container_fields(causes, container, &at, true);
     }
     let restart_policy = text(spec, "restartPolicy");
     if !restart_policy.is_empty() && !["Always", "OnFailure", "Never"].contains(&restart_policy) {
@@ -718,6 +711,7 @@ fn validate_pod_spec(causes: &mut Vec<Cause>, spec: &Value, path: &str, claims: 
             &["Always", "OnFailure", "Never"],
         ));
     }
+    pod::validate_pod_spec_fields(causes, spec, path);
 }
 
 fn validate_container<'a>(
@@ -851,12 +845,9 @@ fn validate_pod_template(causes: &mut Vec<Cause>, template: &Value, path: &str, 
     let meta = field(template, "metadata");
     validate_labels(causes, meta, "labels", &format!("{path}.labels"));
     validate_annotations(causes, meta, &format!("{path}.annotations"));
-    validate_pod_spec(
-        causes,
-        field(template, "spec"),
-        &format!("{path}.spec"),
-        claims,
-    );
+    let spec_path = format!("{path}.spec");
+    validate_pod_spec(causes, field(template, "spec"), &spec_path, claims);
+    pod::validate_template_only(causes, field(template, "spec"), &spec_path);
 }
 
 /// The template's restartPolicy, `Always` when unset (Kubernetes' default).
