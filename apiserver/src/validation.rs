@@ -12,6 +12,7 @@ use crate::status::{ApiError, Cause};
 
 mod pod;
 mod quantities;
+mod workload_fields;
 
 // ---------------------------------------------------------------------------
 // String formats, as k8s.io/apimachinery's util/validation checks them
@@ -663,6 +664,7 @@ fn validate_kind(resource: &ResourceType, object: &Value, causes: &mut Vec<Cause
                 field(field(spec, "jobTemplate"), "spec"),
                 "spec.jobTemplate.spec",
             );
+            workload_fields::validate_cron_job_fields(causes, spec);
         }
         _ => {}
     }
@@ -902,7 +904,7 @@ fn validate_workload(causes: &mut Vec<Cause>, kind: &str, spec: &Value) {
             policy,
             &["Always"],
         ));
-    }
+    }    workload_fields::validate_workload_fields(causes, kind, spec);
 }
 
 /// The selector must select the template's labels; a missing selector
@@ -1007,7 +1009,7 @@ fn validate_job_spec(causes: &mut Vec<Cause>, spec: &Value, path: &str) {
     if policy != "OnFailure" && policy != "Never" {
         let at = format!("{path}.template.spec.restartPolicy");
         causes.push(not_supported(at, policy, &["OnFailure", "Never"]));
-    }
+    }    workload_fields::validate_job_fields(causes, spec, path);
 }
 
 // ---------------------------------------------------------------------------
