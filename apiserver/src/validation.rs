@@ -12,6 +12,7 @@ use crate::status::{ApiError, Cause};
 
 mod pod;
 mod quantities;
+mod service_fields;
 mod workload_fields;
 
 // ---------------------------------------------------------------------------
@@ -1041,6 +1042,7 @@ fn validate_service(causes: &mut Vec<Cause>, spec: &Value) {
         );
     }
     validate_labels(causes, spec, "selector", "spec.selector");
+    service_fields::validate_service_fields(causes, spec);
 }
 
 /// One port of a Service; `name_required` when the Service has several.
