@@ -12,6 +12,7 @@ use crate::status::{ApiError, Cause};
 
 mod pod;
 mod quantities;
+mod rbac;
 mod service_fields;
 mod workload_fields;
 
@@ -653,6 +654,12 @@ fn validate_kind(resource: &ResourceType, object: &Value, causes: &mut Vec<Cause
         ("", "LimitRange") => quantities::validate_limit_range(causes, spec),
         ("", "PersistentVolumeClaim") => quantities::validate_claim_spec(causes, spec, "spec"),
         ("", "PersistentVolume") => quantities::validate_persistent_volume(causes, spec),
+        ("rbac.authorization.k8s.io", kind @ ("Role" | "ClusterRole")) => {
+            rbac::validate_role(causes, object, kind == "Role")
+        }
+        ("rbac.authorization.k8s.io", kind @ ("RoleBinding" | "ClusterRoleBinding")) => {
+            rbac::validate_binding(causes, object, kind == "RoleBinding")
+        }
         ("apiextensions.k8s.io", "CustomResourceDefinition") if resource.custom.is_none() => {
             causes.extend(crate::crd::validate_definition(object))
         }
