@@ -10,6 +10,7 @@ use crate::resources::ResourceType;
 use crate::selectors::{go_quote, go_string_slice, LabelSelector};
 use crate::status::{ApiError, Cause};
 
+mod cluster;
 mod pod;
 mod quantities;
 mod rbac;
@@ -654,6 +655,11 @@ fn validate_kind(resource: &ResourceType, object: &Value, causes: &mut Vec<Cause
         ("", "LimitRange") => quantities::validate_limit_range(causes, spec),
         ("", "PersistentVolumeClaim") => quantities::validate_claim_spec(causes, spec, "spec"),
         ("", "PersistentVolume") => quantities::validate_persistent_volume(causes, spec),
+        ("", "Node") => cluster::validate_node(causes, object),
+        ("", "Namespace") => cluster::validate_namespace(causes, spec),
+        ("scheduling.k8s.io", "PriorityClass") => cluster::validate_priority_class(causes, object),
+        ("policy", "PodDisruptionBudget") => cluster::validate_pod_disruption_budget(causes, spec),
+        ("coordination.k8s.io", "Lease") => cluster::validate_lease(causes, spec),
         ("rbac.authorization.k8s.io", kind @ ("Role" | "ClusterRole")) => {
             rbac::validate_role(causes, object, kind == "Role")
         }
