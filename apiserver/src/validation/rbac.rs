@@ -179,6 +179,17 @@ mod tests {
         ]);
     }
 
+    /// The default roles and bindings the server creates at start pass.
+    #[test]
+    fn bootstrap_policy_is_valid() {
+        for object in crate::authz::bootstrap::objects() {
+            let api_version = object["apiVersion"].as_str().unwrap_or_default();
+            let resource = kind(api_version, object["kind"].as_str().unwrap_or_default());
+            assert_eq!(validate_object(resource, object), Ok(()), "{object}");
+        }
+        assert!(crate::authz::bootstrap::objects().len() > 10);
+    }
+
     #[test]
     fn bindings() {
         let role_ref = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"});
