@@ -918,7 +918,8 @@ fn validate_workload(causes: &mut Vec<Cause>, kind: &str, spec: &Value) {
             policy,
             &["Always"],
         ));
-    }    workload_fields::validate_workload_fields(causes, kind, spec);
+    }
+    workload_fields::validate_workload_fields(causes, kind, spec);
 }
 
 /// The selector must select the template's labels; a missing selector
@@ -1023,7 +1024,8 @@ fn validate_job_spec(causes: &mut Vec<Cause>, spec: &Value, path: &str) {
     if policy != "OnFailure" && policy != "Never" {
         let at = format!("{path}.template.spec.restartPolicy");
         causes.push(not_supported(at, policy, &["OnFailure", "Never"]));
-    }    workload_fields::validate_job_fields(causes, spec, path);
+    }
+    workload_fields::validate_job_fields(causes, spec, path);
 }
 
 // ---------------------------------------------------------------------------

@@ -120,9 +120,7 @@ impl Quantity {
                         .strip_prefix(['e', 'E'])
                         .filter(|e| !e.is_empty())
                         .ok_or(QuantityError::Suffix)?;
-                    let exponent = exponent
-                        .parse::<i64>()
-                        .map_err(|_| QuantityError::Suffix)?;
+                    let exponent = exponent.parse::<i64>().map_err(|_| QuantityError::Suffix)?;
                     (exponent, 0)
                 }
             }
@@ -250,7 +248,10 @@ fn saturating_milli(whole: &str, fraction: &str, exponent10: i64, binary_shift: 
             .and_then(|factor| value.checked_mul(factor));
         return scaled.unwrap_or(i128::MAX);
     }
-    match u32::try_from(-exponent).ok().and_then(|e| 10i128.checked_pow(e)) {
+    match u32::try_from(-exponent)
+        .ok()
+        .and_then(|e| 10i128.checked_pow(e))
+    {
         Some(divisor) => {
             value = (value + divisor - 1) / divisor;
             value

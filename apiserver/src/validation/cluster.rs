@@ -26,7 +26,11 @@ pub(super) fn validate_node(causes: &mut Vec<Cause>, object: &Value) {
         let value = text(taint, "value");
         let messages = is_valid_label_value(value);
         if !messages.is_empty() {
-            causes.push(invalid(format!("{at}.value"), &go_quote(value), &messages.join(";")));
+            causes.push(invalid(
+                format!("{at}.value"),
+                &go_quote(value),
+                &messages.join(";"),
+            ));
         }
         let effect = text(taint, "effect");
         if effect.is_empty() {
@@ -53,7 +57,11 @@ pub(super) fn validate_node(causes: &mut Vec<Cause>, object: &Value) {
         let cidr = cidr.as_str().unwrap_or_default();
         if !is_cidr(cidr) {
             let detail = "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)";
-            causes.push(invalid(format!("spec.podCIDRs[{i}]"), &go_quote(cidr), detail));
+            causes.push(invalid(
+                format!("spec.podCIDRs[{i}]"),
+                &go_quote(cidr),
+                detail,
+            ));
         }
     }
     let status = field(object, "status");
@@ -187,7 +195,11 @@ pub(super) fn validate_pod_disruption_budget(causes: &mut Vec<Cause>, spec: &Val
     let policy = text(spec, "unhealthyPodEvictionPolicy");
     if !policy.is_empty() && !matches!(policy, "AlwaysAllow" | "IfHealthyBudget") {
         let at = "spec.unhealthyPodEvictionPolicy";
-        causes.push(not_supported(at, policy, &["AlwaysAllow", "IfHealthyBudget"]));
+        causes.push(not_supported(
+            at,
+            policy,
+            &["AlwaysAllow", "IfHealthyBudget"],
+        ));
     }
 }
 

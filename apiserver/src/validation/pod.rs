@@ -7,10 +7,10 @@
 use serde_json::Value;
 
 use super::{
-    field, forbidden, go_quote, invalid, invalid_each, is_dns1123_label,
-    is_dns1123_subdomain, is_qualified_name, is_valid_label_value, is_valid_port_name,
-    is_valid_port_num, items, non_negative, not_supported, required, text, validate_labels,
-    validate_label_selector, PORT_RANGE_ERR,
+    field, forbidden, go_quote, invalid, invalid_each, is_dns1123_label, is_dns1123_subdomain,
+    is_qualified_name, is_valid_label_value, is_valid_port_name, is_valid_port_num, items,
+    non_negative, not_supported, required, text, validate_label_selector, validate_labels,
+    PORT_RANGE_ERR,
 };
 use crate::status::Cause;
 
@@ -89,7 +89,12 @@ pub(super) fn validate_container_fields(
         _ => {}
     }
     if init && !restartable {
-        for name in ["lifecycle", "livenessProbe", "readinessProbe", "startupProbe"] {
+        for name in [
+            "lifecycle",
+            "livenessProbe",
+            "readinessProbe",
+            "startupProbe",
+        ] {
             if present(container, name) {
                 causes.push(forbidden(
                     format!("{path}.{name}"),
@@ -115,7 +120,8 @@ pub(super) fn validate_container_fields(
 /// `IsRelaxedEnvVarName`, which Kubernetes applies since
 /// RelaxedEnvironmentVariableValidation became the default.
 fn is_relaxed_env_var_name(name: &str) -> bool {
-    name.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'=')
+    name.bytes()
+        .all(|b| (b' '..=b'~').contains(&b) && b != b'=')
 }
 
 fn validate_probe(causes: &mut Vec<Cause>, probe: &Value, kind: &str, path: &str) {
@@ -258,9 +264,17 @@ pub(super) fn validate_pod_spec_fields(causes: &mut Vec<Cause>, spec: &Value, pa
             "must provide `dnsConfig` when `dnsPolicy` is None",
         ));
     }
-    validate_labels(causes, spec, "nodeSelector", &format!("{path}.nodeSelector"));
+    validate_labels(
+        causes,
+        spec,
+        "nodeSelector",
+        &format!("{path}.nodeSelector"),
+    );
     for (name, check) in [
-        ("serviceAccountName", is_dns1123_subdomain as fn(&str) -> Vec<String>),
+        (
+            "serviceAccountName",
+            is_dns1123_subdomain as fn(&str) -> Vec<String>,
+        ),
         ("nodeName", is_dns1123_subdomain),
         ("priorityClassName", is_dns1123_subdomain),
         ("hostname", is_dns1123_label),
@@ -339,7 +353,8 @@ pub(super) fn check_taint_effect(causes: &mut Vec<Cause>, effect: &str, path: &s
 
 fn validate_affinity(causes: &mut Vec<Cause>, affinity: &Value, path: &str) {
     let node = field(affinity, "nodeAffinity");
-    let required_path = format!("{path}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution");
+    let required_path =
+        format!("{path}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution");
     if let Some(selector) = node
         .get("requiredDuringSchedulingIgnoredDuringExecution")
         .filter(|s| !s.is_null())
@@ -356,7 +371,8 @@ fn validate_affinity(causes: &mut Vec<Cause>, affinity: &Value, path: &str) {
             validate_node_selector_term(causes, term, &at, true);
         }
     }
-    let preferred_path = format!("{path}.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution");
+    let preferred_path =
+        format!("{path}.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution");
     for (i, term) in items(node, "preferredDuringSchedulingIgnoredDuringExecution")
         .iter()
         .enumerate()
@@ -364,7 +380,12 @@ fn validate_affinity(causes: &mut Vec<Cause>, affinity: &Value, path: &str) {
         let at = format!("{preferred_path}[{i}]");
         check_weight(causes, term, &at);
         // Preferred terms may name values no label has.
-        validate_node_selector_term(causes, field(term, "preference"), &format!("{at}.preference"), false);
+        validate_node_selector_term(
+            causes,
+            field(term, "preference"),
+            &format!("{at}.preference"),
+            false,
+        );
     }
     for kind in ["podAffinity", "podAntiAffinity"] {
         let pods = field(affinity, kind);
@@ -459,7 +480,12 @@ fn validate_pod_affinity_term(causes: &mut Vec<Cause>, term: &Value, at: &str) {
     for name in items(term, "namespaces") {
         let name = name.as_str().unwrap_or_default();
         // Kubernetes reports these at `namespace`, singular.
-        invalid_each(causes, &format!("{at}.namespace"), name, is_dns1123_label(name));
+        invalid_each(
+            causes,
+            &format!("{at}.namespace"),
+            name,
+            is_dns1123_label(name),
+        );
     }
     let key = text(term, "topologyKey");
     let key_path = format!("{at}.topologyKey");
@@ -552,7 +578,11 @@ mod tests {
             ),
         ];
         for (extra, expected) in table {
-            assert_eq!(invalid_lines(pod, container(extra.clone())), *expected, "{extra}");
+            assert_eq!(
+                invalid_lines(pod, container(extra.clone())),
+                *expected,
+                "{extra}"
+            );
         }
         let mut init = container(json!({}));
         init["spec"]["initContainers"] = json!([
@@ -568,7 +598,8 @@ mod tests {
     #[test]
     fn spec_policies_and_scheduling_fields() {
         let pod = kind("v1", "Pod");
-        let good = pod_spec(json!({"dnsPolicy": "ClusterFirst", "nodeSelector": {"disktype": "ssd"},
+        let good = pod_spec(
+            json!({"dnsPolicy": "ClusterFirst", "nodeSelector": {"disktype": "ssd"},
             "activeDeadlineSeconds": 60, "hostname": "web-0", "serviceAccountName": "builder",
             "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
                             {"operator": "Exists"}, {"key": "k", "value": "v", "effect": "NoSchedule"}],
@@ -577,7 +608,8 @@ mod tests {
                 {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}},
                 "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
                     {"weight": 50, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
-                        "labelSelector": {"matchLabels": {"app": "web"}}}}]}}}));
+                        "labelSelector": {"matchLabels": {"app": "web"}}}}]}}}),
+        );
         assert_eq!(validate_object(pod, &good), Ok(()));
         let table: &[(Value, &[&str])] = &[
             (

@@ -38,9 +38,9 @@ fn unparsable_in(value: &Value, definition: &str) -> Option<QuantityError> {
             continue;
         };
         let found = match (value, field.shape, field.items) {
-            (Value::Array(items), _, Some(definition)) => {
-                items.iter().find_map(|item| unparsable_in(item, definition))
-            }
+            (Value::Array(items), _, Some(definition)) => items
+                .iter()
+                .find_map(|item| unparsable_in(item, definition)),
             (_, Shape::Struct(Some(QUANTITY)), _) => quantity_error(value),
             (Value::Object(map), Shape::Values(Some(QUANTITY)), _) => {
                 map.values().find_map(quantity_error)
@@ -312,7 +312,11 @@ pub(super) fn validate_resource_quota(causes: &mut Vec<Cause>, spec: &Value) {
         ("Terminating", "NotTerminating"),
     ] {
         if has(a) && has(b) {
-            causes.push(invalid("spec.scopes", &shown_scopes(), "conflicting scopes"));
+            causes.push(invalid(
+                "spec.scopes",
+                &shown_scopes(),
+                "conflicting scopes",
+            ));
         }
     }
 }
@@ -353,7 +357,8 @@ fn check_limit_type(causes: &mut Vec<Cause>, path: &str, kind: &str) {
     let messages = is_qualified_name(kind);
     if !messages.is_empty() {
         invalid_each(causes, path, kind, messages);
-    } else if !kind.contains('/') && !matches!(kind, "Pod" | "Container" | "PersistentVolumeClaim") {
+    } else if !kind.contains('/') && !matches!(kind, "Pod" | "Container" | "PersistentVolumeClaim")
+    {
         let detail = "must be a standard limit type or fully qualified";
         causes.push(invalid(path, &go_quote(kind), detail));
     }
@@ -392,9 +397,12 @@ fn validate_limit_range_item(causes: &mut Vec<Cause>, limit: &Value, kind: &str,
         check_names(causes, &default);
         check_names(causes, &default_request);
     }
-    if kind == "PersistentVolumeClaim" && min.get("storage").is_none() && max.get("storage").is_none()
+    if kind == "PersistentVolumeClaim"
+        && min.get("storage").is_none()
+        && max.get("storage").is_none()
     {
-        let detail = "either minimum or maximum storage value is required, but neither was provided";
+        let detail =
+            "either minimum or maximum storage value is required, but neither was provided";
         causes.push(required(format!("{at}.limits"), detail));
     }
     check_names(causes, &ratio);
@@ -440,21 +448,28 @@ impl LimitOrder<'_> {
         };
         if let (Some(min), Some(max)) = (self.min, self.max) {
             if min > max {
-                push("min", min, format!("min value {min} is greater than max value {max}"));
+                push(
+                    "min",
+                    min,
+                    format!("min value {min} is greater than max value {max}"),
+                );
             }
         }
         if let Some(request) = self.default_request {
             if let Some(min) = self.min.filter(|min| *min > request) {
-                let detail = format!("min value {min} is greater than default request value {request}");
+                let detail =
+                    format!("min value {min} is greater than default request value {request}");
                 push("defaultRequest", request, detail);
             }
             if let Some(max) = self.max.filter(|max| request > *max) {
-                let detail = format!("default request value {request} is greater than max value {max}");
+                let detail =
+                    format!("default request value {request} is greater than max value {max}");
                 push("defaultRequest", request, detail);
             }
             if let Some(default) = self.default.filter(|default| request > *default) {
-                let detail =
-                    format!("default request value {request} is greater than default limit value {default}");
+                let detail = format!(
+                    "default request value {request} is greater than default limit value {default}"
+                );
                 push("defaultRequest", request, detail);
             }
         }
@@ -470,7 +485,11 @@ impl LimitOrder<'_> {
         }
         if let Some(ratio) = self.ratio {
             if ratio < Quantity::count(1) {
-                push("maxLimitRequestRatio", ratio, format!("ratio {ratio} is less than 1"));
+                push(
+                    "maxLimitRequestRatio",
+                    ratio,
+                    format!("ratio {ratio} is less than 1"),
+                );
             }
             if let (Some(min), Some(max)) = (self.min, self.max) {
                 let limit = max.milli as f64 / min.milli as f64;
@@ -529,7 +548,8 @@ fn check_access_modes(causes: &mut Vec<Cause>, spec: &Value, path: &str) {
 
 fn check_volume_mode(causes: &mut Vec<Cause>, spec: &Value, path: &str) {
     let mode = super::text(spec, "volumeMode");
-    if spec.get("volumeMode").is_some_and(Value::is_string) && !matches!(mode, "Block" | "Filesystem")
+    if spec.get("volumeMode").is_some_and(Value::is_string)
+        && !matches!(mode, "Block" | "Filesystem")
     {
         causes.push(not_supported(path, mode, &["Block", "Filesystem"]));
     }
@@ -585,10 +605,12 @@ pub(super) fn validate_persistent_volume(causes: &mut Vec<Cause>, spec: &Value) 
                 .collect();
             format!("core.ResourceList{{{}}}", entries.join(", "))
         };
-        let message = format!(
-            "Unsupported value: {shown_list}: supported values: \"storage\""
-        );
-        causes.push(super::cause("FieldValueNotSupported", "spec.capacity", message));
+        let message = format!("Unsupported value: {shown_list}: supported values: \"storage\"");
+        causes.push(super::cause(
+            "FieldValueNotSupported",
+            "spec.capacity",
+            message,
+        ));
     }
     for (name, value) in &capacity {
         let at = format!("spec.capacity[{name}]");
@@ -632,8 +654,8 @@ mod tests {
     fn unparsable_quantities_are_bad_requests() {
         let pod = kind("v1", "Pod");
         for bad in ["1.2.3", "10Gigs", "NaN", "abc"] {
-            let err = validate_object(pod, &resources(json!({"requests": {"cpu": bad}})))
-                .expect_err(bad);
+            let err =
+                validate_object(pod, &resources(json!({"requests": {"cpu": bad}}))).expect_err(bad);
             assert_eq!((err.code, err.reason), (400, "BadRequest"), "{bad}");
             assert_eq!(
                 err.message,
@@ -642,7 +664,11 @@ mod tests {
         }
         let err =
             validate_object(pod, &resources(json!({"limits": {"memory": "1KK"}}))).unwrap_err();
-        assert!(err.message.ends_with(": unable to parse quantity's suffix"), "{}", err.message);
+        assert!(
+            err.message.ends_with(": unable to parse quantity's suffix"),
+            "{}",
+            err.message
+        );
         let mut init = resources(json!({}));
         init["spec"]["initContainers"] =
             json!([{"name": "i", "image": "busybox", "resources": {"limits": {"cpu": "1.2.3"}}}]);
@@ -742,8 +768,10 @@ mod tests {
     fn quota_hard_and_scopes() {
         let quota = kind("v1", "ResourceQuota");
         let object = |spec: Value| json!({"metadata": {"name": "q"}, "spec": spec});
-        let good = object(json!({"hard": {"pods": "10", "requests.cpu": "4", "limits.memory": "8Gi",
-            "count/deployments.apps": "3", "requests.example.com/gpu": "2"}, "scopes": ["NotTerminating"]}));
+        let good = object(
+            json!({"hard": {"pods": "10", "requests.cpu": "4", "limits.memory": "8Gi",
+            "count/deployments.apps": "3", "requests.example.com/gpu": "2"}, "scopes": ["NotTerminating"]}),
+        );
         assert_eq!(validate_object(quota, &good), Ok(()));
         assert_eq!(
             invalid_lines(quota, object(json!({"hard": {"pods": "-1", "secrets": "1.5", "bogus": "1"}}))),
@@ -794,7 +822,9 @@ mod tests {
     fn claims_and_volumes() {
         let claim = kind("v1", "PersistentVolumeClaim");
         let object = |spec: Value| json!({"metadata": {"name": "c"}, "spec": spec});
-        let good = object(json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}));
+        let good = object(
+            json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}),
+        );
         assert_eq!(validate_object(claim, &good), Ok(()));
         assert_eq!(
             invalid_lines(claim, object(json!({}))),
@@ -815,8 +845,10 @@ mod tests {
         );
         let volume = kind("v1", "PersistentVolume");
         let pv = |spec: Value| json!({"metadata": {"name": "v"}, "spec": spec});
-        let good = pv(json!({"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"},
-            "hostPath": {"path": "/data"}, "persistentVolumeReclaimPolicy": "Delete"}));
+        let good = pv(
+            json!({"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"},
+            "hostPath": {"path": "/data"}, "persistentVolumeReclaimPolicy": "Delete"}),
+        );
         assert_eq!(validate_object(volume, &good), Ok(()));
         assert_eq!(
             invalid_lines(volume, pv(json!({"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "-1Gi"},

@@ -6,8 +6,8 @@
 use serde_json::Value;
 
 use super::{
-    field, go_string_slice, invalid, invalid_each, is_dns1123_subdomain, items,
-    not_supported, path_segment_messages, required, text, validate_label_selector,
+    field, go_string_slice, invalid, invalid_each, is_dns1123_subdomain, items, not_supported,
+    path_segment_messages, required, text, validate_label_selector,
 };
 use crate::status::Cause;
 
@@ -192,7 +192,8 @@ mod tests {
 
     #[test]
     fn bindings() {
-        let role_ref = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"});
+        let role_ref =
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"});
         check("RoleBinding", &[
             (json!({"roleRef": role_ref, "subjects": [
                 {"kind": "ServiceAccount", "name": "default"},

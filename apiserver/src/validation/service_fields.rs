@@ -67,7 +67,11 @@ pub(super) fn validate_service_fields(causes: &mut Vec<Cause>, spec: &Value) {
     check_session_affinity(causes, spec);
     for (i, ip) in strings(spec, "externalIPs").iter().enumerate() {
         if !is_ip(ip) {
-            causes.push(invalid(format!("spec.externalIPs[{i}]"), &go_quote(ip), IP_ERR));
+            causes.push(invalid(
+                format!("spec.externalIPs[{i}]"),
+                &go_quote(ip),
+                IP_ERR,
+            ));
         }
     }
     check_node_ports(causes, spec, service_type);
@@ -88,7 +92,11 @@ fn check_cluster_ips(causes: &mut Vec<Cause>, cluster_ip: &str, cluster_ips: &[S
     for (i, ip) in cluster_ips.iter().enumerate() {
         if i == 0 && ip == "None" {
             if cluster_ips.len() > 1 {
-                causes.push(invalid(PATH, &shown, "'None' must be the first and only value"));
+                causes.push(invalid(
+                    PATH,
+                    &shown,
+                    "'None' must be the first and only value",
+                ));
             }
             continue;
         }
@@ -182,7 +190,11 @@ fn check_node_ports(causes: &mut Vec<Cause>, spec: &Value, service_type: &str) {
             }
             if !node_ports.insert((protocol, node_port)) {
                 let message = format!("Duplicate value: {node_port}");
-                causes.push(cause("FieldValueDuplicate", format!("{at}.nodePort"), message));
+                causes.push(cause(
+                    "FieldValueDuplicate",
+                    format!("{at}.nodePort"),
+                    message,
+                ));
             }
         }
         let number = port.get("port").and_then(Value::as_i64).unwrap_or(0);

@@ -5,7 +5,9 @@
 
 use serde_json::Value;
 
-use super::{cause, field, forbidden, go_quote, invalid, non_negative, not_supported, required, text};
+use super::{
+    cause, field, forbidden, go_quote, invalid, non_negative, not_supported, required, text,
+};
 use crate::status::Cause;
 
 /// Go's `%#v` of an `intstr.IntOrString`.
@@ -178,7 +180,12 @@ fn validate_stateful_set(causes: &mut Vec<Cause>, spec: &Value) {
         }
         "RollingUpdate" => {
             if let Some(rolling) = rolling {
-                non_negative(causes, rolling, "partition", "spec.updateStrategy.rollingUpdate");
+                non_negative(
+                    causes,
+                    rolling,
+                    "partition",
+                    "spec.updateStrategy.rollingUpdate",
+                );
             }
         }
         _ => {
@@ -203,7 +210,10 @@ fn validate_stateful_set(causes: &mut Vec<Cause>, spec: &Value) {
         }
     }
     non_negative(causes, field(spec, "ordinals"), "start", "spec.ordinals");
-    for (i, claim) in super::items(spec, "volumeClaimTemplates").iter().enumerate() {
+    for (i, claim) in super::items(spec, "volumeClaimTemplates")
+        .iter()
+        .enumerate()
+    {
         let at = format!("spec.volumeClaimTemplates[{i}].spec");
         super::quantities::validate_claim_spec(causes, field(claim, "spec"), &at);
     }
@@ -236,7 +246,11 @@ fn validate_daemon_set(causes: &mut Vec<Cause>, spec: &Value) {
             let message = format!(
                 "Unsupported value: {shown}: supported values: \"RollingUpdate\", \"OnDelete\""
             );
-            causes.push(cause("FieldValueNotSupported", "spec.updateStrategy", message));
+            causes.push(cause(
+                "FieldValueNotSupported",
+                "spec.updateStrategy",
+                message,
+            ));
         }
     }
 }
@@ -396,7 +410,13 @@ mod tests {
             }
             json!({"metadata": {"name": "j"}, "spec": spec})
         };
-        assert_eq!(validate_object(job, &object(json!({"completionMode": "Indexed", "completions": 3}))), Ok(()));
+        assert_eq!(
+            validate_object(
+                job,
+                &object(json!({"completionMode": "Indexed", "completions": 3}))
+            ),
+            Ok(())
+        );
         assert_eq!(invalid_lines(job, object(json!({"completionMode": "Random", "activeDeadlineSeconds": -1,
             "completions": -1, "backoffLimit": -1}))), vec![
             "spec.completions: Invalid value: -1: must be greater than or equal to 0",
@@ -416,7 +436,10 @@ mod tests {
             }
             json!({"metadata": {"name": "c"}, "spec": spec})
         };
-        assert_eq!(validate_object(cron, &cron_job(json!({"concurrencyPolicy": "Forbid"}))), Ok(()));
+        assert_eq!(
+            validate_object(cron, &cron_job(json!({"concurrencyPolicy": "Forbid"}))),
+            Ok(())
+        );
         assert_eq!(invalid_lines(cron, cron_job(json!({"concurrencyPolicy": "Sometimes", "successfulJobsHistoryLimit": -1}))), vec![
             "spec.concurrencyPolicy: Unsupported value: \"Sometimes\": supported values: \"Allow\", \"Forbid\", \"Replace\"",
             "spec.successfulJobsHistoryLimit: Invalid value: -1: must be greater than or equal to 0",
