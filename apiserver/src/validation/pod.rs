@@ -250,6 +250,29 @@ pub(super) fn validate_pod_spec_fields(causes: &mut Vec<Cause>, spec: &Value, pa
                 "may not specify more than 1 volume type",
             ));
         }
+        if let Some(ephemeral) = volume.get("ephemeral").filter(|e| !e.is_null()) {
+            let at = format!("{path}.volumes[{i}].ephemeral.volumeClaimTemplate");
+            match ephemeral.get("volumeClaimTemplate").filter(|t| !t.is_null()) {
+                None => causes.push(required(at, "")),
+                Some(template) => super::quantities::validate_claim_spec(
+                    causes,
+                    field(template, "spec"),
+                    &format!("{at}.spec"),
+                ),
+            }
+        }
+    }
+    if let Some(overhead) = spec.get("overhead").filter(|o| !o.is_null()) {
+        // Kubernetes checks the overhead as a container's limits.
+        let as_limits = serde_json::json!({ "limits": overhead });
+        let at = format!("{path}.overhead");
+        super::quantities::validate_resource_requirements(causes, &as_limits, &at);
+    }
+    check_host_ports(causes, items(spec, "containers"), &format!("{path}.containers"));
+    // Init containers run one at a time: each only against itself.
+    for (i, container) in items(spec, "initContainers").iter().enumerate() {
+        let at = format!("{path}.initContainers");
+        check_host_ports_from(causes, std::slice::from_ref(container), &at, i);
     }
     check_enum(
         causes,
@@ -304,6 +327,32 @@ pub(super) fn validate_pod_spec_fields(causes: &mut Vec<Cause>, spec: &Value, pa
         validate_toleration(causes, toleration, &format!("{path}.tolerations[{i}]"));
     }
     validate_affinity(causes, field(spec, "affinity"), &format!("{path}.affinity"));
+}
+
+/// `AccumulateUniqueHostPorts`: one (protocol, hostIP, hostPort) per pod.
+fn check_host_ports(causes: &mut Vec<Cause>, containers: &[Value], path: &str) {
+    check_host_ports_from(causes, containers, path, 0);
+}
+
+fn check_host_ports_from(causes: &mut Vec<Cause>, containers: &[Value], path: &str, first: usize) {
+    let mut seen = std::collections::HashSet::new();
+    for (ci, container) in containers.iter().enumerate() {
+        for (pi, port) in items(container, "ports").iter().enumerate() {
+            let host_port = port.get("hostPort").and_then(Value::as_i64).unwrap_or(0);
+            if host_port == 0 {
+                continue;
+            }
+            let protocol = match text(port, "protocol") {
+                "" => "TCP",
+                other => other,
+            };
+            let key = format!("{protocol}/{}/{host_port}", text(port, "hostIP"));
+            if !seen.insert(key.clone()) {
+                let at = format!("{path}[{}].ports[{pi}].hostPort", first + ci);
+                causes.push(super::duplicate(at, &key));
+            }
+        }
+    }
 }
 
 fn validate_toleration(causes: &mut Vec<Cause>, toleration: &Value, at: &str) {
@@ -655,6 +704,23 @@ mod tests {
                     "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator: Invalid value: \"Near\": not a valid selector operator",
                     "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: Invalid value: 0: must be in the range 1-100",
                 ],
+            ),
+            (
+                json!({"overhead": {"cpu": "-250m"}, "volumes": [{"name": "scratch", "ephemeral": {}}]}),
+                &[
+                    "spec.volumes[0].ephemeral.volumeClaimTemplate: Required value",
+                    "spec.overhead.limits[cpu]: Invalid value: \"-250m\": must be greater than or equal to 0",
+                ],
+            ),
+            (
+                json!({"volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}}]}),
+                &["spec.volumes[0].ephemeral.volumeClaimTemplate.spec.resources[storage]: Required value"],
+            ),
+            (
+                json!({"containers": [
+                    {"name": "a", "image": "x", "ports": [{"containerPort": 80, "hostPort": 8080}]},
+                    {"name": "b", "image": "x", "ports": [{"containerPort": 81, "hostPort": 8080}, {"containerPort": 82, "hostPort": 8080, "protocol": "UDP"}]}]}),
+                &["spec.containers[1].ports[0].hostPort: Duplicate value: \"TCP//8080\""],
             ),
             (
                 json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {}}]}}}),

@@ -586,6 +586,32 @@ pub(super) fn validate_claim_spec(causes: &mut Vec<Cause>, spec: &Value, path: &
     check_volume_mode(causes, spec, &format!("{path}.volumeMode"));
 }
 
+/// The sources a PersistentVolume may have, in Kubernetes' order.
+const PERSISTENT_VOLUME_SOURCES: &[&str] = &[
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "hostPath",
+    "glusterfs",
+    "nfs",
+    "rbd",
+    "quobyte",
+    "cinder",
+    "cephfs",
+    "iscsi",
+    "fc",
+    "flocker",
+    "flexVolume",
+    "azureFile",
+    "vsphereVolume",
+    "azureDisk",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "scaleIO",
+    "local",
+    "storageos",
+    "csi",
+];
+
 /// A PersistentVolume's capacity (storage, and only storage, positive),
 /// access modes, reclaim policy and volume mode.
 pub(super) fn validate_persistent_volume(causes: &mut Vec<Cause>, spec: &Value) {
@@ -623,6 +649,18 @@ pub(super) fn validate_persistent_volume(causes: &mut Vec<Cause>, spec: &Value) 
         if value.milli <= 0 {
             causes.push(invalid(&at, &shown(*value), "must be greater than zero"));
         }
+    }
+    let sources: Vec<&str> = PERSISTENT_VOLUME_SOURCES
+        .iter()
+        .copied()
+        .filter(|name| spec.get(*name).is_some_and(|v| !v.is_null()))
+        .collect();
+    if sources.is_empty() {
+        causes.push(required("spec", "must specify a volume type"));
+    }
+    for source in sources.iter().skip(1) {
+        let detail = "may not specify more than 1 volume type";
+        causes.push(forbidden(format!("spec.{source}"), detail));
     }
     let policy = super::text(spec, "persistentVolumeReclaimPolicy");
     if !policy.is_empty() && !matches!(policy, "Delete" | "Recycle" | "Retain") {
@@ -852,10 +890,11 @@ mod tests {
         assert_eq!(validate_object(volume, &good), Ok(()));
         assert_eq!(
             invalid_lines(volume, pv(json!({"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "-1Gi"},
-                "persistentVolumeReclaimPolicy": "Shred"}))),
+                "hostPath": {"path": "/a"}, "nfs": {"server": "s", "path": "/"}, "persistentVolumeReclaimPolicy": "Shred"}))),
             vec![
                 "spec.capacity[storage]: Invalid value: -1073741824: must be a valid resource quantity",
                 "spec.capacity[storage]: Invalid value: \"-1Gi\": must be greater than zero",
+                "spec.nfs: Forbidden: may not specify more than 1 volume type",
                 "spec.persistentVolumeReclaimPolicy: Unsupported value: \"Shred\": supported values: \"Delete\", \"Recycle\", \"Retain\"",
             ]
         );
@@ -864,6 +903,7 @@ mod tests {
             vec![
                 "spec.capacity: Required value",
                 "spec.capacity: Unsupported value: core.ResourceList(nil): supported values: \"storage\"",
+                "spec: Required value: must specify a volume type",
             ]
         );
     }
