@@ -252,7 +252,10 @@ pub(super) fn validate_pod_spec_fields(causes: &mut Vec<Cause>, spec: &Value, pa
         }
         if let Some(ephemeral) = volume.get("ephemeral").filter(|e| !e.is_null()) {
             let at = format!("{path}.volumes[{i}].ephemeral.volumeClaimTemplate");
-            match ephemeral.get("volumeClaimTemplate").filter(|t| !t.is_null()) {
+            match ephemeral
+                .get("volumeClaimTemplate")
+                .filter(|t| !t.is_null())
+            {
                 None => causes.push(required(at, "")),
                 Some(template) => super::quantities::validate_claim_spec(
                     causes,
@@ -268,7 +271,11 @@ pub(super) fn validate_pod_spec_fields(causes: &mut Vec<Cause>, spec: &Value, pa
         let at = format!("{path}.overhead");
         super::quantities::validate_resource_requirements(causes, &as_limits, &at);
     }
-    check_host_ports(causes, items(spec, "containers"), &format!("{path}.containers"));
+    check_host_ports(
+        causes,
+        items(spec, "containers"),
+        &format!("{path}.containers"),
+    );
     // Init containers run one at a time: each only against itself.
     for (i, container) in items(spec, "initContainers").iter().enumerate() {
         let at = format!("{path}.initContainers");
