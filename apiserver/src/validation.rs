@@ -12,8 +12,10 @@ use crate::status::{ApiError, Cause};
 
 mod cluster;
 mod pod;
+mod pod_env;
 mod quantities;
 mod rbac;
+mod security_context;
 mod service_fields;
 mod workload_fields;
 

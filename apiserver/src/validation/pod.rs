@@ -74,6 +74,8 @@ pub(super) fn validate_container_fields(
             ));
         }
     }
+    super::pod_env::validate_env_sources(causes, container, path);
+    super::security_context::validate_container_security_context(causes, container, path);
     let restart_policy = container.get("restartPolicy").filter(|p| !p.is_null());
     let restartable = init && restart_policy.and_then(Value::as_str) == Some("Always");
     match restart_policy {
@@ -334,6 +336,164 @@ pub(super) fn validate_pod_spec_fields(causes: &mut Vec<Cause>, spec: &Value, pa
         validate_toleration(causes, toleration, &format!("{path}.tolerations[{i}]"));
     }
     validate_affinity(causes, field(spec, "affinity"), &format!("{path}.affinity"));
+    super::security_context::validate_pod_security_context(causes, spec, path);
+    validate_dns_config(causes, spec, path);
+    validate_host_aliases(causes, spec, path);
+    validate_gates(causes, spec, path);
+    validate_topology_spread(causes, spec, path);
+    validate_os(causes, spec, path);
+}
+
+fn validate_dns_config(causes: &mut Vec<Cause>, spec: &Value, path: &str) {
+    let config = field(spec, "dnsConfig");
+    let at = format!("{path}.dnsConfig");
+    let nameservers = items(config, "nameservers");
+    if sent(spec, "dnsPolicy") == Some("None")
+        && present(spec, "dnsConfig")
+        && nameservers.is_empty()
+    {
+        causes.push(required(
+            format!("{at}.nameservers"),
+            "must provide at least one DNS nameserver when `dnsPolicy` is None",
+        ));
+        // Kubernetes says no more about this dnsConfig.
+        return;
+    }
+    let listed: Vec<String> = nameservers
+        .iter()
+        .map(|n| n.as_str().unwrap_or_default().to_string())
+        .collect();
+    if listed.len() > 3 {
+        causes.push(invalid(
+            format!("{at}.nameservers"),
+            &super::go_string_slice(&listed),
+            "must not have more than 3 nameservers",
+        ));
+    }
+    for (i, server) in listed.iter().enumerate() {
+        check_ip(causes, server, &format!("{at}.nameservers[{i}]"));
+    }
+    let searches: Vec<String> = items(config, "searches")
+        .iter()
+        .map(|n| n.as_str().unwrap_or_default().to_string())
+        .collect();
+    if searches.len() > 32 {
+        causes.push(invalid(
+            format!("{at}.searches"),
+            &super::go_string_slice(&searches),
+            "must not have more than 32 search paths",
+        ));
+    }
+    for (i, option) in items(config, "options").iter().enumerate() {
+        if text(option, "name").is_empty() {
+            causes.push(required(format!("{at}.options[{i}]"), "must not be empty"));
+        }
+    }
+}
+
+fn check_ip(causes: &mut Vec<Cause>, ip: &str, path: &str) {
+    if ip.parse::<std::net::IpAddr>().is_err() {
+        let detail = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)";
+        causes.push(invalid(path, &go_quote(ip), detail));
+    }
+}
+
+fn validate_host_aliases(causes: &mut Vec<Cause>, spec: &Value, path: &str) {
+    for (i, alias) in items(spec, "hostAliases").iter().enumerate() {
+        let at = format!("{path}.hostAliases[{i}]");
+        check_ip(causes, text(alias, "ip"), &format!("{at}.ip"));
+        for (j, host) in items(alias, "hostnames").iter().enumerate() {
+            let host = host.as_str().unwrap_or_default();
+            let host_path = format!("{at}.hostnames[{j}]");
+            invalid_each(causes, &host_path, host, is_dns1123_subdomain(host));
+        }
+    }
+}
+
+fn validate_gates(causes: &mut Vec<Cause>, spec: &Value, path: &str) {
+    for (i, gate) in items(spec, "readinessGates").iter().enumerate() {
+        let condition = text(gate, "conditionType");
+        let at = format!("{path}.readinessGates[{i}].conditionType");
+        invalid_each(causes, &at, condition, is_qualified_name(condition));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, gate) in items(spec, "schedulingGates").iter().enumerate() {
+        let name = text(gate, "name");
+        let at = format!("{path}.schedulingGates[{i}]");
+        invalid_each(causes, &at, name, is_qualified_name(name));
+        if !seen.insert(name) {
+            causes.push(super::duplicate(at, name));
+        }
+    }
+}
+
+fn validate_topology_spread(causes: &mut Vec<Cause>, spec: &Value, path: &str) {
+    let constraints = items(spec, "topologySpreadConstraints");
+    for (i, constraint) in constraints.iter().enumerate() {
+        let at = format!("{path}.topologySpreadConstraints[{i}]");
+        let skew = constraint
+            .get("maxSkew")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if skew <= 0 {
+            let detail = "must be greater than zero";
+            causes.push(invalid(format!("{at}.maxSkew"), &skew.to_string(), detail));
+        }
+        let key = text(constraint, "topologyKey");
+        if key.is_empty() {
+            causes.push(required(format!("{at}.topologyKey"), "can not be empty"));
+        }
+        let action = text(constraint, "whenUnsatisfiable");
+        if !matches!(action, "DoNotSchedule" | "ScheduleAnyway") {
+            let supported = &["DoNotSchedule", "ScheduleAnyway"];
+            causes.push(not_supported(
+                format!("{at}.whenUnsatisfiable"),
+                action,
+                supported,
+            ));
+        }
+        let repeated = constraints[i + 1..].iter().any(|other| {
+            text(other, "topologyKey") == key && text(other, "whenUnsatisfiable") == action
+        });
+        if repeated {
+            causes.push(super::duplicate(
+                format!("{at}.{{topologyKey, whenUnsatisfiable}}"),
+                &format!("{{{key}, {action}}}"),
+            ));
+        }
+        if let Some(min_domains) = constraint.get("minDomains").and_then(Value::as_i64) {
+            let min_path = format!("{at}.minDomains");
+            if min_domains <= 0 {
+                let detail = "must be greater than zero";
+                causes.push(invalid(&min_path, &min_domains.to_string(), detail));
+            }
+            if action != "DoNotSchedule" {
+                let detail = format!(
+                    "can only use minDomains if whenUnsatisfiable=DoNotSchedule, not {action}"
+                );
+                causes.push(invalid(&min_path, &min_domains.to_string(), &detail));
+            }
+        }
+        for name in ["nodeAffinityPolicy", "nodeTaintsPolicy"] {
+            check_enum(causes, constraint, name, &at, &["Honor", "Ignore"]);
+        }
+        if let Some(selector) = constraint.get("labelSelector").filter(|s| !s.is_null()) {
+            validate_label_selector(causes, selector, &format!("{at}.labelSelector"));
+        }
+    }
+}
+
+fn validate_os(causes: &mut Vec<Cause>, spec: &Value, path: &str) {
+    let Some(os) = spec.get("os").filter(|o| !o.is_null()) else {
+        return;
+    };
+    let name = text(os, "name");
+    let at = format!("{path}.os");
+    if name.is_empty() {
+        causes.push(required(format!("{at}.name"), "cannot be empty"));
+    } else if !matches!(name, "linux" | "windows") {
+        causes.push(not_supported(at, name, &["linux", "windows"]));
+    }
 }
 
 /// `AccumulateUniqueHostPorts`: one (protocol, hostIP, hostPort) per pod.
@@ -728,6 +888,37 @@ mod tests {
                     {"name": "a", "image": "x", "ports": [{"containerPort": 80, "hostPort": 8080}]},
                     {"name": "b", "image": "x", "ports": [{"containerPort": 81, "hostPort": 8080}, {"containerPort": 82, "hostPort": 8080, "protocol": "UDP"}]}]}),
                 &["spec.containers[1].ports[0].hostPort: Duplicate value: \"TCP//8080\""],
+            ),
+            (
+                json!({"dnsPolicy": "None", "dnsConfig": {"options": [{"value": "2"}]}}),
+                &[
+                    "spec.dnsConfig.nameservers: Required value: must provide at least one DNS nameserver when `dnsPolicy` is None",
+                ],
+            ),
+            (
+                json!({"dnsConfig": {"nameservers": ["8.8.8.8", "x"], "options": [{"value": "2"}]},
+                    "hostAliases": [{"ip": "1.2.3.400", "hostnames": ["Bad_Host"]}]}),
+                &[
+                    "spec.dnsConfig.nameservers[1]: Invalid value: \"x\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                    "spec.dnsConfig.options[0]: Required value: must not be empty",
+                    "spec.hostAliases[0].ip: Invalid value: \"1.2.3.400\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                    "spec.hostAliases[0].hostnames[0]: Invalid value: \"Bad_Host\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+                ],
+            ),
+            (
+                json!({"topologySpreadConstraints": [
+                    {"maxSkew": 0, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
+                    {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
+                    {"maxSkew": 1, "topologyKey": "", "whenUnsatisfiable": "Whenever", "minDomains": 2}],
+                    "os": {"name": "plan9"}}),
+                &[
+                    "spec.topologySpreadConstraints[0].maxSkew: Invalid value: 0: must be greater than zero",
+                    "spec.topologySpreadConstraints[0].{topologyKey, whenUnsatisfiable}: Duplicate value: \"{zone, DoNotSchedule}\"",
+                    "spec.topologySpreadConstraints[2].topologyKey: Required value: can not be empty",
+                    "spec.topologySpreadConstraints[2].whenUnsatisfiable: Unsupported value: \"Whenever\": supported values: \"DoNotSchedule\", \"ScheduleAnyway\"",
+                    "spec.topologySpreadConstraints[2].minDomains: Invalid value: 2: can only use minDomains if whenUnsatisfiable=DoNotSchedule, not Whenever",
+                    "spec.os: Unsupported value: \"plan9\": supported values: \"linux\", \"windows\"",
+                ],
             ),
             (
                 json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {}}]}}}),
