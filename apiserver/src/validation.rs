@@ -17,6 +17,7 @@ mod quantities;
 mod rbac;
 mod security_context;
 mod service_fields;
+mod webhooks;
 mod workload_fields;
 
 // ---------------------------------------------------------------------------
@@ -662,6 +663,13 @@ fn validate_kind(resource: &ResourceType, object: &Value, causes: &mut Vec<Cause
         ("scheduling.k8s.io", "PriorityClass") => cluster::validate_priority_class(causes, object),
         ("policy", "PodDisruptionBudget") => cluster::validate_pod_disruption_budget(causes, spec),
         ("coordination.k8s.io", "Lease") => cluster::validate_lease(causes, spec),
+        (
+            "admissionregistration.k8s.io",
+            kind @ ("MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration"),
+        ) => {
+            let mutating = kind == "MutatingWebhookConfiguration";
+            webhooks::validate_webhook_configuration(causes, object, mutating)
+        }
         ("rbac.authorization.k8s.io", kind @ ("Role" | "ClusterRole")) => {
             rbac::validate_role(causes, object, kind == "Role")
         }
