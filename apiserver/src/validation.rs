@@ -10,7 +10,16 @@ use crate::resources::ResourceType;
 use crate::selectors::{go_quote, go_string_slice, LabelSelector};
 use crate::status::{ApiError, Cause};
 
+mod cluster;
+mod pod;
+mod pod_env;
+mod quantities;
+mod rbac;
+mod security_context;
+mod service_fields;
 pub mod update;
+mod webhooks;
+mod workload_fields;
 
 // ---------------------------------------------------------------------------
 // String formats, as k8s.io/apimachinery's util/validation checks them
@@ -619,7 +628,11 @@ fn cannot_be_handled(resource: &ResourceType, detail: &str) -> ApiError {
 
 fn check_decodes(resource: &ResourceType, object: &Value) -> Result<(), ApiError> {
     let Err(plain) = (resource.decode)(object) else {
-        return Ok(());
+        // Our types keep a quantity as its text; Kubernetes' parse it.
+        return match quantities::first_unparsable(resource, object) {
+            Some(err) => Err(cannot_be_handled(resource, &err.to_string())),
+            None => Ok(()),
+        };
     };
     let detail = match (resource.roundtrip)(object) {
         Err(err) if err.path().iter().next().is_some() => {
@@ -642,6 +655,28 @@ fn validate_kind(resource: &ResourceType, object: &Value, causes: &mut Vec<Cause
             validate_workload(causes, kind, spec)
         }
         ("batch", "Job") => validate_job_spec(causes, spec, "spec"),
+        ("", "ResourceQuota") => quantities::validate_resource_quota(causes, spec),
+        ("", "LimitRange") => quantities::validate_limit_range(causes, spec),
+        ("", "PersistentVolumeClaim") => quantities::validate_claim_spec(causes, spec, "spec"),
+        ("", "PersistentVolume") => quantities::validate_persistent_volume(causes, spec),
+        ("", "Node") => cluster::validate_node(causes, object),
+        ("", "Namespace") => cluster::validate_namespace(causes, spec),
+        ("scheduling.k8s.io", "PriorityClass") => cluster::validate_priority_class(causes, object),
+        ("policy", "PodDisruptionBudget") => cluster::validate_pod_disruption_budget(causes, spec),
+        ("coordination.k8s.io", "Lease") => cluster::validate_lease(causes, spec),
+        (
+            "admissionregistration.k8s.io",
+            kind @ ("MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration"),
+        ) => {
+            let mutating = kind == "MutatingWebhookConfiguration";
+            webhooks::validate_webhook_configuration(causes, object, mutating)
+        }
+        ("rbac.authorization.k8s.io", kind @ ("Role" | "ClusterRole")) => {
+            rbac::validate_role(causes, object, kind == "Role")
+        }
+        ("rbac.authorization.k8s.io", kind @ ("RoleBinding" | "ClusterRoleBinding")) => {
+            rbac::validate_binding(causes, object, kind == "RoleBinding")
+        }
         ("apiextensions.k8s.io", "CustomResourceDefinition") if resource.custom.is_none() => {
             causes.extend(crate::crd::validate_definition(object))
         }
@@ -654,6 +689,7 @@ fn validate_kind(resource: &ResourceType, object: &Value, causes: &mut Vec<Cause
                 field(field(spec, "jobTemplate"), "spec"),
                 "spec.jobTemplate.spec",
             );
+            workload_fields::validate_cron_job_fields(causes, spec);
         }
         _ => {}
     }
@@ -685,22 +721,14 @@ fn validate_pod_spec(causes: &mut Vec<Cause>, spec: &Value, path: &str, claims: 
     }
     let mut names = HashSet::new();
     for (i, container) in containers.iter().enumerate() {
-        validate_container(
-            causes,
-            container,
-            &format!("{path}.containers[{i}]"),
-            &mut names,
-            &volumes,
-        );
+        let at = format!("{path}.containers[{i}]");
+        validate_container(causes, container, &at, &mut names, &volumes);
+        pod::validate_container_fields(causes, container, &at, false);
     }
     for (i, container) in items(spec, "initContainers").iter().enumerate() {
-        validate_container(
-            causes,
-            container,
-            &format!("{path}.initContainers[{i}]"),
-            &mut names,
-            &volumes,
-        );
+        let at = format!("{path}.initContainers[{i}]");
+        validate_container(causes, container, &at, &mut names, &volumes);
+        pod::validate_container_fields(causes, container, &at, true);
     }
     let restart_policy = text(spec, "restartPolicy");
     if !restart_policy.is_empty() && !["Always", "OnFailure", "Never"].contains(&restart_policy) {
@@ -710,6 +738,7 @@ fn validate_pod_spec(causes: &mut Vec<Cause>, spec: &Value, path: &str, claims: 
             &["Always", "OnFailure", "Never"],
         ));
     }
+    pod::validate_pod_spec_fields(causes, spec, path);
 }
 
 fn validate_container<'a>(
@@ -741,6 +770,11 @@ fn validate_container<'a>(
         causes.push(invalid(format!("{path}.image"), &go_quote(image), detail));
     }
     validate_container_ports(causes, items(container, "ports"), &format!("{path}.ports"));
+    quantities::validate_resource_requirements(
+        causes,
+        field(container, "resources"),
+        &format!("{path}.resources"),
+    );
     for (i, env) in items(container, "env").iter().enumerate() {
         if text(env, "name").is_empty() {
             causes.push(required(format!("{path}.env[{i}].name"), ""));
@@ -838,12 +872,9 @@ fn validate_pod_template(causes: &mut Vec<Cause>, template: &Value, path: &str, 
     let meta = field(template, "metadata");
     validate_labels(causes, meta, "labels", &format!("{path}.labels"));
     validate_annotations(causes, meta, &format!("{path}.annotations"));
-    validate_pod_spec(
-        causes,
-        field(template, "spec"),
-        &format!("{path}.spec"),
-        claims,
-    );
+    let spec_path = format!("{path}.spec");
+    validate_pod_spec(causes, field(template, "spec"), &spec_path, claims);
+    pod::validate_template_only(causes, field(template, "spec"), &spec_path);
 }
 
 /// The template's restartPolicy, `Always` when unset (Kubernetes' default).
@@ -899,6 +930,7 @@ fn validate_workload(causes: &mut Vec<Cause>, kind: &str, spec: &Value) {
             &["Always"],
         ));
     }
+    workload_fields::validate_workload_fields(causes, kind, spec);
 }
 
 /// The selector must select the template's labels; a missing selector
@@ -1004,6 +1036,7 @@ fn validate_job_spec(causes: &mut Vec<Cause>, spec: &Value, path: &str) {
         let at = format!("{path}.template.spec.restartPolicy");
         causes.push(not_supported(at, policy, &["OnFailure", "Never"]));
     }
+    workload_fields::validate_job_fields(causes, spec, path);
 }
 
 // ---------------------------------------------------------------------------
@@ -1035,6 +1068,7 @@ fn validate_service(causes: &mut Vec<Cause>, spec: &Value) {
         );
     }
     validate_labels(causes, spec, "selector", "spec.selector");
+    service_fields::validate_service_fields(causes, spec);
 }
 
 /// One port of a Service; `name_required` when the Service has several.
@@ -1376,7 +1410,7 @@ pub(crate) mod tests {
         find("", "v1", "pods").unwrap()
     }
 
-    fn kind(api_version: &str, kind: &str) -> &'static ResourceType {
+    pub(crate) fn kind(api_version: &str, kind: &str) -> &'static ResourceType {
         find_kind(api_version, kind).unwrap()
     }
 
@@ -1388,7 +1422,14 @@ pub(crate) mod tests {
             .collect()
     }
 
-    fn invalid_lines(resource: &ResourceType, object: Value) -> Vec<String> {
+    /// A Pod named `p` with this one container.
+    pub(crate) fn pod_with_container(container: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [container]}})
+    }
+
+    /// The `field: message` lines of the 422 that `object` must draw.
+    pub(crate) fn invalid_lines(resource: &ResourceType, object: Value) -> Vec<String> {
         let err = validate_object(resource, &object).expect_err("should be invalid");
         assert_eq!((err.code, err.reason), (422, "Invalid"), "{}", err.message);
         lines(&err.details.expect("details").causes)

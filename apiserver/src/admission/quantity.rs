@@ -1,7 +1,8 @@
 //! Kubernetes resource quantities (`500m`, `1Gi`, `2`, `1e3`) as exact
 //! thousandths, for the plugins that add and compare them (LimitRanger,
-//! ResourceQuota). Not a general decimal type: precision below 1m is
-//! rounded up, as Kubernetes' `MilliValue` does.
+//! ResourceQuota) and for validation, which reads them with Kubernetes'
+//! own grammar ([`Quantity::parse_strict`]). Not a general decimal type:
+//! precision below 1m is rounded up, as Kubernetes' `MilliValue` does.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -54,7 +55,83 @@ const DECIMAL: &[(&str, i32)] = &[
     ("E", 18),
 ];
 
+/// Why a text is not a quantity, worded as k8s.io/apimachinery's
+/// `resource.ErrFormatWrong` and `resource.ErrSuffix`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    #[error("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")]
+    Format,
+    #[error("unable to parse quantity's suffix")]
+    Suffix,
+}
+
+/// The characters a quantity's suffix is scanned over before its
+/// optional signed exponent digits.
+const SUFFIX_CHARS: &[u8] = b"eEinumkKMGTP";
+
 impl Quantity {
+    /// Reads `text` as Kubernetes' `resource.ParseQuantity` does: a sign,
+    /// digits with an optional fraction (either may be empty: `.5`, `1.`,
+    /// even `+`), then a suffix that is a decimal SI prefix, a binary one
+    /// (`Ki`…`Ei`) or an exponent (`e3`, `E-2`). Values too large for the
+    /// thousandths kept here saturate; only the grammar is refused.
+    pub fn parse_strict(text: &str) -> Result<Quantity, QuantityError> {
+        let bytes = text.as_bytes();
+        if bytes.is_empty() {
+            return Err(QuantityError::Format);
+        }
+        let negative = bytes[0] == b'-';
+        let mut pos = usize::from(matches!(bytes[0], b'-' | b'+'));
+        let digits = |from: usize| {
+            from + bytes[from..]
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .count()
+        };
+        let whole_end = digits(pos);
+        let whole = &text[pos..whole_end];
+        pos = whole_end;
+        let mut fraction = "";
+        if bytes.get(pos) == Some(&b'.') {
+            let end = digits(pos + 1);
+            fraction = &text[pos + 1..end];
+            pos = end;
+        }
+        let suffix_start = pos;
+        pos += bytes[pos..]
+            .iter()
+            .take_while(|b| SUFFIX_CHARS.contains(b))
+            .count();
+        if matches!(bytes.get(pos), Some(b'-' | b'+')) {
+            pos += 1;
+        }
+        if digits(pos) != bytes.len() {
+            return Err(QuantityError::Format);
+        }
+        let (exponent10, binary_shift) = match &text[suffix_start..] {
+            "" => (0, 0),
+            suffix => {
+                if let Some((_, shift)) = BINARY.iter().find(|(name, _)| *name == suffix) {
+                    (0, *shift)
+                } else if let Some((_, exp)) = DECIMAL.iter().find(|(name, _)| *name == suffix) {
+                    (i64::from(*exp), 0)
+                } else {
+                    let exponent = suffix
+                        .strip_prefix(['e', 'E'])
+                        .filter(|e| !e.is_empty())
+                        .ok_or(QuantityError::Suffix)?;
+                    let exponent = exponent.parse::<i64>().map_err(|_| QuantityError::Suffix)?;
+                    (exponent, 0)
+                }
+            }
+        };
+        let magnitude = saturating_milli(whole, fraction, exponent10, binary_shift);
+        Ok(Quantity {
+            milli: if negative { -magnitude } else { magnitude },
+            binary: binary_shift > 0,
+        })
+    }
+
     /// A count of whole things (`pods=3`).
     pub fn count(n: i64) -> Quantity {
         Quantity {
@@ -145,6 +222,45 @@ impl Quantity {
     }
 }
 
+/// `whole.fraction × 2^binary_shift × 10^exponent10` in thousandths,
+/// rounded up below a thousandth and saturated above what i128 holds.
+fn saturating_milli(whole: &str, fraction: &str, exponent10: i64, binary_shift: u32) -> i128 {
+    let digits: String = format!("{whole}{fraction}")
+        .trim_start_matches('0')
+        .to_string();
+    if digits.is_empty() {
+        return 0;
+    }
+    let Ok(mantissa) = digits.parse::<i128>() else {
+        return i128::MAX;
+    };
+    let Some(mut value) = 1i128
+        .checked_shl(binary_shift)
+        .and_then(|factor| mantissa.checked_mul(factor))
+    else {
+        return i128::MAX;
+    };
+    let exponent = exponent10 + 3 - fraction.len() as i64;
+    if exponent >= 0 {
+        let scaled = u32::try_from(exponent)
+            .ok()
+            .and_then(|e| 10i128.checked_pow(e))
+            .and_then(|factor| value.checked_mul(factor));
+        return scaled.unwrap_or(i128::MAX);
+    }
+    match u32::try_from(-exponent)
+        .ok()
+        .and_then(|e| 10i128.checked_pow(e))
+    {
+        Some(divisor) => {
+            value = (value + divisor - 1) / divisor;
+            value
+        }
+        // Far below a thousandth: rounds up to one.
+        None => 1,
+    }
+}
+
 impl fmt::Display for Quantity {
     /// The canonical form: `500m`, `2`, `1Gi`, `1536Mi`, `2k`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -201,6 +317,50 @@ mod tests {
             assert!(Quantity::parse(bad).is_none(), "{bad}");
         }
         assert!(q("1Gi") > q("1G"));
+    }
+
+    #[test]
+    fn strict_parsing_follows_kubernetes_grammar() {
+        let strict = |text: &str| Quantity::parse_strict(text).map(|q| q.milli);
+        let good: &[(&str, i128)] = &[
+            ("0", 0),
+            ("500m", 500),
+            ("1.5Gi", 1536 * 1024 * 1024 * 1000),
+            ("1e3", 1_000_000),
+            ("1E-3", 1),
+            ("2e+2", 200_000),
+            ("+1", 1000),
+            ("-1", -1000),
+            ("-0", 0),
+            ("1.", 1000),
+            (".5", 500),
+            ("1n", 1),
+            ("-1n", -1),
+            ("1E", 1_000_000_000_000_000_000_000),
+            (".", 0),
+            ("+", 0),
+            ("00010", 10_000),
+            ("1e400", i128::MAX),
+            // The scanner lets the digits be empty, as Kubernetes' does.
+            ("m", 0),
+        ];
+        for (text, milli) in good {
+            assert_eq!(strict(text), Ok(*milli), "{text}");
+        }
+        let format = [
+            "", "1.2.3", "10Gigs", "NaN", "abc", "1Qi", "1..2", " 1", "1 ", "1Ki5x",
+        ];
+        for text in format {
+            assert_eq!(strict(text), Err(QuantityError::Format), "{text:?}");
+        }
+        for text in ["1KK", "1e", "1e+", "5m5", "1iK", "1Kii"] {
+            assert_eq!(strict(text), Err(QuantityError::Suffix), "{text:?}");
+        }
+        assert_eq!(
+            QuantityError::Format.to_string(),
+            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+        );
+        assert!(Quantity::parse_strict("1Gi").unwrap().binary);
     }
 
     #[test]

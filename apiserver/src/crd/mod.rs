@@ -312,12 +312,27 @@ pub fn validate_definition(crd: &Value) -> Vec<Cause> {
                 "Required value".into(),
             ));
         }
-        if version.pointer("/schema/openAPIV3Schema").is_none() {
-            causes.push(cause(
+        match version.pointer("/schema/openAPIV3Schema") {
+            None => causes.push(cause(
                 "FieldValueRequired",
                 &format!("spec.versions[{i}].schema.openAPIV3Schema"),
                 "Required value: schemas are required".into(),
-            ));
+            )),
+            Some(schema) => {
+                let path = format!("spec.versions[{i}].schema.openAPIV3Schema");
+                let root_type = schema.get("type").and_then(Value::as_str).unwrap_or("");
+                if !root_type.is_empty() && root_type != "object" {
+                    causes.push(cause(
+                        "FieldValueInvalid",
+                        &format!("{path}.type"),
+                        format!(
+                            "Invalid value: {}: must be object at the root",
+                            crate::selectors::go_quote(root_type)
+                        ),
+                    ));
+                }
+                check_schema_types(schema, &path, &mut causes);
+            }
         }
     }
     if let Some(strategy) = spec.pointer("/conversion/strategy").and_then(Value::as_str) {
@@ -333,6 +348,64 @@ pub fn validate_definition(crd: &Value) -> Vec<Cause> {
         }
     }
     causes
+}
+
+/// The OpenAPI types a structural schema may name.
+const SCHEMA_TYPES: &[&str] = &["array", "boolean", "integer", "number", "object", "string"];
+
+/// Every `type` of a schema and of the schemas inside it is one Kubernetes
+/// knows, and an array says what its items are; paths as Kubernetes
+/// writes them (`properties[spec].type`).
+fn check_schema_types(schema: &Value, path: &str, causes: &mut Vec<Cause>) {
+    let Some(object) = schema.as_object() else {
+        return;
+    };
+    match object.get("type") {
+        Some(Value::String(kind)) if !kind.is_empty() && !SCHEMA_TYPES.contains(&kind.as_str()) => {
+            let listed: Vec<String> = SCHEMA_TYPES
+                .iter()
+                .map(|t| crate::selectors::go_quote(t))
+                .collect();
+            causes.push(cause(
+                "FieldValueNotSupported",
+                &format!("{path}.type"),
+                format!(
+                    "Unsupported value: {}: supported values: {}",
+                    crate::selectors::go_quote(kind),
+                    listed.join(", ")
+                ),
+            ));
+        }
+        Some(Value::String(kind)) if kind == "array" && object.get("items").is_none() => {
+            causes.push(cause(
+                "FieldValueRequired",
+                &format!("{path}.items"),
+                "Required value: must be specified".into(),
+            ));
+        }
+        _ => {}
+    }
+    if let Some(properties) = object.get("properties").and_then(Value::as_object) {
+        for (name, inner) in properties {
+            check_schema_types(inner, &format!("{path}.properties[{name}]"), causes);
+        }
+    }
+    for name in ["items", "additionalProperties", "not"] {
+        if let Some(inner) = object.get(name) {
+            check_schema_types(inner, &format!("{path}.{name}"), causes);
+        }
+    }
+    for name in ["allOf", "anyOf", "oneOf"] {
+        for (i, inner) in object
+            .get(name)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            check_schema_types(inner, &format!("{path}.{name}[{i}]"), causes);
+        }
+    }
 }
 
 fn cause(reason: &'static str, field: &str, message: String) -> Cause {
@@ -422,6 +495,31 @@ mod tests {
             .map(|c| c.field)
             .collect();
         assert_eq!(fields, ["metadata.name", "spec.versions"]);
+    }
+
+    #[test]
+    fn schema_types_are_ones_kubernetes_knows() {
+        let mut crd = widgets();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({"type": "object",
+            "properties": {"spec": {"type": "object", "properties": {
+                "size": {"type": "nonsense"},
+                "tags": {"type": "array"},
+                "either": {"anyOf": [{"type": "integer"}, {"type": "text"}]},
+                "labels": {"type": "object", "additionalProperties": {"type": "map"}}}}}});
+        crd["spec"]["versions"][1]["schema"]["openAPIV3Schema"] = json!({"type": "string"});
+        let lines: Vec<String> = validate_definition(&crd)
+            .into_iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
+        let supported = "supported values: \"array\", \"boolean\", \"integer\", \"number\", \"object\", \"string\"";
+        let schema = "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties";
+        assert_eq!(lines, vec![
+            format!("{schema}[either].anyOf[1].type: Unsupported value: \"text\": {supported}"),
+            format!("{schema}[labels].additionalProperties.type: Unsupported value: \"map\": {supported}"),
+            format!("{schema}[size].type: Unsupported value: \"nonsense\": {supported}"),
+            format!("{schema}[tags].items: Required value: must be specified"),
+            "spec.versions[1].schema.openAPIV3Schema.type: Invalid value: \"string\": must be object at the root".to_string(),
+        ]);
     }
 
     #[test]
