@@ -105,13 +105,19 @@ fn check_shape(value: Value) -> ApiResult<Value> {
         return Err(ApiError::bad_request("the body must be a JSON object"));
     };
     for field in ["apiVersion", "kind"] {
-        if map.get(field).is_some_and(|v| !v.is_string() && !v.is_null()) {
+        if map
+            .get(field)
+            .is_some_and(|v| !v.is_string() && !v.is_null())
+        {
             return Err(ApiError::bad_request(format!(
                 "the body's {field} must be a string"
             )));
         }
     }
-    if map.get("metadata").is_some_and(|m| !m.is_object() && !m.is_null()) {
+    if map
+        .get("metadata")
+        .is_some_and(|m| !m.is_object() && !m.is_null())
+    {
         return Err(ApiError::bad_request(
             "the body's metadata must be an object (ObjectMeta)",
         ));
@@ -538,14 +544,29 @@ mod tests {
     fn a_body_is_read_by_its_content_type_and_other_types_are_415() {
         let json = br#"{"kind":"ConfigMap","data":{"a":"b"}}"#;
         for content_type in ["", "application/json", "application/json; charset=utf-8"] {
-            assert_eq!(parse_request_body(content_type, json).unwrap()["data"]["a"], "b");
+            assert_eq!(
+                parse_request_body(content_type, json).unwrap()["data"]["a"],
+                "b"
+            );
         }
         let yaml = b"kind: ConfigMap\ndata:\n  a: b\n";
-        assert_eq!(parse_request_body("application/yaml", yaml).unwrap()["data"]["a"], "b");
-        for content_type in ["text/plain", "application/xml", "application/x-www-form-urlencoded"] {
+        assert_eq!(
+            parse_request_body("application/yaml", yaml).unwrap()["data"]["a"],
+            "b"
+        );
+        for content_type in [
+            "text/plain",
+            "application/xml",
+            "application/x-www-form-urlencoded",
+        ] {
             let err = parse_request_body(content_type, json).unwrap_err();
             assert_eq!(err.code, 415, "{content_type}");
         }
-        assert_eq!(parse_request_body("application/yaml", b"- 1\n").unwrap_err().code, 400);
+        assert_eq!(
+            parse_request_body("application/yaml", b"- 1\n")
+                .unwrap_err()
+                .code,
+            400
+        );
     }
 }

@@ -78,7 +78,11 @@ pub fn count(query: &HashMap<String, String>, name: &str) -> ApiResult<Option<i6
     };
     match value.parse::<i64>() {
         Ok(n) if n >= 0 => Ok(Some(n)),
-        _ => Err(bad_parameter(name, value, "expected a non-negative integer")),
+        _ => Err(bad_parameter(
+            name,
+            value,
+            "expected a non-negative integer",
+        )),
     }
 }
 
@@ -411,7 +415,11 @@ mod tests {
     #[test]
     fn list_and_watch_options_are_checked_as_kubernetes_checks_them() {
         let ok = |pairs: &[(&str, &str)], watch| list_options(pods(), &query(pairs), watch);
-        assert!(ok(&[("resourceVersion", "5"), ("resourceVersionMatch", "Exact")], false).is_ok());
+        assert!(ok(
+            &[("resourceVersion", "5"), ("resourceVersionMatch", "Exact")],
+            false
+        )
+        .is_ok());
         let fields = |pairs: &[(&str, &str)], watch| {
             let err = ok(pairs, watch).unwrap_err();
             assert_eq!(err.code, 422, "{pairs:?}");
@@ -427,11 +435,20 @@ mod tests {
             ["resourceVersionMatch"]
         );
         assert_eq!(
-            fields(&[("resourceVersion", "1"), ("resourceVersionMatch", "Sometimes")], false),
+            fields(
+                &[
+                    ("resourceVersion", "1"),
+                    ("resourceVersionMatch", "Sometimes")
+                ],
+                false
+            ),
             ["resourceVersionMatch"]
         );
         assert_eq!(
-            fields(&[("resourceVersion", "0"), ("resourceVersionMatch", "Exact")], false),
+            fields(
+                &[("resourceVersion", "0"), ("resourceVersionMatch", "Exact")],
+                false
+            ),
             ["resourceVersionMatch"]
         );
         assert_eq!(
@@ -443,7 +460,10 @@ mod tests {
             ["resourceVersionMatch"]
         );
         assert!(ok(
-            &[("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan")],
+            &[
+                ("sendInitialEvents", "true"),
+                ("resourceVersionMatch", "NotOlderThan")
+            ],
             true
         )
         .is_ok());
@@ -472,7 +492,10 @@ mod tests {
         }
         let err = delete_options(&none, br#"{"dryRun":["Al"]}"#).unwrap_err();
         assert_eq!(err.code, 422);
-        assert_eq!(err.to_status()["details"]["causes"][0]["field"], "dryRun[0]");
+        assert_eq!(
+            err.to_status()["details"]["causes"][0]["field"],
+            "dryRun[0]"
+        );
         let err = delete_options(&none, br#"{"propagationPolicy":"Sideways"}"#).unwrap_err();
         assert_eq!(err.code, 422);
     }

@@ -438,8 +438,14 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
         }
         (&Method::PUT, Some(name), Some("scale")) => {
             let scale = crate::object::parse_request_body(content_type, body)?;
-            let scale =
-                crate::subresources::put_scale(registry, &target, name, scale, &write(OptionsKind::Update)?).await?;
+            let scale = crate::subresources::put_scale(
+                registry,
+                &target,
+                name,
+                scale,
+                &write(OptionsKind::Update)?,
+            )
+            .await?;
             Ok(json_response(StatusCode::OK, &scale))
         }
         (&Method::PATCH, Some(name), Some("scale")) => {
@@ -456,8 +462,14 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
         }
         (&Method::POST, Some(name), Some("binding")) => {
             let binding = crate::object::parse_request_body(content_type, body)?;
-            let status =
-                crate::subresources::bind(registry, &target, name, binding, &write(OptionsKind::Create)?).await?;
+            let status = crate::subresources::bind(
+                registry,
+                &target,
+                name,
+                binding,
+                &write(OptionsKind::Create)?,
+            )
+            .await?;
             Ok(json_response(StatusCode::CREATED, &status))
         }
         (&Method::POST, Some(name), Some("token")) if resource.kind == "ServiceAccount" => {
@@ -580,7 +592,11 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
         (&Method::DELETE, None, None) => {
             let options = options::delete_options(query, body)?;
             let deleted = registry
-                .delete_collection(&target, &options::list_options(resource, query, false)?, &options)
+                .delete_collection(
+                    &target,
+                    &options::list_options(resource, query, false)?,
+                    &options,
+                )
                 .await?;
             Ok(json_response(
                 StatusCode::OK,

@@ -589,7 +589,10 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.code, 422, "{err:?}");
-        assert_eq!(err.to_status()["details"]["causes"][0]["field"], "target.kind");
+        assert_eq!(
+            err.to_status()["details"]["causes"][0]["field"],
+            "target.kind"
+        );
         let dry = binding_to("n1", json!({"name": "web"}));
         bind(&registry, &pods(), "web", dry, &Write::new("test", true))
             .await

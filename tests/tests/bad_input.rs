@@ -62,45 +62,87 @@ fn pod_template(app: &str) -> Value {
 /// The objects the requests aim at: (collection, object).
 fn seeds() -> Vec<(String, Value)> {
     vec![
-        (format!("{NS}/configmaps"), json!({"metadata": {"name": "cm",
+        (
+            format!("{NS}/configmaps"),
+            json!({"metadata": {"name": "cm",
             "labels": {"app": "web"}, "annotations": {"note": "keep"},
-            "finalizers": ["example.com/keep"]}, "data": {"mode": "on"}})),
-        (format!("{NS}/configmaps"), json!({"metadata": {"name": "frozen"},
-            "immutable": true, "data": {"mode": "fixed"}})),
-        (format!("{NS}/secrets"), json!({"metadata": {"name": "sec"}, "type": "Opaque",
-            "data": {"password": "c2VjcmV0"}})),
-        (format!("{NS}/pods"), json!({"metadata": {"name": "p", "labels": {"app": "web"}},
-            "spec": {"restartPolicy": "Always", "containers": [container()]}})),
-        (format!("{NS}/services"), json!({"metadata": {"name": "svc"},
+            "finalizers": ["example.com/keep"]}, "data": {"mode": "on"}}),
+        ),
+        (
+            format!("{NS}/configmaps"),
+            json!({"metadata": {"name": "frozen"},
+            "immutable": true, "data": {"mode": "fixed"}}),
+        ),
+        (
+            format!("{NS}/secrets"),
+            json!({"metadata": {"name": "sec"}, "type": "Opaque",
+            "data": {"password": "c2VjcmV0"}}),
+        ),
+        (
+            format!("{NS}/pods"),
+            json!({"metadata": {"name": "p", "labels": {"app": "web"}},
+            "spec": {"restartPolicy": "Always", "containers": [container()]}}),
+        ),
+        (
+            format!("{NS}/services"),
+            json!({"metadata": {"name": "svc"},
             "spec": {"clusterIP": "10.96.0.50", "selector": {"app": "web"},
-                     "ports": [{"port": 80, "targetPort": 8080}]}})),
-        (format!("{NS}/persistentvolumeclaims"), json!({"metadata": {"name": "data"},
+                     "ports": [{"port": 80, "targetPort": 8080}]}}),
+        ),
+        (
+            format!("{NS}/persistentvolumeclaims"),
+            json!({"metadata": {"name": "data"},
             "spec": {"accessModes": ["ReadWriteOnce"],
-                     "resources": {"requests": {"storage": "1Gi"}}}})),
-        (format!("{NS}/resourcequotas"), json!({"metadata": {"name": "q"},
-            "spec": {"hard": {"pods": "10", "requests.cpu": "4"}}})),
-        (format!("{NS}/limitranges"), json!({"metadata": {"name": "lr"},
+                     "resources": {"requests": {"storage": "1Gi"}}}}),
+        ),
+        (
+            format!("{NS}/resourcequotas"),
+            json!({"metadata": {"name": "q"},
+            "spec": {"hard": {"pods": "10", "requests.cpu": "4"}}}),
+        ),
+        (
+            format!("{NS}/limitranges"),
+            json!({"metadata": {"name": "lr"},
             "spec": {"limits": [{"type": "Container", "default": {"cpu": "500m"},
-                                 "defaultRequest": {"cpu": "100m"}}]}})),
-        (format!("{APPS}/deployments"), json!({"metadata": {"name": "web"},
+                                 "defaultRequest": {"cpu": "100m"}}]}}),
+        ),
+        (
+            format!("{APPS}/deployments"),
+            json!({"metadata": {"name": "web"},
             "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
-                     "template": pod_template("web")}})),
-        (format!("{APPS}/statefulsets"), json!({"metadata": {"name": "db"},
+                     "template": pod_template("web")}}),
+        ),
+        (
+            format!("{APPS}/statefulsets"),
+            json!({"metadata": {"name": "db"},
             "spec": {"replicas": 0, "serviceName": "db",
-                     "selector": {"matchLabels": {"app": "db"}}, "template": pod_template("db")}})),
-        (format!("{BATCH}/jobs"), json!({"metadata": {"name": "j"},
+                     "selector": {"matchLabels": {"app": "db"}}, "template": pod_template("db")}}),
+        ),
+        (
+            format!("{BATCH}/jobs"),
+            json!({"metadata": {"name": "j"},
             "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never",
-                     "containers": [container()]}}}})),
-        (format!("{RBAC}/roles"), json!({"metadata": {"name": "r"},
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})),
-        (format!("{RBAC}/rolebindings"), json!({"metadata": {"name": "rb"},
+                     "containers": [container()]}}}}),
+        ),
+        (
+            format!("{RBAC}/roles"),
+            json!({"metadata": {"name": "r"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
+        ),
+        (
+            format!("{RBAC}/rolebindings"),
+            json!({"metadata": {"name": "rb"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
-            "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}]})),
+            "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}]}),
+        ),
     ]
 }
 
 fn object_path(collection: &str, object: &Value) -> String {
-    format!("{collection}/{}", object["metadata"]["name"].as_str().unwrap_or(""))
+    format!(
+        "{collection}/{}",
+        object["metadata"]["name"].as_str().unwrap_or("")
+    )
 }
 
 /// DELETEs whose options are malformed: each would, read leniently, be a
@@ -118,7 +160,10 @@ fn bad_deletes(path: &str, cases: &mut Vec<Case>) {
         (r#"{"propagationPolicy":"Sideways"}"#, &[422]),
         (r#"{"propagationPolicy":["Orphan"]}"#, &[400]),
         (r#"{"orphanDependents":"yes"}"#, &[400]),
-        (r#"{"orphanDependents":true,"propagationPolicy":"Orphan"}"#, &[422]),
+        (
+            r#"{"orphanDependents":true,"propagationPolicy":"Orphan"}"#,
+            &[422],
+        ),
         (r#"{"preconditions":{"uid":"not-the-uid"}}"#, &[409]),
         (r#"{"preconditions":{"resourceVersion":"1"}}"#, &[409]),
         (r#"[]"#, &[400]),
@@ -160,33 +205,97 @@ fn bad_patches(path: &str, cases: &mut Vec<Case>) {
     const MERGE: &str = "application/merge-patch+json";
     const STRATEGIC: &str = "application/strategic-merge-patch+json";
     let patches: Vec<(&str, Value, &[u16])> = vec![
-        (JSON_PATCH, json!([{"op": "replace", "path": "", "value": null}]), &[400, 422]),
-        (JSON_PATCH, json!([{"op": "replace", "path": "", "value": [1, 2]}]), &[400, 422]),
-        (JSON_PATCH, json!([{"op": "replace", "path": "", "value": "x"}]), &[400, 422]),
-        (JSON_PATCH, json!([{"op": "replace", "path": "", "value": {}}]), &[400, 422]),
-        (JSON_PATCH, json!([{"op": "remove", "path": ""}]), &[400, 422]),
-        (JSON_PATCH, json!([{"op": "add", "path": "", "value": {"a": 1}}]), &[400, 422]),
-        (JSON_PATCH, json!([{"op": "move", "from": "", "path": "/x"}]), &[400, 422]),
-        (JSON_PATCH, json!([{"op": "remove", "path": "/metadata"}]), &[400]),
-        (JSON_PATCH, json!([{"op": "replace", "path": "/metadata/name", "value": "other"}]), &[400]),
-        (JSON_PATCH, json!([{"op": "replace", "path": "/metadata/uid", "value": "u-2"}]), &[409]),
-        (JSON_PATCH, json!([{"op": "remove", "path": "/nothing/here"}]), &[422]),
+        (
+            JSON_PATCH,
+            json!([{"op": "replace", "path": "", "value": null}]),
+            &[400, 422],
+        ),
+        (
+            JSON_PATCH,
+            json!([{"op": "replace", "path": "", "value": [1, 2]}]),
+            &[400, 422],
+        ),
+        (
+            JSON_PATCH,
+            json!([{"op": "replace", "path": "", "value": "x"}]),
+            &[400, 422],
+        ),
+        (
+            JSON_PATCH,
+            json!([{"op": "replace", "path": "", "value": {}}]),
+            &[400, 422],
+        ),
+        (
+            JSON_PATCH,
+            json!([{"op": "remove", "path": ""}]),
+            &[400, 422],
+        ),
+        (
+            JSON_PATCH,
+            json!([{"op": "add", "path": "", "value": {"a": 1}}]),
+            &[400, 422],
+        ),
+        (
+            JSON_PATCH,
+            json!([{"op": "move", "from": "", "path": "/x"}]),
+            &[400, 422],
+        ),
+        (
+            JSON_PATCH,
+            json!([{"op": "remove", "path": "/metadata"}]),
+            &[400],
+        ),
+        (
+            JSON_PATCH,
+            json!([{"op": "replace", "path": "/metadata/name", "value": "other"}]),
+            &[400],
+        ),
+        (
+            JSON_PATCH,
+            json!([{"op": "replace", "path": "/metadata/uid", "value": "u-2"}]),
+            &[409],
+        ),
+        (
+            JSON_PATCH,
+            json!([{"op": "remove", "path": "/nothing/here"}]),
+            &[422],
+        ),
         (JSON_PATCH, json!([{"op": "launch"}]), &[400]),
-        (JSON_PATCH, json!({"op": "remove", "path": "/metadata"}), &[400]),
+        (
+            JSON_PATCH,
+            json!({"op": "remove", "path": "/metadata"}),
+            &[400],
+        ),
         (MERGE, json!(null), &[400]),
         (MERGE, json!([]), &[400]),
         (MERGE, json!("x"), &[400]),
         (MERGE, json!({"metadata": null}), &[400]),
         (MERGE, json!({"metadata": {"name": "other"}}), &[400]),
-        (MERGE, json!({"metadata": {"namespace": "kube-system"}}), &[400]),
-        (MERGE, json!({"metadata": {"uid": "another-object"}}), &[409]),
+        (
+            MERGE,
+            json!({"metadata": {"namespace": "kube-system"}}),
+            &[400],
+        ),
+        (
+            MERGE,
+            json!({"metadata": {"uid": "another-object"}}),
+            &[409],
+        ),
         (MERGE, json!({"metadata": {"resourceVersion": "1"}}), &[409]),
-        (MERGE, json!({"metadata": {"labels": {"bad key!": "x"}}}), &[422]),
+        (
+            MERGE,
+            json!({"metadata": {"labels": {"bad key!": "x"}}}),
+            &[422],
+        ),
         (MERGE, json!({"metadata": {"finalizers": [7]}}), &[400, 422]),
         (STRATEGIC, json!({"$patch": "delete"}), &[422]),
         (STRATEGIC, json!([]), &[400]),
         (STRATEGIC, json!({"metadata": {"name": "other"}}), &[400]),
-        (STRATEGIC, json!({"metadata": {"uid": "another-object"}}), &[409]),
+        (
+            STRATEGIC,
+            json!({"metadata": {"uid": "another-object"}}),
+            &[409],
+        ),
     ];
     for (content_type, patch, codes) in patches {
         cases.push(case(
@@ -231,7 +340,11 @@ fn bad_patches(path: &str, cases: &mut Vec<Case>) {
 fn bad_bodies(collection: &str, path: &str, object: &Value, cases: &mut Vec<Case>) {
     let mut renamed = object.clone();
     renamed["metadata"] = json!({"name": "should-not-exist"});
-    for content_type in ["text/plain", "application/xml", "application/x-www-form-urlencoded"] {
+    for content_type in [
+        "text/plain",
+        "application/xml",
+        "application/x-www-form-urlencoded",
+    ] {
         cases.push(case(
             format!("POST {collection} as {content_type}"),
             "POST",
@@ -255,7 +368,10 @@ fn bad_bodies(collection: &str, path: &str, object: &Value, cases: &mut Vec<Case
         ("{", &[400]),
         (r#"{"metadata": "x"}"#, &[400]),
         (r#"{"metadata": {"name": 5}}"#, &[400]),
-        (r#"{"kind": 5, "metadata": {"name": "should-not-exist"}}"#, &[400]),
+        (
+            r#"{"kind": 5, "metadata": {"name": "should-not-exist"}}"#,
+            &[400],
+        ),
     ] {
         cases.push(case(
             format!("POST {collection} with {body}"),
@@ -313,20 +429,59 @@ fn bad_queries(collection: &str, cases: &mut Vec<Case>) {
 /// merge patch (the path every client takes).
 fn immutable_changes(cases: &mut Vec<Case>) {
     let changes: Vec<(String, Value)> = vec![
-        (format!("{NS}/configmaps/frozen"), json!({"data": {"mode": "thawed"}})),
-        (format!("{NS}/configmaps/frozen"), json!({"immutable": false})),
+        (
+            format!("{NS}/configmaps/frozen"),
+            json!({"data": {"mode": "thawed"}}),
+        ),
+        (
+            format!("{NS}/configmaps/frozen"),
+            json!({"immutable": false}),
+        ),
         (format!("{NS}/configmaps/frozen"), json!({"data": null})),
-        (format!("{NS}/secrets/sec"), json!({"type": "kubernetes.io/tls"})),
-        (format!("{NS}/pods/p"), json!({"spec": {"restartPolicy": "Never"}})),
-        (format!("{NS}/pods/p"), json!({"spec": {"containers": [{"name": "other", "image": "x"}]}})),
-        (format!("{NS}/pods/p"), json!({"spec": {"nodeName": "somewhere"}})),
-        (format!("{NS}/services/svc"), json!({"spec": {"clusterIP": "10.96.0.51"}})),
-        (format!("{NS}/persistentvolumeclaims/data"), json!({"spec": {"accessModes": ["ReadWriteMany"]}})),
-        (format!("{APPS}/deployments/web"), json!({"spec": {"selector": {"matchLabels": {"app": "other"}}}})),
-        (format!("{APPS}/statefulsets/db"), json!({"spec": {"serviceName": "elsewhere"}})),
-        (format!("{BATCH}/jobs/j"), json!({"spec": {"completions": 5}})),
-        (format!("{RBAC}/rolebindings/rb"), json!({"roleRef": {"name": "admin"}})),
-        (format!("{RBAC}/rolebindings/rb"), json!({"roleRef": {"kind": "ClusterRole", "name": "cluster-admin"}})),
+        (
+            format!("{NS}/secrets/sec"),
+            json!({"type": "kubernetes.io/tls"}),
+        ),
+        (
+            format!("{NS}/pods/p"),
+            json!({"spec": {"restartPolicy": "Never"}}),
+        ),
+        (
+            format!("{NS}/pods/p"),
+            json!({"spec": {"containers": [{"name": "other", "image": "x"}]}}),
+        ),
+        (
+            format!("{NS}/pods/p"),
+            json!({"spec": {"nodeName": "somewhere"}}),
+        ),
+        (
+            format!("{NS}/services/svc"),
+            json!({"spec": {"clusterIP": "10.96.0.51"}}),
+        ),
+        (
+            format!("{NS}/persistentvolumeclaims/data"),
+            json!({"spec": {"accessModes": ["ReadWriteMany"]}}),
+        ),
+        (
+            format!("{APPS}/deployments/web"),
+            json!({"spec": {"selector": {"matchLabels": {"app": "other"}}}}),
+        ),
+        (
+            format!("{APPS}/statefulsets/db"),
+            json!({"spec": {"serviceName": "elsewhere"}}),
+        ),
+        (
+            format!("{BATCH}/jobs/j"),
+            json!({"spec": {"completions": 5}}),
+        ),
+        (
+            format!("{RBAC}/rolebindings/rb"),
+            json!({"roleRef": {"name": "admin"}}),
+        ),
+        (
+            format!("{RBAC}/rolebindings/rb"),
+            json!({"roleRef": {"kind": "ClusterRole", "name": "cluster-admin"}}),
+        ),
     ];
     for (path, patch) in changes {
         cases.push(case(
@@ -349,16 +504,22 @@ fn invalid_creates(cases: &mut Vec<Case>) {
     };
     let mut creates: Vec<(String, Value)> = Vec::new();
     for quantity in ["1.2.3", "10Gigs", "-1", "NaN", "", "1e", "--1"] {
-        creates.push((format!("{NS}/pods"), pod_with(json!({"requests": {"cpu": quantity}}))));
+        creates.push((
+            format!("{NS}/pods"),
+            pod_with(json!({"requests": {"cpu": quantity}})),
+        ));
         creates.push((
             format!("{NS}/resourcequotas"),
             json!({"metadata": {"name": "bad-quota"}, "spec": {"hard": {"pods": quantity}}}),
         ));
-        creates.push((
-            format!("{NS}/limitranges"),
-            json!({"metadata": {"name": "bad-lr"}, "spec": {"limits": [
+        // A negative bound is a valid LimitRange in Kubernetes; others are not.
+        creates.extend((quantity != "-1").then(|| {
+            (
+                format!("{NS}/limitranges"),
+                json!({"metadata": {"name": "bad-lr"}, "spec": {"limits": [
                 {"type": "Container", "max": {"memory": quantity}}]}}),
-        ));
+            )
+        }));
         creates.push((
             format!("{NS}/persistentvolumeclaims"),
             json!({"metadata": {"name": "bad-claim"}, "spec": {"accessModes": ["ReadWriteOnce"],
@@ -367,8 +528,6 @@ fn invalid_creates(cases: &mut Vec<Case>) {
     }
     creates.extend([
         (format!("{NS}/pods"), pod_with(json!({"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}))),
-        (format!("{NS}/pods"), json!({"metadata": {"name": "bad-pod"}, "spec": {
-            "terminationGracePeriodSeconds": -5, "containers": [container()]}})),
         (format!("{NS}/pods"), json!({"metadata": {"name": "bad-pod"}, "spec": {
             "containers": [container()], "tolerations": [{"key": "k", "operator": "Bogus"}]}})),
         (format!("{NS}/pods"), json!({"metadata": {"name": "bad-pod"}, "spec": {
@@ -433,7 +592,8 @@ fn invalid_creates(cases: &mut Vec<Case>) {
         json_body(&binding),
         &[422],
     ));
-    let status = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "status": "up"});
+    let status =
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "status": "up"});
     cases.push(case(
         "PUT pods/p/status with a status that is not an object",
         "PUT",
@@ -482,17 +642,28 @@ async fn run(http: &KubeHttp, cases: &[Case]) -> Vec<String> {
 /// The reply is a Kubernetes Status whose code is its HTTP status, one of
 /// `codes`.
 fn check_status(reply: &HttpResponse, codes: &[u16]) -> Result<(), String> {
-    let status: Value = serde_json::from_slice(&reply.body)
-        .map_err(|_| format!("HTTP {} with a body that is not JSON: {}", reply.status, reply.text()))?;
+    let status: Value = serde_json::from_slice(&reply.body).map_err(|_| {
+        format!(
+            "HTTP {} with a body that is not JSON: {}",
+            reply.status,
+            reply.text()
+        )
+    })?;
     let is_status = status["kind"] == "Status"
         && status["apiVersion"] == "v1"
         && status["status"] == "Failure"
         && status["code"] == reply.status;
     if !is_status {
-        return Err(format!("HTTP {}, not a failure Status: {status}", reply.status));
+        return Err(format!(
+            "HTTP {}, not a failure Status: {status}",
+            reply.status
+        ));
     }
     if !codes.contains(&reply.status) {
-        return Err(format!("wanted {codes:?}, got {} {}", reply.status, status["message"]));
+        return Err(format!(
+            "wanted {codes:?}, got {} {}",
+            reply.status, status["message"]
+        ));
     }
     Ok(())
 }
@@ -535,7 +706,12 @@ async fn malformed_requests_are_refused_with_a_status_and_change_nothing() -> Re
     let seeds = seeds();
     for (collection, object) in &seeds {
         let reply = http.post(collection, object).await?;
-        ensure!(reply.status == 201, "seeding {collection}: {} {}", reply.status, reply.text());
+        ensure!(
+            reply.status == 201,
+            "seeding {collection}: {} {}",
+            reply.status,
+            reply.text()
+        );
     }
 
     let mut cases = Vec::new();
@@ -572,12 +748,32 @@ async fn malformed_requests_are_refused_with_a_status_and_change_nothing() -> Re
             json_body(&json!({"data": {"mode": "off"}})).as_deref(),
         )
         .await?;
-    ensure!(reply.status == 200, "a valid patch: {} {}", reply.status, reply.text());
+    ensure!(
+        reply.status == 200,
+        "a valid patch: {} {}",
+        reply.status,
+        reply.text()
+    );
     let later = dump(&server).await?;
     ensure!(
-        differences(&after, &later) == [format!("/registry/configmaps/default/cm changed: {} -> {}",
-            String::from_utf8_lossy(&after.iter().find(|e| e.0 == "/registry/configmaps/default/cm").context("cm stored")?.2),
-            String::from_utf8_lossy(&later.iter().find(|e| e.0 == "/registry/configmaps/default/cm").context("cm stored")?.2))],
+        differences(&after, &later)
+            == [format!(
+                "/registry/core/configmaps/default/cm changed: {} -> {}",
+                String::from_utf8_lossy(
+                    &after
+                        .iter()
+                        .find(|e| e.0 == "/registry/core/configmaps/default/cm")
+                        .context("cm stored")?
+                        .2
+                ),
+                String::from_utf8_lossy(
+                    &later
+                        .iter()
+                        .find(|e| e.0 == "/registry/core/configmaps/default/cm")
+                        .context("cm stored")?
+                        .2
+                )
+            )],
         "a valid patch changes exactly the ConfigMap"
     );
     Ok(())

@@ -65,7 +65,8 @@ fn decode_op(op: &Value) -> Result<Op, String> {
     let op_name = text("op")?;
     // The root is the object itself: replacing or removing it would take
     // its identity and everything only the server sets with it.
-    let from_root = matches!(op_name.as_str(), "move") && fields.get("from") == Some(&Value::from(""));
+    let from_root =
+        matches!(op_name.as_str(), "move") && fields.get("from") == Some(&Value::from(""));
     if (path.is_empty() && op_name != "test") || from_root {
         return Err(format!(
             "{op_name} operation does not apply: the root of the object cannot be replaced, removed or moved"

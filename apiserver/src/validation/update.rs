@@ -52,14 +52,14 @@ pub fn validate_update(resource: &ResourceType, old: &Value, new: &Value) -> Res
         ("", "PersistentVolumeClaim") => persistent_volume_claim(&mut causes, old, new),
         ("", "PersistentVolume") => persistent_volume(&mut causes, old, new),
         ("", "Node") => node(&mut causes, old, new),
-        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
-            if field(old, "roleRef") != field(new, "roleRef") {
-                causes.push(invalid(
-                    "roleRef",
-                    &render(field(new, "roleRef")),
-                    "cannot change roleRef",
-                ));
-            }
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding")
+            if field(old, "roleRef") != field(new, "roleRef") =>
+        {
+            causes.push(invalid(
+                "roleRef",
+                &render(field(new, "roleRef")),
+                "cannot change roleRef",
+            ));
         }
         ("apps", "Deployment" | "ReplicaSet" | "DaemonSet") => {
             immutable(&mut causes, old, new, "spec.selector")
@@ -67,7 +67,12 @@ pub fn validate_update(resource: &ResourceType, old: &Value, new: &Value) -> Res
         ("apps", "StatefulSet") => stateful_set(&mut causes, old, new),
         ("batch", "Job") => job(&mut causes, old, new),
         ("storage.k8s.io", "StorageClass") => {
-            for name in ["parameters", "provisioner", "reclaimPolicy", "volumeBindingMode"] {
+            for name in [
+                "parameters",
+                "provisioner",
+                "reclaimPolicy",
+                "volumeBindingMode",
+            ] {
                 if field(old, name) != field(new, name) {
                     causes.push(forbidden(
                         name,
@@ -175,8 +180,10 @@ fn pod(causes: &mut Vec<Cause>, old: &Value, new: &Value) {
     if &allowed != new_spec {
         causes.push(forbidden("spec", POD_UPDATE_FORBIDDEN));
     }
-    if let (Some(old), Some(new)) = (old_deadline, field(new_spec, "activeDeadlineSeconds").as_i64())
-    {
+    if let (Some(old), Some(new)) = (
+        old_deadline,
+        field(new_spec, "activeDeadlineSeconds").as_i64(),
+    ) {
         if new > old {
             causes.push(invalid(
                 "spec.activeDeadlineSeconds",
@@ -235,7 +242,10 @@ fn persistent_volume_claim(causes: &mut Vec<Cause>, old: &Value, new: &Value) {
     let normalise = |spec: &Value| {
         let mut spec = spec.clone();
         if let Some(map) = spec.as_object_mut() {
-            if map.get("resources").is_some_and(|r| r == &serde_json::json!({})) {
+            if map
+                .get("resources")
+                .is_some_and(|r| r == &serde_json::json!({}))
+            {
                 map.remove("resources");
             }
         }
@@ -330,7 +340,8 @@ fn stateful_set(causes: &mut Vec<Cause>, old: &Value, new: &Value) {
 
 /// The template fields a Job that is suspended and has never started may
 /// change (so that a queueing controller can place it).
-const JOB_SCHEDULING_DIRECTIVES: &[&str] = &["nodeSelector", "tolerations", "affinity", "schedulingGates"];
+const JOB_SCHEDULING_DIRECTIVES: &[&str] =
+    &["nodeSelector", "tolerations", "affinity", "schedulingGates"];
 
 fn job(causes: &mut Vec<Cause>, old: &Value, new: &Value) {
     immutable(causes, old, new, "spec.selector");
@@ -440,8 +451,17 @@ mod tests {
         new["type"] = json!("kubernetes.io/tls");
         new["data"] = json!({});
         let causes = refused("", "secrets", old, new);
-        assert!(causes.iter().any(|c| c.starts_with("type: Invalid value: \"kubernetes.io/tls\": field is immutable")), "{causes:?}");
-        assert!(causes.iter().any(|c| c.starts_with("data: Forbidden")), "{causes:?}");
+        assert!(
+            causes
+                .iter()
+                .any(|c| c
+                    .starts_with("type: Invalid value: \"kubernetes.io/tls\": field is immutable")),
+            "{causes:?}"
+        );
+        assert!(
+            causes.iter().any(|c| c.starts_with("data: Forbidden")),
+            "{causes:?}"
+        );
     }
 
     #[test]
@@ -452,9 +472,17 @@ mod tests {
         let mut new = old.clone();
         new["roleRef"]["name"] = json!("cluster-admin");
         for plural in ["rolebindings", "clusterrolebindings"] {
-            let causes = refused("rbac.authorization.k8s.io", plural, old.clone(), new.clone());
+            let causes = refused(
+                "rbac.authorization.k8s.io",
+                plural,
+                old.clone(),
+                new.clone(),
+            );
             assert_eq!(causes.len(), 1);
-            assert!(causes[0].starts_with("roleRef: Invalid value: "), "{causes:?}");
+            assert!(
+                causes[0].starts_with("roleRef: Invalid value: "),
+                "{causes:?}"
+            );
             assert!(causes[0].ends_with(": cannot change roleRef"), "{causes:?}");
         }
         let mut subjects = old.clone();
@@ -494,20 +522,31 @@ mod tests {
         let forbidden = |causes: Vec<String>| {
             assert_eq!(causes.len(), 1, "{causes:?}");
             assert!(
-                causes[0].starts_with("spec: Forbidden: pod updates may not change fields other than"),
+                causes[0]
+                    .starts_with("spec: Forbidden: pod updates may not change fields other than"),
                 "{causes:?}"
             );
         };
         forbidden(change(&|s| s["restartPolicy"] = json!("Never")));
         forbidden(change(&|s| s["containers"][0]["command"] = json!(["b"])));
         forbidden(change(&|s| s["tolerations"] = json!([])));
-        forbidden(change(&|s| s["schedulingGates"] = json!([{"name": "g"}, {"name": "h"}])));
+        forbidden(change(&|s| {
+            s["schedulingGates"] = json!([{"name": "g"}, {"name": "h"}])
+        }));
         forbidden(change(&|s| s["nodeName"] = json!("n1")));
         forbidden(change(&|s| {
-            s["containers"].as_array_mut().unwrap().push(json!({"name": "d", "image": "x"}))
+            s["containers"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"name": "d", "image": "x"}))
         }));
         let later = change(&|s| s["activeDeadlineSeconds"] = json!(200));
-        assert!(later.iter().any(|c| c.starts_with("spec.activeDeadlineSeconds")), "{later:?}");
+        assert!(
+            later
+                .iter()
+                .any(|c| c.starts_with("spec.activeDeadlineSeconds")),
+            "{later:?}"
+        );
     }
 
     #[test]
@@ -531,7 +570,10 @@ mod tests {
             assert!(refused("apps", plural, old.clone(), scaled.clone()).is_empty());
             let causes = refused("apps", plural, old.clone(), moved.clone());
             assert_eq!(causes.len(), 1, "{causes:?}");
-            assert!(causes[0].starts_with("spec.selector: Invalid value: "), "{causes:?}");
+            assert!(
+                causes[0].starts_with("spec.selector: Invalid value: "),
+                "{causes:?}"
+            );
             assert!(causes[0].ends_with("field is immutable"), "{causes:?}");
         }
     }
@@ -548,7 +590,10 @@ mod tests {
         let mut renamed = old.clone();
         renamed["spec"]["serviceName"] = json!("other");
         let causes = refused("apps", "statefulsets", old, renamed);
-        assert!(causes[0].starts_with("spec: Forbidden: updates to statefulset spec"), "{causes:?}");
+        assert!(
+            causes[0].starts_with("spec: Forbidden: updates to statefulset spec"),
+            "{causes:?}"
+        );
     }
 
     #[test]
@@ -589,28 +634,40 @@ mod tests {
         assert!(refused("", "persistentvolumeclaims", old.clone(), bound.clone()).is_empty());
         let mut rebound = bound.clone();
         rebound["spec"]["volumeName"] = json!("pv-2");
-        assert_eq!(refused("", "persistentvolumeclaims", bound, rebound).len(), 1);
+        assert_eq!(
+            refused("", "persistentvolumeclaims", bound, rebound).len(),
+            1
+        );
         let mut modes = old.clone();
         modes["spec"]["accessModes"] = json!(["ReadWriteMany"]);
         let causes = refused("", "persistentvolumeclaims", old, modes);
-        assert!(causes[0].starts_with("spec: Forbidden: spec is immutable after creation"), "{causes:?}");
+        assert!(
+            causes[0].starts_with("spec: Forbidden: spec is immutable after creation"),
+            "{causes:?}"
+        );
     }
 
     #[test]
     fn a_services_cluster_ip_stays_once_set() {
-        let old = json!({"metadata": {"name": "s"}, "spec": {"clusterIP": "10.96.0.10", "ports": []}});
+        let old =
+            json!({"metadata": {"name": "s"}, "spec": {"clusterIP": "10.96.0.10", "ports": []}});
         let mut new = old.clone();
         new["spec"]["clusterIP"] = json!("10.96.0.11");
         let causes = refused("", "services", old.clone(), new);
-        assert_eq!(causes, ["spec.clusterIP: Invalid value: \"10.96.0.11\": field is immutable"]);
+        assert_eq!(
+            causes,
+            ["spec.clusterIP: Invalid value: \"10.96.0.11\": field is immutable"]
+        );
         let mut external = old.clone();
-        external["spec"] = json!({"type": "ExternalName", "externalName": "example.com", "clusterIP": "x"});
+        external["spec"] =
+            json!({"type": "ExternalName", "externalName": "example.com", "clusterIP": "x"});
         assert!(refused("", "services", old, external).is_empty());
     }
 
     #[test]
     fn storage_classes_priority_classes_and_nodes_keep_their_fixed_fields() {
-        let class = json!({"metadata": {"name": "s"}, "provisioner": "a", "parameters": {"x": "1"}});
+        let class =
+            json!({"metadata": {"name": "s"}, "provisioner": "a", "parameters": {"x": "1"}});
         let mut new = class.clone();
         new["provisioner"] = json!("b");
         assert_eq!(
