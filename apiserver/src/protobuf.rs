@@ -118,21 +118,25 @@ fn token_request_spec(data: &[u8]) -> Option<Value> {
     Some(spec)
 }
 
+/// The `k8s\0` envelope (runtime.Unknown): its typeMeta as JSON
+/// (`apiVersion`, `kind`) and the fields of its raw message; `None` when
+/// the body is not such an envelope.
+fn unwrap(body: &[u8]) -> Option<(Value, Vec<Field<'_>>)> {
+    let envelope = fields(body.strip_prefix(MAGIC)?)?;
+    let type_meta = strings(
+        bytes_of(&envelope, 1).unwrap_or_default(),
+        &[(1, "apiVersion"), (2, "kind")],
+    )?;
+    let raw = fields(bytes_of(&envelope, 2).unwrap_or_default())?;
+    Some((type_meta, raw))
+}
+
 /// The object in a protobuf body as JSON, for the kinds this server reads
 /// as protobuf; an error says what is wrong.
 pub fn object(body: &[u8]) -> Result<Value, String> {
     let malformed = || "the protobuf body is malformed".to_string();
-    let envelope = body
-        .strip_prefix(MAGIC)
-        .ok_or("the body is not Kubernetes protobuf")?;
-    let envelope = fields(envelope).ok_or_else(malformed)?;
-    let type_meta = strings(
-        bytes_of(&envelope, 1).unwrap_or_default(),
-        &[(1, "apiVersion"), (2, "kind")],
-    )
-    .ok_or_else(malformed)?;
+    let (type_meta, raw) = unwrap(body).ok_or_else(malformed)?;
     let kind = type_meta["kind"].as_str().unwrap_or("").to_string();
-    let raw = fields(bytes_of(&envelope, 2).unwrap_or_default()).ok_or_else(malformed)?;
     let spec_bytes = bytes_of(&raw, 2).unwrap_or_default();
     let mut review = json!({
         "apiVersion": type_meta["apiVersion"],
@@ -168,16 +172,7 @@ pub fn object(body: &[u8]) -> Result<Value, String> {
 /// dryRun = 5 repeated), as kubectl drain sends it, read into its JSON.
 pub fn delete_options(body: &[u8]) -> Result<Value, String> {
     let malformed = || "the protobuf DeleteOptions body is malformed".to_string();
-    let envelope = body
-        .strip_prefix(MAGIC)
-        .ok_or("the body is not Kubernetes protobuf")?;
-    let envelope = fields(envelope).ok_or_else(malformed)?;
-    let type_meta = strings(
-        bytes_of(&envelope, 1).unwrap_or_default(),
-        &[(1, "apiVersion"), (2, "kind")],
-    )
-    .ok_or_else(malformed)?;
-    let raw = fields(bytes_of(&envelope, 2).unwrap_or_default()).ok_or_else(malformed)?;
+    let (type_meta, raw) = unwrap(body).ok_or_else(malformed)?;
     let mut options = json!({ "kind": type_meta["kind"] });
     let mut dry_run = Vec::new();
     for field in &raw {
