@@ -21,6 +21,8 @@ pub mod update;
 mod webhooks;
 mod workload_fields;
 
+pub(crate) use pod::VOLUME_SOURCES;
+
 // ---------------------------------------------------------------------------
 // String formats, as k8s.io/apimachinery's util/validation checks them
 // ---------------------------------------------------------------------------

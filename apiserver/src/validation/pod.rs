@@ -208,7 +208,8 @@ fn check_port_num_or_name(causes: &mut Vec<Cause>, port: &Value, path: &str) {
 // The pod spec
 // ---------------------------------------------------------------------------
 
-const VOLUME_SOURCES: &[&str] = &[
+/// The volume sources a pod volume may name, exactly one at a time.
+pub(crate) const VOLUME_SOURCES: &[&str] = &[
     "hostPath",
     "emptyDir",
     "gitRepo",

@@ -115,17 +115,7 @@ fn validate_deployment(causes: &mut Vec<Cause>, spec: &Value) {
         }
         "RollingUpdate" => {
             if let Some(rolling) = rolling {
-                let path = "spec.strategy.rollingUpdate";
-                let unavailable = check_int_or_percent(causes, rolling, "maxUnavailable", path);
-                let surge = check_int_or_percent(causes, rolling, "maxSurge", path);
-                let both_set = rolling.get("maxUnavailable").is_some();
-                if both_set && unavailable == 0 && surge == 0 {
-                    causes.push(invalid(
-                        format!("{path}.maxUnavailable"),
-                        &go_int_or_string(&rolling["maxUnavailable"]),
-                        "may not be 0 when `maxSurge` is 0",
-                    ));
-                }
+                check_rolling_update(causes, rolling, "spec.strategy.rollingUpdate");
             }
         }
         _ => {
@@ -225,16 +215,7 @@ fn validate_daemon_set(causes: &mut Vec<Cause>, spec: &Value) {
         "" | "OnDelete" => {}
         "RollingUpdate" => {
             if let Some(rolling) = strategy.get("rollingUpdate").filter(|r| !r.is_null()) {
-                let path = "spec.updateStrategy.rollingUpdate";
-                let unavailable = check_int_or_percent(causes, rolling, "maxUnavailable", path);
-                let surge = check_int_or_percent(causes, rolling, "maxSurge", path);
-                if rolling.get("maxUnavailable").is_some() && unavailable == 0 && surge == 0 {
-                    causes.push(invalid(
-                        format!("{path}.maxUnavailable"),
-                        &go_int_or_string(&rolling["maxUnavailable"]),
-                        "may not be 0 when `maxSurge` is 0",
-                    ));
-                }
+                check_rolling_update(causes, rolling, "spec.updateStrategy.rollingUpdate");
             }
         }
         _ => {
@@ -299,6 +280,20 @@ pub(super) fn validate_cron_job_fields(causes: &mut Vec<Cause>, spec: &Value) {
         "failedJobsHistoryLimit",
     ] {
         non_negative(causes, spec, name, "spec");
+    }
+}
+
+/// maxUnavailable and maxSurge of a Deployment's or DaemonSet's rolling
+/// update: each an int or a percent, and not both 0.
+fn check_rolling_update(causes: &mut Vec<Cause>, rolling: &Value, path: &str) {
+    let unavailable = check_int_or_percent(causes, rolling, "maxUnavailable", path);
+    let surge = check_int_or_percent(causes, rolling, "maxSurge", path);
+    if rolling.get("maxUnavailable").is_some() && unavailable == 0 && surge == 0 {
+        causes.push(invalid(
+            format!("{path}.maxUnavailable"),
+            &go_int_or_string(&rolling["maxUnavailable"]),
+            "may not be 0 when `maxSurge` is 0",
+        ));
     }
 }
 

@@ -110,42 +110,13 @@ pub fn image_pull_policy(image: &str) -> &'static str {
 }
 
 fn volume(volume: &mut Value) {
-    const SOURCES: &[&str] = &[
-        "hostPath",
-        "emptyDir",
-        "gcePersistentDisk",
-        "awsElasticBlockStore",
-        "gitRepo",
-        "secret",
-        "nfs",
-        "iscsi",
-        "glusterfs",
-        "persistentVolumeClaim",
-        "rbd",
-        "flexVolume",
-        "cinder",
-        "cephfs",
-        "flocker",
-        "downwardAPI",
-        "fc",
-        "azureFile",
-        "configMap",
-        "vsphereVolume",
-        "quobyte",
-        "azureDisk",
-        "photonPersistentDisk",
-        "projected",
-        "portworxVolume",
-        "scaleIO",
-        "storageos",
-        "csi",
-        "ephemeral",
-        "image",
-    ];
     let Some(map) = volume.as_object() else {
         return;
     };
-    if !SOURCES.iter().any(|s| map.contains_key(*s)) {
+    if !crate::validation::VOLUME_SOURCES
+        .iter()
+        .any(|s| map.contains_key(*s))
+    {
         volume["emptyDir"] = json!({});
     }
     for source in ["secret", "configMap", "downwardAPI", "projected"] {
