@@ -57,19 +57,30 @@ pub fn parse_body(body: &[u8]) -> ApiResult<Value> {
             "the request body is empty; an object was expected",
         ));
     }
-    if body.first() == Some(&0x6b) && body.starts_with(b"k8s\0") {
-        return Err(ApiError::unsupported_media_type(
-            "the body is protobuf (application/vnd.kubernetes.protobuf); this server accepts JSON only",
-        ));
+    if body.starts_with(crate::protobuf::MAGIC) {
+        return protobuf_body(body);
     }
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
     check_shape(value)
 }
 
+/// The JSON of a protobuf body: a 400 naming what could not be read, or
+/// a 415 for a kind that has no protobuf form (a custom resource).
+pub fn protobuf_body(body: &[u8]) -> ApiResult<Value> {
+    match crate::protobuf::decode(body) {
+        Ok(value) => Ok(value),
+        Err(err @ crate::protobuf::DecodeError::Malformed(_)) => {
+            Err(ApiError::bad_request(err.to_string()))
+        }
+        Err(err) => Err(ApiError::unsupported_media_type(err.to_string())),
+    }
+}
+
 /// The media types an object body may have, as Kubernetes lists them in
 /// its 415.
-const BODY_MEDIA_TYPES: &str = "application/json, application/yaml";
+const BODY_MEDIA_TYPES: &str =
+    "application/json, application/yaml, application/vnd.kubernetes.protobuf";
 
 /// Parses the body of a POST or PUT by its `Content-Type`: JSON (also
 /// when there is none, as the Python client sends it) or YAML; protobuf
@@ -83,7 +94,12 @@ pub fn parse_request_body(content_type: &str, body: &[u8]) -> ApiResult<Value> {
         .to_ascii_lowercase();
     match media_type.as_str() {
         "" | "application/json" => parse_body(body),
-        "application/vnd.kubernetes.protobuf" => parse_body(body),
+        "application/vnd.kubernetes.protobuf" => {
+            if body.is_empty() {
+                return parse_body(body);
+            }
+            protobuf_body(body)
+        }
         "application/yaml" => {
             if body.is_empty() {
                 return parse_body(body);

@@ -276,7 +276,7 @@ pub fn delete_options(query: &HashMap<String, String>, body: &[u8]) -> ApiResult
         return Ok(options);
     }
     let value = match body.starts_with(crate::protobuf::MAGIC) {
-        true => crate::protobuf::delete_options(body).map_err(ApiError::bad_request)?,
+        true => crate::object::protobuf_body(body)?,
         false => serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {e}"))
         })?,

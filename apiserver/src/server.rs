@@ -474,7 +474,7 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
         }
         (&Method::POST, Some(name), Some("token")) if resource.kind == "ServiceAccount" => {
             let request = if body.starts_with(crate::protobuf::MAGIC) {
-                crate::protobuf::object(body).map_err(ApiError::bad_request)?
+                crate::object::protobuf_body(body)?
             } else {
                 crate::object::parse_body(body)?
             };

@@ -49,7 +49,7 @@ pub fn router(authorizer: Arc<Authorizer>) -> Router {
 /// The review sent, as JSON (kubectl's typed client sends protobuf).
 fn body_of(bytes: &Bytes, kind: &str) -> ApiResult<Value> {
     let body: Value = if bytes.starts_with(crate::protobuf::MAGIC) {
-        crate::protobuf::object(bytes).map_err(ApiError::bad_request)?
+        crate::object::protobuf_body(bytes)?
     } else {
         serde_json::from_slice(bytes)
             .map_err(|e| ApiError::bad_request(format!("the body is not a {kind} in JSON: {e}")))?
