@@ -718,7 +718,7 @@ fn invalid_new_kinds() -> Vec<(String, Value)> {
         event(json!({"eventTime": "soon"})),
         endpoints(json!([{}])),
         endpoints(json!([{"addresses": [{"ip": "not-an-ip"}]}])),
-        endpoints(json!([{"addresses": [{"ip": "127.0.0.1"}]}])),
+        endpoints(json!([{"addresses": [{"ip": "0.0.0.0"}]}])),
         endpoints(json!([{"addresses": [{"ip": "10.0.0.1", "hostname": "Not_A_Label"}]}])),
         endpoints(json!([{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"port": 0}]}])),
         endpoints(json!([{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"port": 99999}]}])),

@@ -1,5 +1,5 @@
 //! Endpoints and EndpointSlices: addresses that are IPs a client may be
-//! sent to (not loopback, link-local or unspecified), hostnames and node
+//! sent to (not link-local or unspecified), hostnames and node
 //! names, port names, numbers and protocols, worded as
 //! `ValidateEndpoints` and discovery's `ValidateEndpointSlice` word them.
 
@@ -23,7 +23,11 @@ const MAX_SLICE_ADDRESSES: usize = 100;
 const MAX_SLICE_ENDPOINTS: usize = 1000;
 
 /// The ranges an endpoint may not be in, as `ValidateEndpointIP` refuses
-/// them; `shown` is the address as written.
+/// them; `shown` is the address as written. Loopback, which Kubernetes
+/// refuses too, is allowed: a pod without a network namespace of its own
+/// runs on the host network at 127.0.0.1 (and so does the API server the
+/// `kubernetes` Service points at), and its Services must still have
+/// endpoints.
 fn special_ip_messages(ip: IpAddr, shown: &str) -> Vec<String> {
     // An IPv4 address written as IPv6 is judged as IPv4, as Go does.
     let ip = match ip {
@@ -43,9 +47,6 @@ fn special_ip_messages(ip: IpAddr, shown: &str) -> Vec<String> {
     let mut messages = Vec::new();
     if ip.is_unspecified() {
         messages.push(format!("may not be unspecified ({shown})"));
-    }
-    if ip.is_loopback() {
-        messages.push("may not be in the loopback range (127.0.0.0/8, ::1/128)".into());
     }
     if link_local {
         messages.push("may not be in the link-local range (169.254.0.0/16, fe80::/10)".into());
@@ -275,10 +276,11 @@ mod tests {
             (json!({"subsets": [{}]}), &[
                 "subsets[0]: Required value: must specify `addresses` or `notReadyAddresses`",
             ]),
-            (json!({"subsets": [{"addresses": [{"ip": "not-an-ip"}, {"ip": "127.0.0.1"}, {"ip": "169.254.1.1"}, {"ip": "0.0.0.0"}],
+            (json!({"subsets": [{"addresses": [{"ip": "127.0.0.1"}, {"ip": "::1"}]}]}), &[]),
+            (json!({"subsets": [{"addresses": [{"ip": "not-an-ip"}, {"ip": "fe80::1"}, {"ip": "169.254.1.1"}, {"ip": "0.0.0.0"}],
                 "notReadyAddresses": [{"ip": "224.0.0.5", "hostname": "A_B", "nodeName": "Node!"}]}]}), &[
                 "subsets[0].addresses[0].ip: Invalid value: \"not-an-ip\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
-                "subsets[0].addresses[1].ip: Invalid value: \"127.0.0.1\": may not be in the loopback range (127.0.0.0/8, ::1/128)",
+                "subsets[0].addresses[1].ip: Invalid value: \"fe80::1\": may not be in the link-local range (169.254.0.0/16, fe80::/10)",
                 "subsets[0].addresses[2].ip: Invalid value: \"169.254.1.1\": may not be in the link-local range (169.254.0.0/16, fe80::/10)",
                 "subsets[0].addresses[3].ip: Invalid value: \"0.0.0.0\": may not be unspecified (0.0.0.0)",
                 "subsets[0].notReadyAddresses[0].hostname: Invalid value: \"A_B\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
@@ -306,10 +308,11 @@ mod tests {
             (json!({"addressType": "IPv5"}), &[
                 "addressType: Unsupported value: \"IPv5\": supported values: \"FQDN\", \"IPv4\", \"IPv6\"",
             ]),
-            (json!({"addressType": "IPv4", "endpoints": [{"addresses": []}, {"addresses": ["2001:db8::1"]}, {"addresses": ["127.0.0.1"]}]}), &[
+            (json!({"addressType": "IPv4", "endpoints": [{"addresses": ["127.0.0.1"]}]}), &[]),
+            (json!({"addressType": "IPv4", "endpoints": [{"addresses": []}, {"addresses": ["2001:db8::1"]}, {"addresses": ["0.0.0.0"]}]}), &[
                 "endpoints[0].addresses: Required value: must contain at least 1 address",
                 "endpoints[1].addresses[0]: Invalid value: \"2001:db8::1\": must be a valid IPv4 address",
-                "endpoints[2].addresses[0]: Invalid value: \"127.0.0.1\": may not be in the loopback range (127.0.0.0/8, ::1/128)",
+                "endpoints[2].addresses[0]: Invalid value: \"0.0.0.0\": may not be unspecified (0.0.0.0)",
             ]),
             (json!({"addressType": "IPv6", "endpoints": [{"addresses": ["10.0.0.1"]}]}), &[
                 "endpoints[0].addresses[0]: Invalid value: \"10.0.0.1\": must be a valid IPv6 address",
