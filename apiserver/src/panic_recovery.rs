@@ -269,7 +269,7 @@ mod wrong_types {
             let message = answer["message"].as_str().unwrap_or_default();
             assert!(
                 message.starts_with(
-                    "Pod in version \"v1\" cannot be handled as a Pod: status: invalid type"
+                    "Pod in version \"v1\" cannot be handled as a Pod: json: cannot unmarshal "
                 ),
                 "{message}"
             );
@@ -285,7 +285,9 @@ mod wrong_types {
         let patch = json!({"status": [1]});
         let merge = "application/merge-patch+json";
         let (code, answer) = send(&router, Method::PATCH, &status, merge, &patch).await;
-        assert_eq!(code, StatusCode::BAD_REQUEST, "{answer}");
+        // As Kubernetes answers a patch whose result does not decode.
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert_eq!(answer["details"]["causes"][0]["field"], "patch");
         // Neither was stored.
         let request = Request::get(format!("{pods}/web"))
             .body(Body::empty())

@@ -599,6 +599,9 @@ impl Registry {
             );
         }
         crate::validation::validate_object(resource, &object)?;
+        for warning in crate::validation::warnings::on_create(resource, &object) {
+            crate::warning::add(warning);
+        }
         let name = object::name(&object).to_string();
         // NamespaceLifecycle (in the chain) refuses a missing namespace.
         attrs.object = Some(object);
@@ -675,6 +678,13 @@ impl Registry {
         let dry_run = write.dry_run;
         let resource = target.resource;
         object::check_type(resource, &mut object)?;
+        if subresource.is_some() || resource.has_subresource("status") {
+            // Kubernetes decodes the whole body before it keeps the part
+            // this endpoint may change: a wrong type in what is then
+            // dropped (a status sent to the main resource, a spec sent to
+            // /status) is still a 400. Otherwise validation decodes it.
+            crate::validation::check_decodes(resource, &object)?;
+        }
         object::check_namespace(resource, target.namespace, &mut object)?;
         name_from_url(&mut object, name)?;
         let (current, revision) = match read {
@@ -778,6 +788,9 @@ impl Registry {
         }
         crate::validation::validate_object(resource, &next)?;
         crate::validation::update::validate_update(resource, &current, &next)?;
+        for warning in crate::validation::warnings::on_update(resource, &current, &next) {
+            crate::warning::add(warning);
+        }
         if next == current {
             // Nothing changed: no write, the same resourceVersion.
             return Ok(current);
@@ -885,6 +898,12 @@ impl Registry {
                         &current,
                         patch.body,
                     )?;
+                    let strategic = patch.content_type == crate::patch::STRATEGIC_MERGE_PATCH;
+                    let sent: Value = match strategic {
+                        true => serde_json::from_slice(patch.body).unwrap_or(Value::Null),
+                        false => Value::Null,
+                    };
+                    crate::validation::check_patched(target.resource, strategic, &sent, &patched)?;
                     check_identity(target, name, &patched)?;
                     (patch.check)(&patched)?;
                     check_precondition(target, name, &patched, revision)?;
@@ -1171,11 +1190,16 @@ impl Registry {
         if !bound || !running {
             return 0;
         }
-        options
+        let grace = options
             .grace_period_seconds
             .or_else(|| current["spec"]["terminationGracePeriodSeconds"].as_i64())
-            .unwrap_or(30)
-            .max(0)
+            .unwrap_or(30);
+        // As Kubernetes: a negative period (asked, or the pod's own) is
+        // treated as 1 second, not as an immediate delete.
+        match grace {
+            ..0 => 1,
+            seconds => seconds,
+        }
     }
 
     /// Starts the watch cache of every built-in resource (custom ones start

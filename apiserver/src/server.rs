@@ -310,10 +310,18 @@ async fn resource(
         headers: &headers,
         body: &body,
     };
-    let mut response = match serve(&app.registry, request).await {
+    let (served, warnings) = crate::warning::collect(serve(&app.registry, request)).await;
+    let mut response = match served {
         Ok(response) => response,
         Err(err) => err.into_response(),
     };
+    for warning in warnings {
+        if let Ok(value) =
+            header::HeaderValue::from_str(&field_validation::warning_header(&warning))
+        {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
     if let Some(text) = deprecation {
         // As Kubernetes warns on every request at a deprecated version.
         if let Ok(value) = header::HeaderValue::from_str(&field_validation::warning_header(text)) {

@@ -11,16 +11,23 @@ use crate::selectors::{go_quote, go_string_slice, LabelSelector};
 use crate::status::{ApiError, Cause};
 
 mod cluster;
+mod cron;
+mod decode;
+mod events;
+mod network;
 mod pod;
 mod pod_env;
 mod quantities;
 mod rbac;
 mod security_context;
 mod service_fields;
+mod storage;
 pub mod update;
+pub mod warnings;
 mod webhooks;
 mod workload_fields;
 
+pub use decode::{check_decodes, check_patched};
 pub(crate) use pod::VOLUME_SOURCES;
 
 // ---------------------------------------------------------------------------
@@ -618,34 +625,6 @@ pub fn validate_object(resource: &ResourceType, object: &Value) -> Result<(), Ap
     ))
 }
 
-/// `Pod in version "v1" cannot be handled as a Pod: …`, as Kubernetes
-/// prefixes every decoding failure.
-fn cannot_be_handled(resource: &ResourceType, detail: &str) -> ApiError {
-    ApiError::bad_request(format!(
-        "{kind} in version {version} cannot be handled as a {kind}: {detail}",
-        kind = resource.kind,
-        version = go_quote(resource.version),
-    ))
-}
-
-fn check_decodes(resource: &ResourceType, object: &Value) -> Result<(), ApiError> {
-    let Err(plain) = (resource.decode)(object) else {
-        // Our types keep a quantity as its text; Kubernetes' parse it.
-        return match quantities::first_unparsable(resource, object) {
-            Some(err) => Err(cannot_be_handled(resource, &err.to_string())),
-            None => Ok(()),
-        };
-    };
-    let detail = match (resource.roundtrip)(object) {
-        Err(err) if err.path().iter().next().is_some() => {
-            format!("{}: {}", err.path(), err.inner())
-        }
-        Err(err) => err.inner().to_string(),
-        Ok(_) => plain.to_string(),
-    };
-    Err(cannot_be_handled(resource, &detail))
-}
-
 fn validate_kind(resource: &ResourceType, object: &Value, causes: &mut Vec<Cause>) {
     let spec = field(object, "spec");
     match (resource.group, resource.kind) {
@@ -666,6 +645,22 @@ fn validate_kind(resource: &ResourceType, object: &Value, causes: &mut Vec<Cause
         ("scheduling.k8s.io", "PriorityClass") => cluster::validate_priority_class(causes, object),
         ("policy", "PodDisruptionBudget") => cluster::validate_pod_disruption_budget(causes, spec),
         ("coordination.k8s.io", "Lease") => cluster::validate_lease(causes, spec),
+        ("", "Event") => events::validate_event(causes, object),
+        ("", "Endpoints") => network::validate_endpoints(causes, object),
+        ("discovery.k8s.io", "EndpointSlice") => network::validate_endpoint_slice(causes, object),
+        ("storage.k8s.io", "StorageClass") => storage::validate_storage_class(causes, object),
+        ("apps", "ControllerRevision") => {
+            if object.get("data").is_none_or(Value::is_null) {
+                causes.push(required("data", "data is mandatory"));
+            }
+            if let Some(n) = object
+                .get("revision")
+                .and_then(Value::as_i64)
+                .filter(|n| *n < 0)
+            {
+                causes.push(invalid("revision", &n.to_string(), NEGATIVE_ERR));
+            }
+        }
         (
             "admissionregistration.k8s.io",
             kind @ ("MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration"),
@@ -682,17 +677,7 @@ fn validate_kind(resource: &ResourceType, object: &Value, causes: &mut Vec<Cause
         ("apiextensions.k8s.io", "CustomResourceDefinition") if resource.custom.is_none() => {
             causes.extend(crate::crd::validate_definition(object))
         }
-        ("batch", "CronJob") => {
-            if text(spec, "schedule").is_empty() {
-                causes.push(required("spec.schedule", ""));
-            }
-            validate_job_spec(
-                causes,
-                field(field(spec, "jobTemplate"), "spec"),
-                "spec.jobTemplate.spec",
-            );
-            workload_fields::validate_cron_job_fields(causes, spec);
-        }
+        ("batch", "CronJob") => cron::validate_cron_job_spec(causes, spec),
         _ => {}
     }
 }
@@ -1396,7 +1381,7 @@ fn prune(sent: &mut Value, known: &Value) {
 /// unknown field "spec.foo"`. `problems` are worded already (`unknown
 /// field "spec.foo"`, `duplicate field "metadata.name"`).
 pub fn strict_decoding_error(resource: &ResourceType, problems: &[String]) -> ApiError {
-    cannot_be_handled(
+    decode::cannot_be_handled(
         resource,
         &format!("strict decoding error: {}", problems.join(", ")),
     )
@@ -1762,7 +1747,7 @@ pub(crate) mod tests {
         let err = validate_object(pod(), &bad).unwrap_err();
         assert_eq!((err.code, err.reason), (400, "BadRequest"));
         assert!(
-            err.message.starts_with("Pod in version \"v1\" cannot be handled as a Pod: spec.containers: invalid type: string \"nginx\""),
+            err.message == "Pod in version \"v1\" cannot be handled as a Pod: json: cannot unmarshal string into Go struct field PodSpec.spec.containers of type []v1.Container",
             "{}",
             err.message
         );
@@ -1770,8 +1755,9 @@ pub(crate) mod tests {
         nested["spec"]["containers"][0]["ports"] = json!([{"containerPort": "80"}]);
         let err = validate_object(pod(), &nested).unwrap_err();
         assert!(
-            err.message
-                .contains("spec.containers[0].ports[0].containerPort: invalid type"),
+            err.message.ends_with(
+                "json: cannot unmarshal string into Go struct field ContainerPort.spec.containers.ports.containerPort of type int32"
+            ),
             "{}",
             err.message
         );
@@ -1782,8 +1768,18 @@ pub(crate) mod tests {
         )
         .unwrap_err();
         assert!(err.message.starts_with(
-            "Deployment in version \"v1\" cannot be handled as a Deployment: spec.replicas: "
+            "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas"
         ));
+        // A type that decodes itself (a time) keeps serde's words.
+        let mut stamped = good_pod();
+        stamped["metadata"]["creationTimestamp"] = json!(5);
+        let err = validate_object(pod(), &stamped).unwrap_err();
+        assert!(
+            err.message
+                .contains("metadata.creationTimestamp: invalid type"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

@@ -17,6 +17,8 @@ const NS: &str = "/api/v1/namespaces/default";
 const APPS: &str = "/apis/apps/v1/namespaces/default";
 const BATCH: &str = "/apis/batch/v1/namespaces/default";
 const RBAC: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/default";
+const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices";
+const CLASSES: &str = "/apis/storage.k8s.io/v1/storageclasses";
 
 /// One request and what it must answer.
 struct Case {
@@ -125,6 +127,33 @@ fn seeds() -> Vec<(String, Value)> {
                      "containers": [container()]}}}}),
         ),
         (
+            format!("{NS}/endpoints"),
+            json!({"metadata": {"name": "ep"}, "subsets": [{"addresses": [{"ip": "10.1.2.3"}],
+                   "ports": [{"port": 80, "protocol": "TCP"}]}]}),
+        ),
+        (
+            SLICES.to_string(),
+            json!({"metadata": {"name": "es"}, "addressType": "IPv4",
+                   "endpoints": [{"addresses": ["10.1.2.3"]}], "ports": [{"name": "http", "port": 80}]}),
+        ),
+        (
+            CLASSES.to_string(),
+            json!({"metadata": {"name": "fast"}, "provisioner": "example.com/fast-disk",
+                   "parameters": {"type": "ssd"}}),
+        ),
+        (
+            format!("{BATCH}/cronjobs"),
+            // Suspended and yearly: the controller starts nothing meanwhile.
+            json!({"metadata": {"name": "cron"}, "spec": {"schedule": "@yearly", "suspend": true,
+                   "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never",
+                   "containers": [container()]}}}}}}),
+        ),
+        (
+            format!("{NS}/events"),
+            json!({"metadata": {"name": "ev"}, "reason": "Started", "message": "started", "type": "Normal",
+                   "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"}}),
+        ),
+        (
             format!("{RBAC}/roles"),
             json!({"metadata": {"name": "r"},
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
@@ -204,7 +233,7 @@ fn bad_patches(path: &str, cases: &mut Vec<Case>) {
     const JSON_PATCH: &str = "application/json-patch+json";
     const MERGE: &str = "application/merge-patch+json";
     const STRATEGIC: &str = "application/strategic-merge-patch+json";
-    let patches: Vec<(&str, Value, &[u16])> = vec![
+    let mut patches: Vec<(&str, Value, &[u16])> = vec![
         (
             JSON_PATCH,
             json!([{"op": "replace", "path": "", "value": null}]),
@@ -273,11 +302,6 @@ fn bad_patches(path: &str, cases: &mut Vec<Case>) {
         (MERGE, json!({"metadata": {"name": "other"}}), &[400]),
         (
             MERGE,
-            json!({"metadata": {"namespace": "kube-system"}}),
-            &[400],
-        ),
-        (
-            MERGE,
             json!({"metadata": {"uid": "another-object"}}),
             &[409],
         ),
@@ -297,6 +321,14 @@ fn bad_patches(path: &str, cases: &mut Vec<Case>) {
             &[409],
         ),
     ];
+    if path.contains("/namespaces/") {
+        // Kubernetes clears a namespace sent for a cluster-scoped object.
+        patches.push((
+            MERGE,
+            json!({"metadata": {"namespace": "kube-system"}}),
+            &[400],
+        ));
+    }
     for (content_type, patch, codes) in patches {
         cases.push(case(
             format!("PATCH {path} ({content_type}) with {patch}"),
@@ -479,6 +511,27 @@ fn immutable_changes(cases: &mut Vec<Case>) {
             json!({"roleRef": {"name": "admin"}}),
         ),
         (
+            format!("{CLASSES}/fast"),
+            json!({"provisioner": "example.com/slow-disk"}),
+        ),
+        (
+            format!("{CLASSES}/fast"),
+            json!({"parameters": {"type": "hdd"}}),
+        ),
+        (
+            format!("{CLASSES}/fast"),
+            json!({"reclaimPolicy": "Retain"}),
+        ),
+        (
+            format!("{CLASSES}/fast"),
+            json!({"volumeBindingMode": "WaitForFirstConsumer"}),
+        ),
+        (format!("{SLICES}/es"), json!({"addressType": "IPv6"})),
+        (
+            format!("{BATCH}/cronjobs/cron"),
+            json!({"spec": {"schedule": "TZ=UTC 0 * * * *"}}),
+        ),
+        (
             format!("{RBAC}/rolebindings/rb"),
             json!({"roleRef": {"kind": "ClusterRole", "name": "cluster-admin"}}),
         ),
@@ -563,15 +616,16 @@ fn invalid_creates(cases: &mut Vec<Case>) {
             "parallelism": -1, "template": {"spec": {"restartPolicy": "Never", "containers": [container()]}}}})),
         (format!("{BATCH}/jobs"), json!({"metadata": {"name": "bad-job"}, "spec": {
             "template": {"spec": {"restartPolicy": "Always", "containers": [container()]}}}})),
-        (
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions".into(),
-            json!({"metadata": {"name": "widgets.example.com"}, "spec": {
+    ]);
+    creates.extend(invalid_new_kinds());
+    creates.extend([(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions".into(),
+        json!({"metadata": {"name": "widgets.example.com"}, "spec": {
                 "group": "example.com", "scope": "Namespaced",
                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
                 "versions": [{"name": "v1", "served": true, "storage": true,
                               "schema": {"openAPIV3Schema": {"type": "nonsense"}}}]}}),
-        ),
-    ]);
+    )]);
     for (collection, object) in creates {
         cases.push(case(
             format!("POST {collection} with {object}"),
@@ -609,6 +663,219 @@ fn invalid_creates(cases: &mut Vec<Case>) {
         Some("application/merge-patch+json"),
         json_body(&json!({"status": [1]})),
         &[400, 422],
+    ));
+}
+
+/// Invalid Events, Endpoints, EndpointSlices, StorageClasses, CronJobs and
+/// ControllerRevisions, each under a name that does not exist.
+fn invalid_new_kinds() -> Vec<(String, Value)> {
+    let event = |extra: Value| {
+        let mut event = json!({"metadata": {"name": "bad-ev"}, "reason": "R",
+            "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"}});
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            event[k] = v.clone();
+        }
+        (format!("{NS}/events"), event)
+    };
+    let endpoints = |subsets: Value| {
+        (
+            format!("{NS}/endpoints"),
+            json!({"metadata": {"name": "bad-ep"}, "subsets": subsets}),
+        )
+    };
+    let slice = |extra: Value| {
+        let mut slice = json!({"metadata": {"name": "bad-es"}, "addressType": "IPv4"});
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            slice[k] = v.clone();
+        }
+        (SLICES.to_string(), slice)
+    };
+    let class = |extra: Value| {
+        let mut class = json!({"metadata": {"name": "bad-class"}, "provisioner": "example.com/x"});
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            class[k] = v.clone();
+        }
+        (CLASSES.to_string(), class)
+    };
+    let cron = |extra: Value| {
+        let mut spec = json!({"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": {
+            "spec": {"restartPolicy": "Never", "containers": [container()]}}}}});
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            spec[k] = v.clone();
+        }
+        (
+            format!("{BATCH}/cronjobs"),
+            json!({"metadata": {"name": "bad-cron"}, "spec": spec}),
+        )
+    };
+    let mut creates = vec![
+        event(json!({"involvedObject": {"kind": "Pod", "name": "p", "namespace": "kube-system"}})),
+        event(json!({"eventTime": "2026-01-01T00:00:00.000000Z"})),
+        event(
+            json!({"eventTime": "2026-01-01T00:00:00.000000Z", "reportingComponent": "c",
+            "reportingInstance": "i", "action": "a".repeat(129)}),
+        ),
+        event(json!({"eventTime": "soon"})),
+        endpoints(json!([{}])),
+        endpoints(json!([{"addresses": [{"ip": "not-an-ip"}]}])),
+        endpoints(json!([{"addresses": [{"ip": "0.0.0.0"}]}])),
+        endpoints(json!([{"addresses": [{"ip": "10.0.0.1", "hostname": "Not_A_Label"}]}])),
+        endpoints(json!([{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"port": 0}]}])),
+        endpoints(json!([{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"port": 99999}]}])),
+        endpoints(
+            json!([{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"port": 80, "protocol": "HTTP"}]}]),
+        ),
+        endpoints(
+            json!([{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"port": 80}, {"port": 81}]}]),
+        ),
+        endpoints(json!([{"addresses": [{"ip": 10}]}])),
+        slice(json!({"addressType": "IPv5"})),
+        slice(json!({"addressType": null})),
+        slice(json!({"endpoints": [{"addresses": []}]})),
+        slice(json!({"endpoints": [{"addresses": ["2001:db8::1"]}]})),
+        slice(json!({"endpoints": [{"addresses": ["169.254.0.1"]}]})),
+        slice(json!({"addressType": "FQDN", "endpoints": [{"addresses": ["localhost"]}]})),
+        slice(json!({"ports": [{"port": 80}, {"port": 81}]})),
+        slice(json!({"ports": [{"name": "a", "protocol": "HTTP"}]})),
+        class(json!({"provisioner": ""})),
+        class(json!({"provisioner": "a/b/c"})),
+        class(json!({"reclaimPolicy": "Recycle"})),
+        class(json!({"volumeBindingMode": "Later"})),
+        class(json!({"parameters": {"": "x"}})),
+        class(json!({"parameters": {"k": 5}})),
+        cron(json!({"schedule": ""})),
+        cron(json!({"schedule": "61 * * * *"})),
+        cron(json!({"schedule": "* * * *"})),
+        cron(json!({"schedule": "@fortnightly"})),
+        cron(json!({"schedule": "TZ=UTC * * * * *"})),
+        cron(json!({"timeZone": "Mars/Olympus_Mons"})),
+        cron(json!({"timeZone": ""})),
+        cron(json!({"timeZone": "Local"})),
+        cron(json!({"concurrencyPolicy": "Sometimes"})),
+        cron(json!({"startingDeadlineSeconds": -1})),
+        cron(json!({"successfulJobsHistoryLimit": -1})),
+        cron(json!({"failedJobsHistoryLimit": -1})),
+        cron(
+            json!({"jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Always",
+            "containers": [container()]}}}}}),
+        ),
+        cron(
+            json!({"jobTemplate": {"spec": {"selector": {"matchLabels": {"a": "b"}},
+            "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"restartPolicy": "Never",
+            "containers": [container()]}}}}}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/controllerrevisions".to_string(),
+            json!({"metadata": {"name": "bad-rev"}, "revision": -1, "data": {}}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/controllerrevisions".to_string(),
+            json!({"metadata": {"name": "bad-rev"}, "revision": 1}),
+        ),
+    ];
+    // A name the CronJob's Jobs could not carry.
+    creates.push((
+        format!("{BATCH}/cronjobs"),
+        json!({"metadata": {"name": "c".repeat(53)}, "spec": cron(json!({})).1["spec"].clone()}),
+    ));
+    creates
+}
+
+/// PUTs and patches whose result has a field of the wrong JSON type — in
+/// the spec, or in a status the main resource would drop — in every
+/// write path: each must be refused as Kubernetes' decoder refuses it.
+fn wrong_typed_writes(seeds: &[(String, Value)], cases: &mut Vec<Case>) {
+    const MERGE: &str = "application/merge-patch+json";
+    const STRATEGIC: &str = "application/strategic-merge-patch+json";
+    const JSON_PATCH: &str = "application/json-patch+json";
+    const APPLY: &str = "application/apply-patch+yaml";
+    let wrong: [(&str, Value); 5] = [
+        ("status", json!("x")),
+        ("status", json!([1])),
+        ("status", json!({"replicas": "many"})),
+        ("spec", json!({"replicas": "3"})),
+        ("metadata", json!({"labels": {"app": 5}})),
+    ];
+    let (collection, deployment) = seeds
+        .iter()
+        .find(|(c, _)| c.ends_with("/deployments"))
+        .expect("a Deployment seed");
+    let path = object_path(collection, deployment);
+    for (name, value) in &wrong {
+        let mut replaced = deployment.clone();
+        match (name, &mut replaced[*name]) {
+            (&"status", slot) => *slot = value.clone(),
+            (_, Value::Object(fields)) => {
+                for (k, v) in value.as_object().into_iter().flatten() {
+                    fields.insert(k.clone(), v.clone());
+                }
+            }
+            (_, slot) => *slot = value.clone(),
+        }
+        cases.push(case(
+            format!("PUT {path} with {name}: {value}"),
+            "PUT",
+            &path,
+            Some("application/json"),
+            json_body(&replaced),
+            &[400],
+        ));
+        let patch = json!({ *name: value });
+        for content_type in [MERGE, STRATEGIC] {
+            cases.push(case(
+                format!("PATCH {path} ({content_type}) with {patch}"),
+                "PATCH",
+                &path,
+                Some(content_type),
+                json_body(&patch),
+                &[422],
+            ));
+        }
+        let mut applied = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"}});
+        applied[*name] = value.clone();
+        if *name == "metadata" {
+            applied["metadata"]["name"] = json!("web");
+        }
+        cases.push(case(
+            format!("apply to {path} with {name}: {value}"),
+            "PATCH",
+            // Forced, so that no conflict is found before the type.
+            format!("{path}?fieldManager=bad-input&force=true"),
+            Some(APPLY),
+            json_body(&applied),
+            &[400, 422],
+        ));
+    }
+    cases.push(case(
+        format!("PATCH {path} (json patch) adding a status that is a string"),
+        "PATCH",
+        &path,
+        Some(JSON_PATCH),
+        json_body(&json!([{"op": "add", "path": "/status", "value": "x"}])),
+        &[422],
+    ));
+    cases.push(case(
+        "PUT pods/p/status with a spec that is not an object",
+        "PUT",
+        format!("{NS}/pods/p/status"),
+        Some("application/json"),
+        json_body(
+            &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": "x", "status": {"phase": "Running"}}),
+        ),
+        &[400],
+    ));
+    cases.push(case(
+        "PUT configmaps/cm with a number for a value",
+        "PUT",
+        format!("{NS}/configmaps/cm"),
+        Some("application/json"),
+        json_body(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"},
+            "data": {"mode": 1}}),
+        ),
+        &[400],
     ));
 }
 
@@ -724,6 +991,7 @@ async fn malformed_requests_are_refused_with_a_status_and_change_nothing() -> Re
     }
     immutable_changes(&mut cases);
     invalid_creates(&mut cases);
+    wrong_typed_writes(&seeds, &mut cases);
     ensure!(cases.len() >= 300, "only {} cases", cases.len());
 
     let before = dump(&server).await?;
@@ -775,6 +1043,71 @@ async fn malformed_requests_are_refused_with_a_status_and_change_nothing() -> Re
                 )
             )],
         "a valid patch changes exactly the ConfigMap"
+    );
+    Ok(())
+}
+
+/// A negative grace period is not refused: Kubernetes stores it, warns of
+/// it in a `Warning` header, and treats it as 1 second when deleting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_grace_periods_are_warned_of_and_treated_as_one_second() -> Result<()> {
+    const WARNING: &str = "must be >= 0; negative values are invalid and will be treated as 1";
+    let server = ApiServer::start().await?;
+    let http = server.http()?;
+    let pod = json!({"metadata": {"name": "graceless"}, "spec": {"nodeName": "somewhere",
+        "terminationGracePeriodSeconds": -5, "containers": [container()]}});
+    let reply = http.post(&format!("{NS}/pods"), &pod).await?;
+    ensure!(reply.status == 201, "{} {}", reply.status, reply.text());
+    ensure!(
+        reply.header("warning")
+            == Some(format!("299 - \"spec.terminationGracePeriodSeconds: {WARNING}\"").as_str()),
+        "warning: {:?}",
+        reply.header("warning")
+    );
+    ensure!(reply.json()?["spec"]["terminationGracePeriodSeconds"] == -5);
+
+    let mut deployment = json!({"metadata": {"name": "graceless"}, "spec": {"replicas": 0,
+        "selector": {"matchLabels": {"app": "g"}}, "template": pod_template("g")}});
+    deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(-1);
+    let reply = http
+        .post(&format!("{APPS}/deployments"), &deployment)
+        .await?;
+    ensure!(reply.status == 201, "{} {}", reply.status, reply.text());
+    ensure!(
+        reply.header("warning")
+            == Some(
+                format!("299 - \"spec.template.spec.terminationGracePeriodSeconds: {WARNING}\"")
+                    .as_str()
+            ),
+        "warning: {:?}",
+        reply.header("warning")
+    );
+    // An unchanged template is not warned of again.
+    let reply = http
+        .request(
+            "PATCH",
+            &format!("{APPS}/deployments/graceless"),
+            Some("application/merge-patch+json"),
+            json_body(&json!({"metadata": {"labels": {"x": "y"}}})).as_deref(),
+        )
+        .await?;
+    ensure!(reply.status == 200 && reply.header("warning").is_none());
+
+    // The pod is bound, so its delete is graceful: 1 second, not -5, and
+    // not an immediate removal for a negative period asked in the delete.
+    let reply = http
+        .request(
+            "DELETE",
+            &format!("{NS}/pods/graceless?gracePeriodSeconds=-3"),
+            None,
+            None,
+        )
+        .await?;
+    ensure!(reply.status == 200, "{} {}", reply.status, reply.text());
+    let marked = reply.json()?;
+    ensure!(
+        marked["metadata"]["deletionGracePeriodSeconds"] == 1,
+        "{marked}"
     );
     Ok(())
 }

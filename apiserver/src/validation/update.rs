@@ -67,12 +67,7 @@ pub fn validate_update(resource: &ResourceType, old: &Value, new: &Value) -> Res
         ("apps", "StatefulSet") => stateful_set(&mut causes, old, new),
         ("batch", "Job") => job(&mut causes, old, new),
         ("storage.k8s.io", "StorageClass") => {
-            for name in [
-                "parameters",
-                "provisioner",
-                "reclaimPolicy",
-                "volumeBindingMode",
-            ] {
+            for name in ["parameters", "provisioner", "reclaimPolicy"] {
                 if field(old, name) != field(new, name) {
                     causes.push(forbidden(
                         name,
@@ -80,7 +75,10 @@ pub fn validate_update(resource: &ResourceType, old: &Value, new: &Value) -> Res
                     ));
                 }
             }
+            immutable(&mut causes, old, new, "volumeBindingMode");
         }
+        ("discovery.k8s.io", "EndpointSlice") => immutable(&mut causes, old, new, "addressType"),
+        ("apps", "ControllerRevision") => immutable(&mut causes, old, new, "data"),
         ("scheduling.k8s.io", "PriorityClass") => {
             if field(old, "value") != field(new, "value") {
                 causes.push(forbidden("value", "may not be changed in an update."));
@@ -673,6 +671,35 @@ mod tests {
         assert_eq!(
             refused("storage.k8s.io", "storageclasses", class, new),
             ["provisioner: Forbidden: updates to provisioner are forbidden."]
+        );
+        let class = json!({"metadata": {"name": "s"}, "provisioner": "a",
+            "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"});
+        let mut new = class.clone();
+        new["reclaimPolicy"] = json!("Retain");
+        new["volumeBindingMode"] = json!("WaitForFirstConsumer");
+        assert_eq!(
+            refused("storage.k8s.io", "storageclasses", class, new),
+            [
+                "reclaimPolicy: Forbidden: updates to reclaimPolicy are forbidden.",
+                "volumeBindingMode: Invalid value: \"WaitForFirstConsumer\": field is immutable",
+            ]
+        );
+        let slice = json!({"metadata": {"name": "e"}, "addressType": "IPv4", "endpoints": []});
+        let mut new = slice.clone();
+        new["addressType"] = json!("IPv6");
+        assert_eq!(
+            refused("discovery.k8s.io", "endpointslices", slice.clone(), new),
+            ["addressType: Invalid value: \"IPv6\": field is immutable"]
+        );
+        let mut endpoints = slice.clone();
+        endpoints["endpoints"] = json!([{"addresses": ["10.0.0.1"]}]);
+        assert!(refused("discovery.k8s.io", "endpointslices", slice, endpoints).is_empty());
+        let revision = json!({"metadata": {"name": "r"}, "revision": 1, "data": {"a": 1}});
+        let mut new = revision.clone();
+        new["data"] = json!({"a": 2});
+        assert_eq!(
+            refused("apps", "controllerrevisions", revision, new),
+            ["data: Invalid value: {\"a\":2}: field is immutable"]
         );
         let priority = json!({"metadata": {"name": "p"}, "value": 10});
         let mut new = priority.clone();

@@ -264,25 +264,6 @@ pub(super) fn validate_job_fields(causes: &mut Vec<Cause>, spec: &Value, path: &
     }
 }
 
-/// A CronJob spec's own values.
-pub(super) fn validate_cron_job_fields(causes: &mut Vec<Cause>, spec: &Value) {
-    let policy = text(spec, "concurrencyPolicy");
-    if !policy.is_empty() && !matches!(policy, "Allow" | "Forbid" | "Replace") {
-        causes.push(not_supported(
-            "spec.concurrencyPolicy",
-            policy,
-            &["Allow", "Forbid", "Replace"],
-        ));
-    }
-    for name in [
-        "startingDeadlineSeconds",
-        "successfulJobsHistoryLimit",
-        "failedJobsHistoryLimit",
-    ] {
-        non_negative(causes, spec, name, "spec");
-    }
-}
-
 /// maxUnavailable and maxSurge of a Deployment's or DaemonSet's rolling
 /// update: each an int or a percent, and not both 0.
 fn check_rolling_update(causes: &mut Vec<Cause>, rolling: &Value, path: &str) {

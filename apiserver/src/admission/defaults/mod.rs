@@ -7,8 +7,10 @@
 mod apps;
 mod batch;
 mod core;
+mod discovery;
 mod pod;
 mod registration;
+mod storage;
 
 use serde_json::{json, Value};
 
@@ -42,6 +44,8 @@ pub fn apply(resource: &ResourceType, object: &mut Value) {
             set(object, "preemptionPolicy", json!("PreemptLowerPriority"))
         }
         ("admissionregistration.k8s.io", kind) => registration::webhook_configuration(kind, object),
+        ("storage.k8s.io", "StorageClass") => storage::storage_class(object),
+        ("discovery.k8s.io", "EndpointSlice") => discovery::endpoint_slice(object),
         _ => {}
     }
 }

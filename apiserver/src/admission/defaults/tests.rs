@@ -215,3 +215,34 @@ fn a_secret_stores_its_string_data_as_data() {
     assert_eq!(only_strings["data"], json!({"username": "dQ=="}));
     assert_eq!(only_strings["type"], "kubernetes.io/basic-auth");
 }
+
+#[test]
+fn storage_classes_and_endpoint_slice_ports_get_kubernetes_defaults() {
+    let class = defaulted(
+        "storage.k8s.io",
+        "v1",
+        "storageclasses",
+        json!({"metadata": {"name": "s"}, "provisioner": "example.com/disk"}),
+    );
+    assert_eq!(class["reclaimPolicy"], "Delete");
+    assert_eq!(class["volumeBindingMode"], "Immediate");
+    let kept = defaulted(
+        "storage.k8s.io",
+        "v1",
+        "storageclasses",
+        json!({"metadata": {"name": "s"}, "reclaimPolicy": "Retain", "volumeBindingMode": "WaitForFirstConsumer"}),
+    );
+    assert_eq!(kept["reclaimPolicy"], "Retain");
+    assert_eq!(kept["volumeBindingMode"], "WaitForFirstConsumer");
+    let slice = defaulted(
+        "discovery.k8s.io",
+        "v1",
+        "endpointslices",
+        json!({"metadata": {"name": "e"}, "addressType": "IPv4",
+               "ports": [{"port": 80}, {"name": "dns", "protocol": "UDP"}]}),
+    );
+    assert_eq!(
+        slice["ports"],
+        json!([{"name": "", "port": 80, "protocol": "TCP"}, {"name": "dns", "protocol": "UDP"}])
+    );
+}

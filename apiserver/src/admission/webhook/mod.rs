@@ -183,6 +183,7 @@ impl Caller {
             Ok(review::Verdict::Allowed { patch, warnings }) => {
                 for warning in warnings {
                     tracing::info!(webhook = %name, warning = %warning, "admission webhook warning");
+                    crate::warning::add(warning);
                 }
                 Ok(patch)
             }
