@@ -43,6 +43,7 @@ pub mod subresources;
 pub mod table;
 pub mod user;
 pub mod validation;
+pub mod version;
 pub mod watch;
 
 pub use registry::Registry;
