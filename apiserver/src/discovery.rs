@@ -30,18 +30,14 @@ const RESOURCE_VERBS: &[&str] = &[
 /// Every discovery and OpenAPI path, to be merged into the main router.
 pub fn router() -> Router {
     Router::new()
-        .route(
-            "/version",
-            get(|| async { json_response(version_info(), "application/json") }),
-        )
-        .route(
-            "/api",
-            get(|headers: HeaderMap| async move { core_root(&headers) }),
-        )
-        .route(
-            "/apis",
-            get(|headers: HeaderMap| async move { groups_root(&headers) }),
-        )
+        // Each root also with a trailing slash, as Kubernetes serves them
+        // (the Python client and kr8s ask for `/version/`).
+        .route("/version", get(version_response))
+        .route("/version/", get(version_response))
+        .route("/api", get(core_root))
+        .route("/api/", get(core_root))
+        .route("/apis", get(groups_root))
+        .route("/apis/", get(groups_root))
         .route(
             "/api/{version}",
             get(|Path(version): Path<String>| async move { resource_list_response("", &version) }),
@@ -66,8 +62,13 @@ pub fn router() -> Router {
         .merge(openapi::router())
 }
 
-/// The `version.Info` of `/version`. Minor `"32"`: the kubectl dispatcher
-/// picks its client binary by it, and 1.32 is the client skiff is built for.
+async fn version_response() -> Response {
+    json_response(version_info(), "application/json")
+}
+
+/// The `version.Info` of `/version`: the version of the API types served
+/// ([`crate::version`]). The kubectl dispatcher picks its client binary
+/// by the minor.
 pub fn version_info() -> Value {
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
@@ -75,9 +76,9 @@ pub fn version_info() -> Value {
         other => other,
     };
     json!({
-        "major": "1",
-        "minor": "32",
-        "gitVersion": openapi::SERVER_GIT_VERSION,
+        "major": crate::version::MAJOR,
+        "minor": crate::version::MINOR,
+        "gitVersion": crate::version::GIT_VERSION,
         "gitCommit": option_env!("SKIFF_GIT_COMMIT").unwrap_or("unknown"),
         "gitTreeState": option_env!("SKIFF_GIT_TREE_STATE").unwrap_or("clean"),
         "buildDate": option_env!("SKIFF_BUILD_DATE").unwrap_or("1970-01-01T00:00:00Z"),
@@ -142,8 +143,8 @@ pub fn negotiate(request: &HeaderMap) -> DiscoveryFormat {
     }
 }
 
-fn core_root(request: &HeaderMap) -> Response {
-    let response = match negotiate(request) {
+async fn core_root(request: HeaderMap) -> Response {
+    let response = match negotiate(&request) {
         DiscoveryFormat::Aggregated(v) => {
             json_response(aggregated_discovery(true, v), v.content_type())
         }
@@ -158,8 +159,8 @@ fn core_root(request: &HeaderMap) -> Response {
     vary_on_accept(response)
 }
 
-fn groups_root(request: &HeaderMap) -> Response {
-    let response = match negotiate(request) {
+async fn groups_root(request: HeaderMap) -> Response {
+    let response = match negotiate(&request) {
         DiscoveryFormat::Aggregated(v) => {
             json_response(aggregated_discovery(false, v), v.content_type())
         }
@@ -574,7 +575,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn version_reports_minor_32_with_every_field() {
+    async fn version_reports_the_served_minor_with_every_field() {
         let (status, content_type, body) = fetch("/version?timeout=5s", None).await;
         assert_eq!(
             (status, content_type.as_str()),
@@ -582,9 +583,11 @@ mod tests {
         );
         assert_eq!(
             (body["major"].as_str(), body["minor"].as_str()),
-            (Some("1"), Some("32"))
+            (Some("1"), Some("33"))
         );
-        assert_eq!(body["gitVersion"], "v1.32.0-skiff");
+        assert_eq!(body["gitVersion"], "v1.33.0+skiff");
+        let (status, _, slashed) = fetch("/version/", None).await;
+        assert_eq!((status, &slashed), (StatusCode::OK, &body));
         for field in [
             "gitCommit",
             "gitTreeState",

@@ -44,6 +44,7 @@ pub mod table;
 pub mod user;
 pub mod validation;
 pub mod warning;
+pub mod version;
 pub mod watch;
 
 pub use registry::Registry;

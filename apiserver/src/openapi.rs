@@ -2,6 +2,10 @@
 //! document per group-version, built from k8s-openapi's schemas. They let
 //! `create -f`/`apply -f` use server-side field validation and make
 //! `explain` work. Not a full Kubernetes spec: only the served resources.
+//! `/openapi/v2`, made from the same documents, is in [`v2`].
+
+mod gnostic;
+pub mod v2;
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -19,9 +23,6 @@ use serde_json::{json, Map, Value};
 
 use crate::resources::{self, ResourceType};
 use crate::status::ApiError;
-
-/// The version kubectl is told in the `info` block and in `/version`.
-pub const SERVER_GIT_VERSION: &str = "v1.32.0-skiff";
 
 /// One generated group-version document, serialized once.
 pub struct Document {
@@ -85,8 +86,7 @@ fn index() -> Bytes {
 }
 
 /// The routes of this module: `/openapi/v3`, `/openapi/v3/api/{version}`,
-/// `/openapi/v3/apis/{group}/{version}`, and a 404 for `/openapi/v2`
-/// (kubectl accepts v2 only as protobuf, so a JSON v2 would break it).
+/// `/openapi/v3/apis/{group}/{version}` and `/openapi/v2`.
 pub fn router() -> Router {
     Router::new()
         .route("/openapi/v3", get(|| async { index_response() }))
@@ -106,7 +106,10 @@ pub fn router() -> Router {
                 },
             ),
         )
-        .route("/openapi/v2", get(|| async { not_found().into_response() }))
+        .route(
+            "/openapi/v2",
+            get(|headers: HeaderMap| async move { v2::response(&headers) }),
+        )
 }
 
 #[derive(serde::Deserialize)]
@@ -155,15 +158,7 @@ pub fn document_response(
     } else {
         "no-cache, private"
     };
-    let revalidated = request
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| {
-            v.split(',')
-                .any(|tag| tag.trim() == etag || tag.trim() == "*")
-        });
-    let mut response = if revalidated {
+    let mut response = if if_none_match(request, &etag) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
         (StatusCode::OK, document.body.clone()).into_response()
@@ -187,6 +182,23 @@ pub fn document_response(
 pub fn document(group: &str, version: &str) -> Option<&'static Document> {
     let key = document_key(group, version);
     DOCUMENTS.iter().find(|d| d.key == key)
+}
+
+/// Whether the request's `If-None-Match` names `etag` (or `*`): the
+/// client's copy is current, and a 304 answers it.
+fn if_none_match(request: &HeaderMap, etag: &str) -> bool {
+    request
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| {
+            v.split(',')
+                .any(|tag| tag.trim() == etag || tag.trim() == "*")
+        })
+}
+
+fn not_acceptable(message: &str) -> Response {
+    ApiError::new(406, "NotAcceptable", message).into_response()
 }
 
 fn not_found() -> ApiError {
@@ -256,12 +268,20 @@ pub fn group_version_document(group: &str, version: &str) -> Value {
                 "x-kubernetes-group-version-kind".into(),
                 json!([gvk(r, r.kind)]),
             );
+            // k8s-openapi requires `metadata` (its field is not optional);
+            // Kubernetes' documents do not, and `explain` says so.
+            if let Some(Value::Array(required)) = schema.get_mut("required") {
+                required.retain(|field| field != "metadata");
+                if required.is_empty() {
+                    schema.remove("required");
+                }
+            }
         }
         schemas.insert(list_definition(r), list_schema(r, &shared.list_meta));
     }
     json!({
         "openapi": "3.0.0",
-        "info": { "title": "Kubernetes", "version": SERVER_GIT_VERSION },
+        "info": { "title": "Kubernetes", "version": crate::version::GIT_VERSION },
         "paths": paths,
         "components": { "schemas": schemas },
     })
@@ -548,9 +568,16 @@ impl Operation<'_> {
             "patch" => {
                 let mut params = write();
                 params.push(query_param("force"));
+                // Custom resources take no strategic merge patch (a 415), so
+                // their documents do not offer it: kubectl apply picks its
+                // patch type from this list.
+                let types = match self.r.custom {
+                    Some(_) => &PATCH_TYPES[..3],
+                    None => PATCH_TYPES,
+                };
                 (
                     params,
-                    Some(body(&refs.shared.patch, PATCH_TYPES)),
+                    Some(body(&refs.shared.patch, types)),
                     responses(&[("200", object), ("201", object)]),
                 )
             }
@@ -582,6 +609,7 @@ impl Operation<'_> {
     }
 }
 
+/// Strategic merge last: custom resources take the first three.
 const PATCH_TYPES: &[&str] = &[
     "application/apply-patch+yaml",
     "application/json-patch+json",
@@ -727,6 +755,7 @@ mod tests {
         );
         let container = &doc["components"]["schemas"]["io.k8s.api.core.v1.Container"];
         assert_eq!(container["properties"]["image"]["type"], "string");
+        assert!(pod.get("required").is_none(), "metadata is not required");
         let list = &doc["components"]["schemas"]["io.k8s.api.core.v1.PodList"];
         assert_eq!(
             list["x-kubernetes-group-version-kind"][0]["kind"],
@@ -881,7 +910,6 @@ mod tests {
             "/openapi/v3/apis/apps/v2",
             "/openapi/v3/apis/nope/v1",
             "/openapi/v3/api/v2",
-            "/openapi/v2",
         ] {
             let response = router()
                 .oneshot(Request::get(uri).body(Body::empty()).unwrap())

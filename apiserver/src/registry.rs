@@ -655,8 +655,48 @@ impl Registry {
         subresource: Option<&str>,
         write: &Write<'_>,
     ) -> ApiResult<Value> {
-        self.update_object(target, name, object, None, subresource, write, true)
+        let put = |_: &Value, _: i64| Ok(object.clone());
+        self.guaranteed_update(target, name, None, subresource, write, true, put)
             .await
+    }
+
+    /// Kubernetes' GuaranteedUpdate, the one way every update, patch and
+    /// subresource write stores an object: reads it (or takes `read`, just
+    /// read by the caller), has `try_update` make the next object from it,
+    /// and stores that at the read revision. A resourceVersion in the next
+    /// object is the client's precondition, and a mismatch is a 409 at
+    /// once. Without one, a write that lost a race with another writer (a
+    /// controller writing the status) reads the object again and tries
+    /// again; errors of `try_update` end it as they are.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn guaranteed_update(
+        &self,
+        target: &Target<'_>,
+        name: &str,
+        mut read: Option<(Value, i64)>,
+        subresource: Option<&str>,
+        write: &Write<'_>,
+        record: bool,
+        mut try_update: impl FnMut(&Value, i64) -> ApiResult<Value>,
+    ) -> ApiResult<Value> {
+        let mut last = None;
+        for _ in 0..UPDATE_ATTEMPTS {
+            let (current, revision) = match read.take() {
+                Some(read) => read,
+                None => self.read(target, name).await?,
+            };
+            let next = try_update(&current, revision)?;
+            check_precondition(target, name, &next, revision)?;
+            let read = Some((current, revision));
+            match self
+                .update_object(target, name, next, read, subresource, write, record)
+                .await
+            {
+                Err(err) if is_write_race(&err) => last = Some(err),
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or_else(|| storage_error(target, name, StorageError::Conflict)))
     }
 
     /// Stores `object` over the current one; `record`: the fields the
@@ -853,7 +893,6 @@ impl Registry {
         subresource: Option<&str>,
         write: &Write<'_>,
     ) -> ApiResult<(Value, bool)> {
-        const ATTEMPTS: usize = 5;
         let apply = crate::patch::is_apply(patch.content_type);
         let applied = match apply {
             true => {
@@ -865,37 +904,45 @@ impl Registry {
             }
             false => None,
         };
-        let mut last = None;
-        for _ in 0..ATTEMPTS {
-            let read = match self.read(target, name).await {
-                Err(err) if err.code == 404 && apply => None,
-                other => Some(other?),
-            };
-            let attempt = match (&applied, read) {
-                (Some(applied), None) => {
+        let read = match self.read(target, name).await {
+            Err(err) if err.code == 404 => match &applied {
+                Some(applied) => {
                     return self
                         .apply_create(target, name, applied, patch, subresource, write)
                         .await
                         .map(|created| (created, !write.dry_run));
                 }
-                (Some(applied), Some((current, revision))) => {
-                    self.apply_update(
-                        target,
-                        name,
-                        (current, revision),
+                None => return Err(err),
+            },
+            other => Some(other?),
+        };
+        let resource = target.resource;
+        let patched = match &applied {
+            // Server-side apply records its own managed fields.
+            Some(applied) => {
+                let api_version = resource.api_version();
+                let manager = manager_of(write, &api_version, subresource);
+                let merge = |current: &Value, revision: i64| {
+                    let merged = crate::apply::apply(
+                        resource,
+                        Some(current),
                         applied,
-                        patch,
-                        subresource,
-                        write,
-                    )
+                        &manager,
+                        patch.force,
+                        &object::now(),
+                    )?;
+                    check_precondition(target, name, applied, revision)?;
+                    Ok(merged)
+                };
+                self.guaranteed_update(target, name, read, subresource, write, false, merge)
                     .await
-                }
-                (None, None) => unreachable!("only apply reads a missing object"),
-                (None, Some((current, revision))) => {
-                    let mut patched = crate::patch::apply_patch(
-                        target.resource,
+            }
+            None => {
+                let apply_patch = |current: &Value, _: i64| {
+                    let patched = crate::patch::apply_patch(
+                        resource,
                         patch.content_type,
-                        &current,
+                        current,
                         patch.body,
                     )?;
                     let strategic = patch.content_type == crate::patch::STRATEGIC_MERGE_PATCH;
@@ -906,29 +953,13 @@ impl Registry {
                     crate::validation::check_patched(target.resource, strategic, &sent, &patched)?;
                     check_identity(target, name, &patched)?;
                     (patch.check)(&patched)?;
-                    check_precondition(target, name, &patched, revision)?;
-                    metadata_mut(&mut patched)
-                        .insert("resourceVersion".into(), json!(revision.to_string()));
-                    self.update_object(
-                        target,
-                        name,
-                        patched,
-                        Some((current, revision)),
-                        subresource,
-                        write,
-                        true,
-                    )
+                    Ok(patched)
+                };
+                self.guaranteed_update(target, name, read, subresource, write, true, apply_patch)
                     .await
-                }
-            };
-            match attempt {
-                Err(err) if err.code == 409 && err.reason == "Conflict" && is_write_race(&err) => {
-                    last = Some(err)
-                }
-                other => return other.map(|object| (object, false)),
             }
-        }
-        Err(last.unwrap_or_else(|| storage_error(target, name, StorageError::Conflict)))
+        };
+        patched.map(|object| (object, false))
     }
 
     /// Server-side apply to a missing object: the applied configuration,
@@ -967,40 +998,6 @@ impl Registry {
         )?;
         name_from_url(&mut object, name)?;
         self.create_object(target, object, write, false).await
-    }
-
-    /// Server-side apply to an existing object.
-    #[allow(clippy::too_many_arguments)]
-    async fn apply_update(
-        &self,
-        target: &Target<'_>,
-        name: &str,
-        (current, revision): (Value, i64),
-        applied: &Value,
-        patch: &Patch<'_>,
-        subresource: Option<&str>,
-        write: &Write<'_>,
-    ) -> ApiResult<Value> {
-        let mut merged = crate::apply::apply(
-            target.resource,
-            Some(&current),
-            applied,
-            &manager_of(write, &target.resource.api_version(), subresource),
-            patch.force,
-            &object::now(),
-        )?;
-        check_precondition(target, name, applied, revision)?;
-        metadata_mut(&mut merged).insert("resourceVersion".into(), json!(revision.to_string()));
-        self.update_object(
-            target,
-            name,
-            merged,
-            Some((current, revision)),
-            subresource,
-            write,
-            false,
-        )
-        .await
     }
 
     /// DELETE: removes the object, or marks it when finalizers (or a pod's
@@ -1581,11 +1578,15 @@ fn check_uid(target: &Target<'_>, name: &str, next: &Value, current: &Value) -> 
     }
 }
 
-/// Whether a 409 is the store's "modified meanwhile" (worth patching
+/// Whether a 409 is the store's "modified meanwhile" (worth trying
 /// again), not a precondition or apply conflict the client must see.
 fn is_write_race(err: &ApiError) -> bool {
-    err.message.ends_with(CONFLICT_WHY)
+    err.code == 409 && err.reason == "Conflict" && err.message.ends_with(CONFLICT_WHY)
 }
+
+/// How often [`Registry::guaranteed_update`] tries a write that keeps
+/// losing races before it answers 409.
+const UPDATE_ATTEMPTS: usize = 8;
 
 const CONFLICT_WHY: &str =
     "the object has been modified; please apply your changes to the latest version and try again";
@@ -1664,6 +1665,106 @@ mod tests {
             }
         }
         false
+    }
+
+    /// Stores `key: value` in ConfigMap `name`'s data from another writer,
+    /// in the middle of a synchronous closure (the runtime is
+    /// multi-threaded).
+    fn write_meanwhile(registry: &Registry, name: &str, key: &str, value: &str) {
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(async {
+                let mut other = registry.get(&target("configmaps"), name).await.unwrap();
+                other["data"][key] = json!(value);
+                let write = Write::new("other", false);
+                registry
+                    .update_object(&target("configmaps"), name, other, None, None, &write, true)
+                    .await
+                    .unwrap();
+            })
+        });
+    }
+
+    async fn config_map(registry: &Registry, name: &str) {
+        let map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": name, "namespace": "default"},
+                         "data": {"start": "yes"}});
+        let write = Write::new("test", false);
+        registry
+            .create(&target("configmaps"), map, &write)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_update_that_lost_a_race_is_made_again_on_the_new_object() {
+        let (registry, _dir) = test_registry().await;
+        config_map(&registry, "raced").await;
+        let write = Write::new("test", false);
+        let mut attempts = 0;
+        let updated = registry
+            .guaranteed_update(
+                &target("configmaps"),
+                "raced",
+                None,
+                None,
+                &write,
+                true,
+                |current, _| {
+                    attempts += 1;
+                    if attempts == 1 {
+                        write_meanwhile(&registry, "raced", "theirs", "1");
+                    }
+                    let mut next = current.clone();
+                    next["data"]["mine"] = json!("2");
+                    Ok(next)
+                },
+            )
+            .await
+            .expect("no conflict without a resourceVersion of the client's");
+        assert_eq!(attempts, 2, "the first write conflicted and was made again");
+        assert_eq!(
+            updated["data"],
+            json!({"start": "yes", "theirs": "1", "mine": "2"})
+        );
+        let stored = registry.get(&target("configmaps"), "raced").await.unwrap();
+        assert_eq!(stored["data"], updated["data"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_clients_resource_version_is_a_precondition_and_not_retried() {
+        let (registry, _dir) = test_registry().await;
+        config_map(&registry, "held").await;
+        let write = Write::new("test", false);
+        let mut attempts = 0;
+        let mut asked: Option<Value> = None;
+        let err = registry
+            .guaranteed_update(
+                &target("configmaps"),
+                "held",
+                None,
+                None,
+                &write,
+                true,
+                |current, _| {
+                    attempts += 1;
+                    // The client read the object once and sends its version.
+                    let asked =
+                        asked.get_or_insert_with(|| current["metadata"]["resourceVersion"].clone());
+                    if attempts == 1 {
+                        write_meanwhile(&registry, "held", "theirs", "1");
+                    }
+                    let mut next = current.clone();
+                    next["metadata"]["resourceVersion"] = asked.clone();
+                    next["data"]["mine"] = json!("2");
+                    Ok(next)
+                },
+            )
+            .await
+            .expect_err("the object changed since the client read it");
+        assert_eq!((err.code, err.reason), (409, "Conflict"));
+        assert_eq!(attempts, 2, "read again once, then the precondition failed");
+        let stored = registry.get(&target("configmaps"), "held").await.unwrap();
+        assert_eq!(stored["data"], json!({"start": "yes", "theirs": "1"}));
     }
 
     #[tokio::test]

@@ -59,8 +59,12 @@ fn discovery_routes(discovery: Router) -> Router {
     let mut router = Router::new();
     for path in [
         "/version",
+        "/version/",
         "/api",
+        "/api/",
         "/apis",
+        "/apis/",
+        "/openapi/v2",
         "/openapi/v3",
         "/openapi/v3/{*rest}",
     ] {
@@ -662,5 +666,40 @@ mod tests {
         assert_eq!(parse_route(&g, &v, &rest).unwrap_err().code, 404);
         assert!(split_group_version("/api/v1").is_none());
         assert!(split_group_version("/apis/apps/v1").is_none());
+    }
+
+    /// The roots answer with and without a trailing slash, as Kubernetes'
+    /// do, and `/openapi/v2` is served.
+    #[tokio::test]
+    async fn roots_answer_with_a_trailing_slash_too() {
+        let (registry, _dir) = crate::registry::test_registry().await;
+        let app = router(registry);
+        let get = |path: &'static str| {
+            let app = app.clone();
+            async move {
+                let request = axum::extract::Request::get(path)
+                    .body(Body::empty())
+                    .unwrap();
+                let response = app.oneshot(request).await.unwrap();
+                let status = response.status();
+                let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                    .await
+                    .unwrap();
+                (status, body)
+            }
+        };
+        for (plain, slashed) in [
+            ("/version", "/version/"),
+            ("/api", "/api/"),
+            ("/apis", "/apis/"),
+        ] {
+            let (status, body) = get(plain).await;
+            assert_eq!(status, StatusCode::OK, "{plain}");
+            assert_eq!(get(slashed).await, (StatusCode::OK, body), "{slashed}");
+        }
+        let (status, body) = get("/openapi/v2").await;
+        assert_eq!(status, StatusCode::OK);
+        let swagger: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(swagger["swagger"], "2.0");
     }
 }

@@ -93,52 +93,7 @@ pub async fn put_scale(
     scale: Value,
     write: &Write<'_>,
 ) -> ApiResult<Value> {
-    check_scale_target(target)?;
-    let replicas = scale["spec"]["replicas"].as_i64().ok_or_else(|| {
-        ApiError::invalid(
-            "autoscaling",
-            "Scale",
-            target.resource.plural,
-            name,
-            vec![Cause {
-                reason: "FieldValueRequired",
-                message: "Required value".into(),
-                field: "spec.replicas".into(),
-            }],
-        )
-    })?;
-    if replicas < 0 {
-        return Err(ApiError::invalid(
-            "autoscaling",
-            "Scale",
-            target.resource.plural,
-            name,
-            vec![Cause {
-                reason: "FieldValueInvalid",
-                message: format!("Invalid value: {replicas}: must be greater than or equal to 0"),
-                field: "spec.replicas".into(),
-            }],
-        ));
-    }
-    let mut object = registry.get(target, name).await?;
-    if let Some(rv) = object::meta_str(&scale, "resourceVersion").filter(|rv| !rv.is_empty()) {
-        metadata_mut(&mut object).insert("resourceVersion".into(), json!(rv));
-    }
-    match target
-        .resource
-        .custom
-        .as_ref()
-        .and_then(|c| c.scale.as_ref())
-    {
-        Some(paths) => crate::crd::set_path(&mut object, &paths.spec_replicas, json!(replicas)),
-        None => object["spec"]["replicas"] = json!(replicas),
-    }
-    let write = Write {
-        via: Some("scale"),
-        ..*write
-    };
-    let updated = registry.update(target, name, object, None, &write).await?;
-    Ok(scale_for(target.resource, &updated))
+    update_scale(registry, target, name, write, |_| Ok(scale.clone())).await
 }
 
 /// PATCH of a Scale: the patch applies to the Scale, then it is put.
@@ -150,21 +105,80 @@ pub async fn patch_scale(
     body: &[u8],
     write: &Write<'_>,
 ) -> ApiResult<Value> {
-    check_scale_target(target)?;
-    let current = scale_for(target.resource, &registry.get(target, name).await?);
     // The Scale's own patch strategies (a workload's for strategic merge).
     let scale_resource = match target.resource.custom {
         Some(_) => resources::find("apps", "v1", "deployments").expect("deployments are served"),
         None => target.resource,
     };
-    let mut patched = crate::patch::apply_patch(scale_resource, content_type, &current, body)?;
-    // A patch carries no precondition unless it says so.
-    if object::meta_str(&patched, "resourceVersion")
-        == object::meta_str(&current, "resourceVersion")
-    {
-        metadata_mut(&mut patched).remove("resourceVersion");
+    update_scale(registry, target, name, write, |current| {
+        crate::patch::apply_patch(scale_resource, content_type, current, body)
+    })
+    .await
+}
+
+/// Writes the replicas of the Scale that `make_scale` makes from the
+/// current one, through the registry's one update path: a write that
+/// raced with a controller's is made again on the new object, unless the
+/// Scale carried a resourceVersion of its own.
+async fn update_scale(
+    registry: &Registry,
+    target: &Target<'_>,
+    name: &str,
+    write: &Write<'_>,
+    make_scale: impl Fn(&Value) -> ApiResult<Value>,
+) -> ApiResult<Value> {
+    check_scale_target(target)?;
+    let write = Write {
+        via: Some("scale"),
+        ..*write
+    };
+    let scaled = |current: &Value, _: i64| {
+        let scale = make_scale(&scale_for(target.resource, current))?;
+        let replicas = replicas_of(target, name, &scale)?;
+        let mut object = current.clone();
+        if let Some(rv) = object::meta_str(&scale, "resourceVersion").filter(|rv| !rv.is_empty()) {
+            metadata_mut(&mut object).insert("resourceVersion".into(), json!(rv));
+        }
+        match target
+            .resource
+            .custom
+            .as_ref()
+            .and_then(|c| c.scale.as_ref())
+        {
+            Some(paths) => crate::crd::set_path(&mut object, &paths.spec_replicas, json!(replicas)),
+            None => object["spec"]["replicas"] = json!(replicas),
+        }
+        Ok(object)
+    };
+    let updated = registry
+        .guaranteed_update(target, name, None, None, &write, true, scaled)
+        .await?;
+    Ok(scale_for(target.resource, &updated))
+}
+
+/// A Scale's `spec.replicas`: present and not negative.
+fn replicas_of(target: &Target<'_>, name: &str, scale: &Value) -> ApiResult<i64> {
+    let invalid = |reason, message: String| {
+        ApiError::invalid(
+            "autoscaling",
+            "Scale",
+            target.resource.plural,
+            name,
+            vec![Cause {
+                reason,
+                message,
+                field: "spec.replicas".into(),
+            }],
+        )
+    };
+    match scale["spec"]["replicas"].as_i64() {
+        None => Err(invalid("FieldValueRequired", "Required value".into())),
+        Some(replicas) if replicas < 0 => Err(invalid(
+            "FieldValueInvalid",
+            format!("Invalid value: {replicas}: must be greater than or equal to 0"),
+        )),
+        Some(replicas) => Ok(replicas),
     }
-    put_scale(registry, target, name, patched, write).await
 }
 
 fn success(code: u16) -> Value {
@@ -560,6 +574,77 @@ mod tests {
     fn binding_to(node: &str, metadata: Value) -> Value {
         json!({"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
                "target": {"kind": "Node", "name": node}})
+    }
+
+    /// A controller writes the Deployment's status all the while; scale
+    /// and status writes without a resourceVersion never answer 409.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn scale_and_status_writes_beside_a_busy_controller_do_not_conflict() {
+        let (registry, _dir) = crate::registry::test_registry().await;
+        let deployments = Target {
+            resource: resources::find("apps", "v1", "deployments").unwrap(),
+            namespace: Some("default"),
+        };
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+        let write = Write::new("test", false);
+        registry
+            .create(&deployments, deployment, &write)
+            .await
+            .unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let controller = {
+            let (registry, stop) = (registry.clone(), stop.clone());
+            tokio::spawn(async move {
+                let target = Target {
+                    resource: resources::find("apps", "v1", "deployments").unwrap(),
+                    namespace: Some("default"),
+                };
+                let write = Write::new("controller", false);
+                let mut generation = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    generation += 1;
+                    let status = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                        "metadata": {"name": "web", "namespace": "default"},
+                        "status": {"observedGeneration": generation, "replicas": generation}});
+                    registry
+                        .update(&target, "web", status, Some("status"), &write)
+                        .await
+                        .expect("the controller's status write");
+                    // A busy controller, not one that starves every other writer.
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+                generation
+            })
+        };
+        for replicas in 0..40 {
+            let patch = format!(r#"{{"spec":{{"replicas":{replicas}}}}}"#);
+            let scale = patch_scale(
+                &registry,
+                &deployments,
+                "web",
+                "application/merge-patch+json",
+                patch.as_bytes(),
+                &write,
+            )
+            .await
+            .unwrap_or_else(|err| panic!("PATCH scale {replicas}: {err:?}"));
+            assert_eq!(scale["spec"]["replicas"], replicas);
+            let put = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                             "metadata": {"name": "web", "namespace": "default"},
+                             "spec": {"replicas": replicas + 1}});
+            put_scale(&registry, &deployments, "web", put, &write)
+                .await
+                .unwrap_or_else(|err| panic!("PUT scale {replicas}: {err:?}"));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let status_writes = controller.await.unwrap();
+        assert!(status_writes > 1, "the controller wrote meanwhile");
+        let stored = registry.get(&deployments, "web").await.unwrap();
+        assert_eq!(stored["spec"]["replicas"], 40);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

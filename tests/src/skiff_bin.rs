@@ -12,13 +12,15 @@ use std::time::SystemTime;
 use anyhow::{bail, ensure, Context, Result};
 
 /// What the binary is built from, relative to the workspace root.
-const SOURCES: [&str; 15] = [
+const SOURCES: [&str; 17] = [
     // The workspace manifest: dependency versions and features.
     "Cargo.toml",
     "skiff/src",
     "skiff/Cargo.toml",
     "apiserver/src",
     "apiserver/Cargo.toml",
+    "apiserver/build.rs",
+    "apiserver/proto",
     "scheduler/src",
     "scheduler/Cargo.toml",
     "controllers/src",

@@ -325,7 +325,10 @@ fn get_in_pages_of_one(kubectl: &Kubectl) -> Result<()> {
     let pages: Vec<&str> = output
         .stderr
         .lines()
-        .filter(|l| l.contains("GET http") && l.contains("/configmaps?"))
+        // `GET https://…` up to kubectl 1.32, `verb="GET" url="https://…"` after.
+        .filter(|l| {
+            (l.contains("GET http") || l.contains(r#"verb="GET""#)) && l.contains("/configmaps?")
+        })
         .collect();
     ensure!(
         pages.len() >= 5 && pages.iter().all(|l| l.contains("limit=1")),

@@ -8,14 +8,10 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use crate::object::meta_str;
 use crate::registry::{Patch, Registry, Target, Write};
 use crate::resources::{Conversion, ResourceType};
 use crate::status::{ApiError, ApiResult};
 use crate::watch::Converter;
-
-/// How many times a patch is applied again after a write raced with it.
-const PATCH_ATTEMPTS: usize = 5;
 
 /// A whole object sent at `served`'s version (POST, PUT), as the storage
 /// version: kind and apiVersion checked against the URL (or filled in), this
@@ -188,10 +184,10 @@ pub(crate) async fn patch(
 
 /// A JSON, merge or strategic merge patch at a converted version: applied
 /// to the current object converted to that version, and the result
-/// defaulted and converted back, as Kubernetes does, then stored by
-/// [`Registry::update`] with the read resourceVersion as a precondition. A
-/// resourceVersion the patch sets is the client's precondition; without
-/// one, a write that raced with this one is patched again.
+/// defaulted and converted back, as Kubernetes does, then stored through
+/// the registry's one update path: a resourceVersion the patch sets is the
+/// client's precondition; without one, a write that raced with this one
+/// is patched again.
 async fn patch_converted(
     registry: &Registry,
     (served, conversion): (&ResourceType, Conversion),
@@ -201,38 +197,29 @@ async fn patch_converted(
     subresource: Option<&str>,
     write: &Write<'_>,
 ) -> ApiResult<Value> {
-    let mut last = None;
-    for _ in 0..PATCH_ATTEMPTS {
-        let current = registry.get(target, name).await?;
-        let read = meta_str(&current, "resourceVersion").map(str::to_string);
+    let convert_and_patch = |current: &Value, _: i64| {
         let mut patched = crate::patch::apply_patch(
             served,
             patch.content_type,
-            &(conversion.from_storage)(&current),
+            &(conversion.from_storage)(current),
             patch.body,
         )?;
         (patch.check)(&patched)?;
         crate::object::check_type(served, &mut patched)?;
-        let asked = meta_str(&patched, "resourceVersion")
-            .filter(|rv| !rv.is_empty())
-            .map(str::to_string);
-        let precondition = asked.is_some() && asked != read;
         (conversion.set_defaults)(&mut patched);
-        let mut stored = (conversion.to_storage)(&patched);
-        if let (None, Some(read)) = (&asked, &read) {
-            crate::object::metadata_mut(&mut stored).insert("resourceVersion".into(), json!(read));
-        }
-        match registry
-            .update(target, name, stored, subresource, write)
-            .await
-        {
-            Err(err) if err.code == 409 && err.reason == "Conflict" && !precondition => {
-                last = Some(err)
-            }
-            other => return other,
-        }
-    }
-    Err(last.unwrap_or_else(|| ApiError::internal(format!("the patch of {name} did not apply"))))
+        Ok((conversion.to_storage)(&patched))
+    };
+    registry
+        .guaranteed_update(
+            target,
+            name,
+            None,
+            subresource,
+            write,
+            true,
+            convert_and_patch,
+        )
+        .await
 }
 
 #[cfg(test)]

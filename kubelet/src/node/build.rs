@@ -163,6 +163,8 @@ fn node_info(config: &NodeConfig, host: &HostInfo) -> NodeSystemInfo {
         os_image: host.os_image.clone(),
         container_runtime_version: config.runtime_version.clone(),
         kubelet_version: KUBELET_VERSION.to_string(),
+        // Deprecated, and left empty by a 1.33 kubelet
+        // (DisableNodeKubeProxyVersion is on by default there).
         kube_proxy_version: String::new(),
         operating_system: host.operating_system.clone(),
         architecture: host.architecture.clone(),
@@ -216,7 +218,8 @@ pub(crate) mod tests {
         assert_eq!(addresses[0].address, "10.0.0.5");
         assert_eq!(addresses[1].type_, "Hostname");
         let info = status.node_info.unwrap();
-        assert_eq!(info.kubelet_version, "v1.33.0-skiff");
+        assert_eq!(info.kubelet_version, "v1.33.0+skiff");
+        assert_eq!(info.kube_proxy_version, "");
         assert!(info
             .container_runtime_version
             .starts_with("skiff-process://"));

@@ -190,8 +190,9 @@ pub struct NodeConfig {
 pub const DEFAULT_MAX_PODS: i64 = 110;
 /// The kubelet's port for logs, exec and its API.
 pub const DEFAULT_KUBELET_PORT: u16 = 10250;
-/// nodeInfo.kubeletVersion.
-pub const KUBELET_VERSION: &str = "v1.33.0-skiff";
+/// nodeInfo.kubeletVersion: the version the API reports, one for all of
+/// skiff.
+pub const KUBELET_VERSION: &str = skiff_apiserver::version::GIT_VERSION;
 
 impl NodeConfig {
     /// A node named `name` at `address`, with the real kubelet's defaults.

@@ -14,8 +14,9 @@ use tokio::net::TcpStream;
 use super::tcp::address;
 use super::{probe_host, resolve_port, ProbeResult, ProbeTarget};
 
-/// The User-Agent Kubernetes' prober sends, for the API version skiff serves.
-const PROBE_USER_AGENT: &str = "kube-probe/1.33";
+/// The User-Agent Kubernetes' prober sends, for the API version skiff
+/// serves.
+const PROBE_USER_AGENT: &str = skiff_apiserver::version::PROBE_USER_AGENT;
 
 pub(super) async fn run(
     action: &HTTPGetAction,
