@@ -117,13 +117,19 @@ impl Etcdctl {
     pub fn watch(&self, args: &[&str]) -> Result<WatchProcess> {
         let mut all = vec!["watch"];
         all.extend_from_slice(args);
+        self.background(&all)
+    }
+
+    /// Starts `etcdctl ARGS` that runs until it is killed (a watch, a
+    /// lease keep-alive); its lines are collected as it prints them.
+    pub fn background(&self, args: &[&str]) -> Result<WatchProcess> {
         let mut child = self
-            .command(&all)
+            .command(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .context("running etcdctl watch")?;
+            .with_context(|| format!("running etcdctl {}", args.join(" ")))?;
         let (lines, stderr) = crate::captured::capture(&mut child, "etcdctl")?;
         Ok(WatchProcess {
             child,
@@ -170,7 +176,7 @@ impl WatchEvent {
     }
 }
 
-/// A running `etcdctl watch`, killed on drop.
+/// A running `etcdctl watch` (or other long-running command), killed on drop.
 pub struct WatchProcess {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
@@ -193,6 +199,16 @@ impl WatchProcess {
 
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// Every line printed on stdout so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// The exit status, if etcdctl has exited.
+    pub fn try_exit(&mut self) -> Result<Option<std::process::ExitStatus>> {
+        Ok(self.child.try_wait()?)
     }
 
     /// Waits until at least `count` events are printed, at most `timeout`.
