@@ -40,6 +40,8 @@ pub fn etcdctl_or_skip(test: &str) -> Option<PathBuf> {
 pub struct Etcdctl {
     binary: PathBuf,
     endpoints: String,
+    /// Present the shared client certificate (skiff's client ports want it).
+    tls: bool,
 }
 
 impl Etcdctl {
@@ -47,23 +49,36 @@ impl Etcdctl {
         Etcdctl {
             binary,
             endpoints: endpoints.into(),
+            tls: true,
+        }
+    }
+
+    /// etcdctl over plain HTTP/2, as to a real etcd started without TLS.
+    pub fn plain(binary: PathBuf, endpoints: impl Into<String>) -> Etcdctl {
+        Etcdctl {
+            tls: false,
+            ..Etcdctl::new(binary, endpoints)
         }
     }
 
     /// `etcdctl` with the shared client certificate
     /// ([`crate::test_pki`]): every skiff member's client port wants one.
     fn command(&self, args: &[&str]) -> Command {
-        let [ca, cert, key] = crate::test_pki::store_files();
         let mut command = Command::new(&self.binary);
         command
             .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.endpoints])
-            .arg("--cacert")
-            .arg(&ca)
-            .arg("--cert")
-            .arg(&cert)
-            .arg("--key")
-            .arg(&key)
+            .args(["--endpoints", &self.endpoints]);
+        if self.tls {
+            let [ca, cert, key] = crate::test_pki::store_files();
+            command
+                .arg("--cacert")
+                .arg(&ca)
+                .arg("--cert")
+                .arg(&cert)
+                .arg("--key")
+                .arg(&key);
+        }
+        command
             .args(["--dial-timeout", "5s", "--command-timeout", "20s"])
             .args(args);
         command
