@@ -351,6 +351,11 @@ impl KvStore {
         (rev != NEVER_COMPACTED).then_some(rev)
     }
 
+    /// Keys that exist at the current revision.
+    pub fn live_keys(&self) -> usize {
+        self.index.read().live_keys()
+    }
+
     /// The last log index whose command is applied.
     pub fn applied_index(&self) -> u64 {
         self.applied_index.load(Ordering::Acquire)

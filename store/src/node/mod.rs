@@ -398,6 +398,14 @@ impl Store {
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// How many times a new leader became known to this member.
+    pub fn leader_changes(&self) -> u64 {
+        self.inner
+            .leadership
+            .leader_changes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn is_leader(&self) -> bool {
         self.inner
             .leadership
@@ -540,9 +548,20 @@ impl Store {
             .await
             .map_err(|_| StoreError::Stopped)?;
         let answer = send_proposal(&self.inner.requests, data, Some(budget));
-        tokio::time::timeout(self.inner.config.request_timeout, answer)
+        let result = tokio::time::timeout(self.inner.config.request_timeout, answer)
             .await
-            .map_err(|_| StoreError::Timeout)?
+            .map_err(|_| StoreError::Timeout)
+            .and_then(|result| result);
+        if matches!(
+            result,
+            Err(StoreError::Timeout | StoreError::NoLeader | StoreError::Stopped)
+        ) {
+            self.inner
+                .stats
+                .proposals_failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        result
     }
 
     /// Stops the Raft driver after what is queued, flushes sled and syncs it,
