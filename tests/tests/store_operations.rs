@@ -176,6 +176,12 @@ async fn health_version_and_metrics_over_http_on_the_client_port() -> Result<()>
     );
     // etcdctl 3.4 fetches /metrics without the client certificate: plain.
     let plain = Etcdctl::plain(etcdctl, format!("http://{insecure}"));
+    // The member list shows both URLs clients reach the member at.
+    let listed = plain.ok(&["member", "list"])?;
+    ensure!(
+        listed.contains(&format!(", https://{client},http://{insecure}, false")),
+        "member list: {listed}"
+    );
     let scale = plain.ok(&["check", "datascale"])?;
     ensure!(
         scale.contains("PASS: Approximate system memory used"),
