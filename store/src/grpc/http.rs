@@ -140,7 +140,7 @@ mod tests {
     use crate::grpc::pb::etcdserverpb::{kv_client::KvClient, RangeRequest};
 
     /// `GET path` over HTTP/1.1 on a connection of its own: status and body.
-    async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    pub(super) async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
         stream.write_all(request.as_bytes()).await.unwrap();
@@ -231,6 +231,65 @@ mod tests {
             .into_inner();
         assert_eq!(read.kvs[0].value, b"v");
 
+        let _ = stop.send(());
+        serving.await.unwrap().unwrap();
+        store.close().await.unwrap();
+    }
+}
+
+#[cfg(test)]
+mod no_leader_tests {
+    use std::net::{SocketAddr, TcpListener};
+
+    use crate::node::testing::test_config;
+    use crate::{ClusterConfig, Store};
+
+    fn free_addr() -> SocketAddr {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn without_a_leader_health_is_false_and_unready() {
+        // One of three founding members, alone: it never learns a leader.
+        let dir = tempfile::tempdir().unwrap();
+        let initial: Vec<(String, SocketAddr)> =
+            (1..=3).map(|i| (format!("n{i}"), free_addr())).collect();
+        let mut config = test_config(dir.path());
+        config.cluster = Some(ClusterConfig {
+            name: "n1".into(),
+            peer_listen: initial[0].1,
+            initial_cluster: initial,
+            initial_cluster_state: Default::default(),
+        });
+        let store = Store::open(config).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(crate::grpc::serve(
+            store.clone(),
+            vec![crate::grpc::ClientListener::plain(listener)],
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        assert_eq!(
+            super::tests::get(addr, "/health").await,
+            (
+                503,
+                r#"{"health":"false","reason":"RAFT NO LEADER"}"#.to_string()
+            )
+        );
+        assert_eq!(super::tests::get(addr, "/readyz").await.0, 503);
+        // Its own state still reads: alive, not ready.
+        assert_eq!(super::tests::get(addr, "/livez").await.0, 200);
+        let metrics = super::tests::get(addr, "/metrics").await.1;
+        assert!(
+            metrics.contains("\netcd_server_has_leader 0\n"),
+            "{metrics}"
+        );
         let _ = stop.send(());
         serving.await.unwrap().unwrap();
         store.close().await.unwrap();
