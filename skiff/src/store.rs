@@ -237,16 +237,21 @@ pub async fn run_member(
         listener,
         tls: Some(tls.clients),
     }];
+    let mut plain_client_url = None;
     if let Some(plain) = args.insecure_client_listen {
         let listener = TcpListener::bind(plain).await.with_context(|| {
             format!("cannot listen for plain-HTTP clients on {plain} (--insecure-client-listen)")
         })?;
+        plain_client_url = Some(format!("http://{}", listener.local_addr()?));
         client_listeners.push(skiff_store::grpc::ClientListener::plain(listener));
     }
 
     let mut config = StoreConfig::new(&args.data_dir);
     config.name = args.name.clone();
+    // Every URL clients reach this member at, as etcd lists its
+    // advertised client URLs.
     config.client_urls = vec![format!("https://{client_addr}")];
+    config.client_urls.extend(plain_client_url);
     config.peer_tls = Some(tls.peers);
     config.catch_up_entries = args.snapshot_catch_up_entries;
     config.cluster = cluster;

@@ -32,8 +32,9 @@ pub enum Command {
     LeaseCheckpoint {
         checkpoints: Vec<(i64, i64)>,
     },
-    /// A keep-alive made on a follower: every member renews the lease as it
-    /// applies this, the leader (which decides expiry) among them.
+    /// A keep-alive made on a follower, as members before lease forwarding
+    /// proposed it; still applied (a renewal on every member) when their
+    /// logs are replayed. Followers now forward keep-alives to the leader.
     LeaseRenew {
         id: i64,
     },

@@ -34,6 +34,7 @@ pub mod command;
 pub mod error;
 pub mod grpc;
 pub mod lease;
+pub mod metrics;
 pub mod mvcc;
 pub mod node;
 pub mod raft;

@@ -40,6 +40,8 @@ pub fn etcdctl_or_skip(test: &str) -> Option<PathBuf> {
 pub struct Etcdctl {
     binary: PathBuf,
     endpoints: String,
+    /// Present the shared client certificate (skiff's client ports want it).
+    tls: bool,
 }
 
 impl Etcdctl {
@@ -47,23 +49,36 @@ impl Etcdctl {
         Etcdctl {
             binary,
             endpoints: endpoints.into(),
+            tls: true,
+        }
+    }
+
+    /// etcdctl over plain HTTP/2, as to a real etcd started without TLS.
+    pub fn plain(binary: PathBuf, endpoints: impl Into<String>) -> Etcdctl {
+        Etcdctl {
+            tls: false,
+            ..Etcdctl::new(binary, endpoints)
         }
     }
 
     /// `etcdctl` with the shared client certificate
     /// ([`crate::test_pki`]): every skiff member's client port wants one.
     fn command(&self, args: &[&str]) -> Command {
-        let [ca, cert, key] = crate::test_pki::store_files();
         let mut command = Command::new(&self.binary);
         command
             .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.endpoints])
-            .arg("--cacert")
-            .arg(&ca)
-            .arg("--cert")
-            .arg(&cert)
-            .arg("--key")
-            .arg(&key)
+            .args(["--endpoints", &self.endpoints]);
+        if self.tls {
+            let [ca, cert, key] = crate::test_pki::store_files();
+            command
+                .arg("--cacert")
+                .arg(&ca)
+                .arg("--cert")
+                .arg(&cert)
+                .arg("--key")
+                .arg(&key);
+        }
+        command
             .args(["--dial-timeout", "5s", "--command-timeout", "20s"])
             .args(args);
         command
@@ -117,13 +132,19 @@ impl Etcdctl {
     pub fn watch(&self, args: &[&str]) -> Result<WatchProcess> {
         let mut all = vec!["watch"];
         all.extend_from_slice(args);
+        self.background(&all)
+    }
+
+    /// Starts `etcdctl ARGS` that runs until it is killed (a watch, a
+    /// lease keep-alive); its lines are collected as it prints them.
+    pub fn background(&self, args: &[&str]) -> Result<WatchProcess> {
         let mut child = self
-            .command(&all)
+            .command(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .context("running etcdctl watch")?;
+            .with_context(|| format!("running etcdctl {}", args.join(" ")))?;
         let (lines, stderr) = crate::captured::capture(&mut child, "etcdctl")?;
         Ok(WatchProcess {
             child,
@@ -170,7 +191,7 @@ impl WatchEvent {
     }
 }
 
-/// A running `etcdctl watch`, killed on drop.
+/// A running `etcdctl watch` (or other long-running command), killed on drop.
 pub struct WatchProcess {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
@@ -193,6 +214,16 @@ impl WatchProcess {
 
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// Every line printed on stdout so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// The exit status, if etcdctl has exited.
+    pub fn try_exit(&mut self) -> Result<Option<std::process::ExitStatus>> {
+        Ok(self.child.try_wait()?)
     }
 
     /// Waits until at least `count` events are printed, at most `timeout`.

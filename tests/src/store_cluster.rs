@@ -133,6 +133,31 @@ impl StoreCluster {
         }
     }
 
+    /// Index of the member that leads among the members `among`, once
+    /// every one of them names the same leader.
+    pub async fn leader(&self, among: &[usize]) -> Result<usize> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let mut ids = Vec::new();
+            let mut leaders = Vec::new();
+            for &i in among {
+                if let Ok(status) = store_client::status(self.members[i].client).await {
+                    ids.push((i, status.header.map_or(0, |h| h.member_id)));
+                    leaders.push(status.leader);
+                }
+            }
+            if leaders.len() == among.len() && leaders.iter().all(|l| *l != 0 && *l == leaders[0]) {
+                if let Some((i, _)) = ids.iter().find(|(_, id)| *id == leaders[0]) {
+                    return Ok(*i);
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("no leader among members {among:?} (they name {leaders:?})");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub fn member(&self, name: &str) -> Result<&StoreMember> {
         self.members
             .iter()

@@ -83,7 +83,11 @@ impl Lease for LeaseService {
         request: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
         let req = request.into_inner();
-        let resp = self.store.lease_time_to_live(req.id, req.keys);
+        let resp = self
+            .store
+            .lease_time_to_live(req.id, req.keys)
+            .await
+            .map_err(from_store)?;
         Ok(Response::new(pb::LeaseTimeToLiveResponse {
             header: convert::header(&self.store, resp.header.revision),
             id: resp.id,
@@ -97,7 +101,7 @@ impl Lease for LeaseService {
         &self,
         _request: Request<pb::LeaseLeasesRequest>,
     ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
-        let resp = self.store.lease_leases();
+        let resp = self.store.lease_leases().await.map_err(from_store)?;
         Ok(Response::new(pb::LeaseLeasesResponse {
             header: convert::header(&self.store, resp.header.revision),
             leases: resp

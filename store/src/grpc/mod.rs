@@ -17,6 +17,7 @@
 mod cluster;
 mod codec;
 mod convert;
+mod http;
 mod kv;
 mod lease;
 mod maintenance;
@@ -133,8 +134,27 @@ async fn serve_one(
     if let Some(tls) = client.tls {
         builder = builder.tls_config(tls.timeout(TLS_HANDSHAKE_TIMEOUT))?;
     }
-    let mut stopped = stopping.clone();
+    let routes =
+        tonic::service::Routes::new(limited!(KvServer::new(kv::KvService::new(store.clone()))))
+            .add_service(limited!(WatchServer::new(watch::WatchService::new(
+                store.clone(),
+                stopping.clone()
+            ))))
+            .add_service(limited!(LeaseServer::new(lease::LeaseService::new(
+                store.clone(),
+                stopping.clone()
+            ))))
+            .add_service(limited!(ClusterServer::new(cluster::ClusterService::new(
+                store.clone()
+            ))))
+            .add_service(limited!(MaintenanceServer::new(
+                maintenance::MaintenanceService::new(store.clone())
+            )));
+    let routes = http::with_http_endpoints(routes, store);
+    let mut stopped = stopping;
     builder
+        // etcd serves HTTP/1.1 (health, version, metrics) beside gRPC.
+        .accept_http1(true)
         // etcd's defaults: a client silent this long is pinged, and its
         // connection (with its watches) dropped if it does not answer.
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
@@ -145,21 +165,7 @@ async fn serve_one(
                     tonic::codegen::http::Response<tonic::body::Body>,
                 ) -> tonic::codegen::http::Response<tonic::body::Body>,
         ))
-        .add_service(limited!(KvServer::new(kv::KvService::new(store.clone()))))
-        .add_service(limited!(WatchServer::new(watch::WatchService::new(
-            store.clone(),
-            stopping.clone()
-        ))))
-        .add_service(limited!(LeaseServer::new(lease::LeaseService::new(
-            store.clone(),
-            stopping
-        ))))
-        .add_service(limited!(ClusterServer::new(cluster::ClusterService::new(
-            store.clone()
-        ))))
-        .add_service(limited!(MaintenanceServer::new(
-            maintenance::MaintenanceService::new(store)
-        )))
+        .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, async move { stopped.wait().await })
         .await
 }

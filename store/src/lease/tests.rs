@@ -33,7 +33,7 @@ async fn grant_with_chosen_id_and_minimum_ttl() {
     ));
     let chosen = store.lease_grant(30, 0).await.unwrap();
     assert!(chosen.id > 0 && chosen.id != 42);
-    let mut ids = store.lease_leases().leases;
+    let mut ids = store.lease_leases().await.unwrap().leases;
     ids.sort();
     let mut expected = vec![42, chosen.id];
     expected.sort();
@@ -52,7 +52,7 @@ async fn revoke_deletes_attached_keys_in_one_revision() {
     put_with_lease(&store, "d", id).await;
     put(&store, "d", "detached").await;
 
-    let ttl = store.lease_time_to_live(id, true);
+    let ttl = store.lease_time_to_live(id, true).await.unwrap();
     assert_eq!(ttl.granted_ttl, 60);
     assert!(ttl.ttl > 55 && ttl.ttl <= 60, "{}", ttl.ttl);
     assert_eq!(ttl.keys, vec![b"a".to_vec(), b"b".to_vec()]);
@@ -64,7 +64,7 @@ async fn revoke_deletes_attached_keys_in_one_revision() {
     assert!(get(&store, "b").await.is_none());
     assert!(get(&store, "c").await.is_some());
     assert!(get(&store, "d").await.is_some());
-    assert_eq!(store.lease_time_to_live(id, false).ttl, -1);
+    assert_eq!(store.lease_time_to_live(id, false).await.unwrap().ttl, -1);
     assert!(matches!(
         store.lease_revoke(id).await,
         Err(StoreError::LeaseNotFound)
@@ -95,8 +95,11 @@ async fn expired_lease_is_revoked_and_keep_alive_prevents_it() {
         get(&store, "kept").await.is_some(),
         "keep-alive keeps the lease"
     );
-    assert!(!store.lease_leases().leases.contains(&short));
-    assert_eq!(store.lease_time_to_live(short, false).ttl, -1);
+    assert!(!store.lease_leases().await.unwrap().leases.contains(&short));
+    assert_eq!(
+        store.lease_time_to_live(short, false).await.unwrap().ttl,
+        -1
+    );
 }
 
 #[tokio::test]
@@ -110,7 +113,7 @@ async fn leases_and_attachments_survive_restart() {
     store.close().await.unwrap();
 
     let store = Store::open(config).await.unwrap();
-    let ttl = store.lease_time_to_live(id, true);
+    let ttl = store.lease_time_to_live(id, true).await.unwrap();
     assert_eq!(ttl.granted_ttl, 60);
     assert_eq!(ttl.keys, vec![b"x".to_vec(), b"y".to_vec()]);
     store.lease_revoke(id).await.unwrap();
@@ -134,7 +137,7 @@ async fn checkpointed_remaining_ttl_is_resumed_after_restart() {
         .unwrap();
     store.close().await.unwrap();
     let store = Store::open(config).await.unwrap();
-    let ttl = store.lease_time_to_live(id, false);
+    let ttl = store.lease_time_to_live(id, false).await.unwrap();
     assert_eq!(ttl.granted_ttl, 3600);
     assert!(
         ttl.ttl <= 100 && ttl.ttl > 95,

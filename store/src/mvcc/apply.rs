@@ -517,11 +517,14 @@ impl<'a> Applier<'a> {
     }
 
     fn compact(&mut self, revision: i64) -> Result<CompactionResponse> {
-        let compacted = self.kv.compact_revision();
-        if revision <= compacted {
-            return Err(StoreError::Compacted {
-                compact_revision: compacted,
-            });
+        // As etcd: once something was compacted, a revision at or below
+        // it is refused; before that, any revision up to the current one.
+        if let Some(compacted) = self.kv.last_compaction() {
+            if revision <= compacted {
+                return Err(StoreError::Compacted {
+                    compact_revision: compacted,
+                });
+            }
         }
         if revision > self.rev {
             return Err(StoreError::FutureRevision {

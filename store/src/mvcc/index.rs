@@ -81,6 +81,11 @@ impl TreeIndex {
     pub fn len(&self) -> usize {
         self.tree.len()
     }
+
+    /// Keys that exist now (not deleted), as etcd's keys gauge counts.
+    pub fn live_keys(&self) -> usize {
+        self.tree.values().filter(|ki| ki.is_alive()).count()
+    }
 }
 
 #[cfg(test)]

@@ -71,7 +71,7 @@ impl KeyIndex {
         true
     }
 
-    #[cfg(test)]
+    /// The key exists now (its latest generation is not ended).
     pub fn is_alive(&self) -> bool {
         !self.current().revs.is_empty()
     }

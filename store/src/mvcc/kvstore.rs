@@ -19,6 +19,8 @@ pub(crate) const META_APPLIED_INDEX: &[u8] = b"m/applied_index";
 pub(crate) const META_REVISION: &[u8] = b"m/revision";
 pub(crate) const META_COMPACT_SCHEDULED: &[u8] = b"m/compact_scheduled";
 pub(crate) const META_COMPACT_FINISHED: &[u8] = b"m/compact_finished";
+/// What the compacted revision is before the first compaction.
+const NEVER_COMPACTED: i64 = -1;
 pub(crate) const LEASE_PREFIX: u8 = b'l';
 /// The Raft membership as of the applied index (protobuf `ConfState`).
 pub(crate) const META_CONF_STATE: &[u8] = b"m/conf_state";
@@ -267,7 +269,12 @@ struct Loaded {
 fn load(tree: &sled::Tree) -> Result<(Loaded, Recovered)> {
     let applied = meta_i64(tree, META_APPLIED_INDEX)? as u64;
     let rev = meta_i64(tree, META_REVISION)?;
-    let scheduled = meta_i64(tree, META_COMPACT_SCHEDULED)?;
+    // Never compacted: etcd's compactMainRev -1, so that even revision 0
+    // can be compacted once.
+    let scheduled = match tree.get(META_COMPACT_SCHEDULED)? {
+        Some(_) => meta_i64(tree, META_COMPACT_SCHEDULED)?,
+        None => NEVER_COMPACTED,
+    };
     let finished = meta_i64(tree, META_COMPACT_FINISHED)?;
 
     let mut index = TreeIndex::default();
@@ -334,7 +341,19 @@ impl KvStore {
 
     /// The revision of the last compaction (0 if none).
     pub fn compact_revision(&self) -> i64 {
-        self.compact_rev.load(Ordering::Acquire)
+        self.compact_rev.load(Ordering::Acquire).max(0)
+    }
+
+    /// The revision of the last compaction; `None` if the store was never
+    /// compacted (then a compaction at revision 0 is still accepted).
+    pub fn last_compaction(&self) -> Option<i64> {
+        let rev = self.compact_rev.load(Ordering::Acquire);
+        (rev != NEVER_COMPACTED).then_some(rev)
+    }
+
+    /// Keys that exist at the current revision.
+    pub fn live_keys(&self) -> usize {
+        self.index.read().live_keys()
     }
 
     /// The last log index whose command is applied.

@@ -535,6 +535,44 @@ async fn compaction_drops_history_and_keeps_the_present() {
 }
 
 #[tokio::test]
+async fn a_never_compacted_store_compacts_revision_zero_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::node::testing::test_config(dir.path());
+    let store = crate::Store::open(config.clone()).await.unwrap();
+    assert_eq!(store.kv().last_compaction(), None);
+    // etcd accepts a compaction at any revision up to the current one
+    // until something has been compacted.
+    store.compact(0, true).await.unwrap();
+    assert_eq!(store.kv().last_compaction(), Some(0));
+    assert_eq!(store.kv().compact_revision(), 0);
+    assert!(matches!(
+        store.compact(0, false).await,
+        Err(StoreError::Compacted {
+            compact_revision: 0
+        })
+    ));
+    assert!(matches!(
+        store.compact(1, false).await,
+        Err(StoreError::FutureRevision {
+            current_revision: 0
+        })
+    ));
+    put(&store, "k", "v").await;
+    store.close().await.unwrap();
+
+    // The compaction at 0 is remembered.
+    let store = crate::Store::open(config).await.unwrap();
+    assert_eq!(store.kv().last_compaction(), Some(0));
+    assert!(matches!(
+        store.compact(0, false).await,
+        Err(StoreError::Compacted { .. })
+    ));
+    store.compact(1, true).await.unwrap();
+    assert_eq!(store.kv().last_compaction(), Some(1));
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn compaction_survives_restart() {
     let dir = tempfile::tempdir().unwrap();
     let config = crate::node::testing::test_config(dir.path());

@@ -53,6 +53,10 @@ pub struct WriterStats {
     pub entries: AtomicU64,
     /// Linearizable reads confirmed through raft's read index.
     pub read_index_reads: AtomicU64,
+    /// Proposals handed to raft and not yet applied.
+    pub proposals_pending: std::sync::atomic::AtomicI64,
+    /// Proposals that were never applied (timed out, no leader, stopped).
+    pub proposals_failed: AtomicU64,
 }
 
 /// What the rest of the store may know of raft's view, kept current by
@@ -65,6 +69,8 @@ pub struct Leadership {
     pub commit_index: AtomicU64,
     /// This member was removed from the cluster.
     pub removed: AtomicBool,
+    /// Times a new leader became known to this member.
+    pub leader_changes: AtomicU64,
     /// This member leads and is the only voter, has committed in its term
     /// and applied all that is committed: its applied state holds every
     /// acknowledged write, so a linearizable read needs no read index.
@@ -204,6 +210,9 @@ impl Driver {
             }
             let stop = self.take(&mut batch)?;
             self.advance()?;
+            self.stats
+                .proposals_pending
+                .store(self.waiting.len() as i64, Ordering::Relaxed);
             if stop {
                 return Ok(());
             }
@@ -402,9 +411,13 @@ impl Driver {
             .store(self.core.reads_are_local(), Ordering::Release);
         let is_leader = self.core.is_leader();
         let was_leader = self.leadership.is_leader.swap(is_leader, Ordering::AcqRel);
-        self.leadership
-            .leader_id
-            .store(self.core.leader_id(), Ordering::Release);
+        let leader = self.core.leader_id();
+        let before = self.leadership.leader_id.swap(leader, Ordering::AcqRel);
+        if leader != 0 && leader != before {
+            self.leadership
+                .leader_changes
+                .fetch_add(1, Ordering::Relaxed);
+        }
         self.leadership
             .term
             .store(self.core.term(), Ordering::Release);

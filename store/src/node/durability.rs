@@ -46,8 +46,11 @@ pub(crate) fn lock_data_dir(dir: &Path) -> Result<File> {
 
 /// Flushes sled and fsyncs every file under its directory.
 pub(crate) fn flush_state(db: &sled::Db, db_path: &Path) -> Result<()> {
+    let committing = std::time::Instant::now();
     db.flush()?;
-    fsync_tree(db_path).map_err(|e| StoreError::storage("syncing the state database", e))
+    fsync_tree(db_path).map_err(|e| StoreError::storage("syncing the state database", e))?;
+    crate::metrics::observe_backend_commit(committing.elapsed());
+    Ok(())
 }
 
 pub(crate) fn fsync_tree(dir: &Path) -> std::io::Result<()> {

@@ -7,6 +7,7 @@ pub mod cluster;
 mod driver;
 pub(crate) mod durability;
 mod lease_expiry;
+mod leases;
 mod members;
 
 use std::fs::File;
@@ -123,6 +124,8 @@ pub(crate) struct Inner {
     shutdown: watch::Sender<bool>,
     driver: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
     syncer: parking_lot::Mutex<Option<crate::watch::hub::SyncerHandle>>,
+    /// A follower's connections to the leader for lease requests.
+    leader_link: parking_lot::Mutex<leases::LeaderLink>,
     /// The flush and lease loops; they stop on `shutdown`.
     tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     _lock: File,
@@ -216,7 +219,10 @@ impl Store {
             Arc::clone(&leadership),
         );
         let mut tasks = Vec::new();
+        let mut forwarded = None;
         if let (Some(cluster), Some(identity)) = (&config.cluster, &identity) {
+            let (lease_requests, lease_requests_rx) = mpsc::channel(leases::FORWARDED_QUEUE);
+            forwarded = Some(lease_requests_rx);
             let (inbound, inbound_rx) = mpsc::channel(PEER_INBOUND_QUEUE);
             let (reports, reports_rx) = mpsc::unbounded_channel();
             let directory: crate::raft::transport::Directory = {
@@ -253,6 +259,7 @@ impl Store {
                     reports,
                     directory,
                     tls: config.peer_tls.clone(),
+                    leases: lease_requests,
                 },
                 shutdown.subscribe(),
             )
@@ -300,15 +307,16 @@ impl Store {
                 shutdown,
                 driver: parking_lot::Mutex::new(Some(driver)),
                 syncer: parking_lot::Mutex::new(Some(syncer)),
+                leader_link: Default::default(),
                 tasks: parking_lot::Mutex::new(tasks),
                 _lock: lock,
             }),
         };
-        store.spawn_background();
+        store.spawn_background(forwarded);
         Ok(store)
     }
 
-    fn spawn_background(&self) {
+    fn spawn_background(&self, forwarded: Option<leases::Forwarded>) {
         let inner = &self.inner;
         let flush = tokio::spawn(durability::flush_loop(
             inner.db.clone(),
@@ -337,6 +345,14 @@ impl Store {
                 inner.shutdown.subscribe(),
             ));
             inner.tasks.lock().push(publish);
+        }
+        if let Some(forwarded) = forwarded {
+            let serve = tokio::spawn(leases::serve_forwarded(
+                Arc::downgrade(&self.inner),
+                forwarded,
+                inner.shutdown.subscribe(),
+            ));
+            inner.tasks.lock().push(serve);
         }
     }
 
@@ -380,6 +396,14 @@ impl Store {
             .leadership
             .leader_id
             .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// How many times a new leader became known to this member.
+    pub fn leader_changes(&self) -> u64 {
+        self.inner
+            .leadership
+            .leader_changes
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn is_leader(&self) -> bool {
@@ -497,60 +521,6 @@ impl Store {
         }
     }
 
-    /// Renews a lease to its full TTL from now.
-    ///
-    /// On the leader (which alone decides expiry) renewal is a local
-    /// matter, as in etcd; a follower sends it through the log so that it
-    /// reaches the leader.
-    pub async fn lease_keep_alive(&self, id: i64) -> Result<LeaseKeepAliveResponse> {
-        if !self.is_leader() {
-            return match self.propose(Command::LeaseRenew { id }).await? {
-                CommandResult::LeaseRenew(resp) => Ok(resp),
-                other => Err(unexpected(other)),
-            };
-        }
-        let (ttl, stale_checkpoint) = self.inner.lessor.renew(id)?;
-        if stale_checkpoint {
-            // A restart must not resume from the old, shorter remaining TTL.
-            let checkpoints = vec![(id, 0)];
-            self.propose(Command::LeaseCheckpoint { checkpoints })
-                .await?;
-        }
-        Ok(LeaseKeepAliveResponse {
-            header: self.inner.kv.header(),
-            id,
-            ttl,
-        })
-    }
-
-    /// Remaining and granted TTL; `ttl` -1 when the lease does not exist
-    /// (expired or revoked), as etcd answers.
-    pub fn lease_time_to_live(&self, id: i64, with_keys: bool) -> LeaseTimeToLiveResponse {
-        let header = self.inner.kv.header();
-        match self.inner.lessor.time_to_live(id) {
-            Some((granted_ttl, ttl, keys)) => LeaseTimeToLiveResponse {
-                header,
-                id,
-                ttl,
-                granted_ttl,
-                keys: if with_keys { keys } else { Vec::new() },
-            },
-            None => LeaseTimeToLiveResponse {
-                header,
-                id,
-                ttl: -1,
-                ..Default::default()
-            },
-        }
-    }
-
-    pub fn lease_leases(&self) -> LeaseLeasesResponse {
-        LeaseLeasesResponse {
-            header: self.inner.kv.header(),
-            leases: self.inner.lessor.ids(),
-        }
-    }
-
     pub fn watch(&self, req: WatchRequest) -> Result<Watcher> {
         self.inner.hub.watch(req)
     }
@@ -578,9 +548,20 @@ impl Store {
             .await
             .map_err(|_| StoreError::Stopped)?;
         let answer = send_proposal(&self.inner.requests, data, Some(budget));
-        tokio::time::timeout(self.inner.config.request_timeout, answer)
+        let result = tokio::time::timeout(self.inner.config.request_timeout, answer)
             .await
-            .map_err(|_| StoreError::Timeout)?
+            .map_err(|_| StoreError::Timeout)
+            .and_then(|result| result);
+        if matches!(
+            result,
+            Err(StoreError::Timeout | StoreError::NoLeader | StoreError::Stopped)
+        ) {
+            self.inner
+                .stats
+                .proposals_failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        result
     }
 
     /// Stops the Raft driver after what is queued, flushes sled and syncs it,

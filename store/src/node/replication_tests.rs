@@ -299,7 +299,11 @@ async fn a_lease_outlives_a_leader_change_then_expires_everywhere() {
         }
     };
     assert_eq!(read(next).await, 1, "the lease expired across the election");
-    let left = cluster.member(next).lease_time_to_live(lease, true);
+    let left = cluster
+        .member(next)
+        .lease_time_to_live(lease, true)
+        .await
+        .unwrap();
     assert_eq!(left.keys, vec![b"leased".to_vec()]);
 
     // The new leader expires it on time and every member loses the key.
@@ -373,6 +377,126 @@ async fn keep_alives_through_a_follower_keep_a_lease() {
         Err(StoreError::LeaseNotFound)
     ));
     for i in 0..3 {
+        cluster.stop(i).await;
+    }
+}
+
+/// Renews `lease` through member `i` every 400 ms for `period`,
+/// checking each answer carries the full TTL.
+async fn keep_alive_through(cluster: &Cluster, i: usize, lease: i64, ttl: i64, period: Duration) {
+    let until = tokio::time::Instant::now() + period;
+    while tokio::time::Instant::now() < until {
+        let resp = cluster.member(i).lease_keep_alive(lease).await;
+        assert_eq!(resp.unwrap().ttl, ttl, "keep-alive through member {i}");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_answer_for_leases_with_the_leaders_view() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let followers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let ttl = 3;
+    let lease = cluster.member(leader).lease_grant(ttl, 0).await.unwrap().id;
+    let mut put = PutRequest::new("held", "v");
+    put.lease = lease;
+    let rev = cluster
+        .member(leader)
+        .put(put)
+        .await
+        .unwrap()
+        .header
+        .revision;
+    cluster.converge(rev).await;
+
+    // Kept alive through the leader only, well past its TTL: the
+    // followers' own clocks say it expired, the leader's does not.
+    keep_alive_through(
+        &cluster,
+        leader,
+        lease,
+        ttl,
+        Duration::from_secs(2 * ttl as u64),
+    )
+    .await;
+    for &i in &followers {
+        let left = cluster
+            .member(i)
+            .lease_time_to_live(lease, true)
+            .await
+            .unwrap();
+        assert_eq!(left.granted_ttl, ttl, "member {i}");
+        assert!(left.ttl >= ttl - 1, "member {i} sees {} s left", left.ttl);
+        assert_eq!(left.keys, vec![b"held".to_vec()], "member {i}");
+        let renewed = cluster.member(i).lease_keep_alive(lease).await.unwrap();
+        assert_eq!(renewed.ttl, ttl, "member {i}");
+        let leases = cluster.member(i).lease_leases().await.unwrap().leases;
+        assert_eq!(leases, vec![lease], "member {i}");
+    }
+    let missing = cluster
+        .member(followers[0])
+        .lease_time_to_live(lease + 1, false)
+        .await;
+    assert_eq!(missing.unwrap().ttl, -1);
+    assert!(matches!(
+        cluster
+            .member(followers[0])
+            .lease_keep_alive(lease + 1)
+            .await,
+        Err(StoreError::LeaseNotFound)
+    ));
+
+    // The leader goes; keep-alives through a survivor carry the lease
+    // across the election and after it.
+    cluster.stop(leader).await;
+    let survivor = followers[0];
+    keep_alive_through(
+        &cluster,
+        survivor,
+        lease,
+        ttl,
+        Duration::from_secs(3 * ttl as u64),
+    )
+    .await;
+    let next = cluster.leader().await;
+    let other = followers[1];
+    for i in [survivor, other] {
+        let mut req = RangeRequest::key("held");
+        req.serializable = true;
+        let found = cluster.member(i).range(req).await.unwrap().count;
+        assert_eq!(found, 1, "member {i} lost the key of a kept lease");
+        let left = cluster
+            .member(i)
+            .lease_time_to_live(lease, true)
+            .await
+            .unwrap();
+        assert!(left.ttl > 0 && left.keys.len() == 1, "member {i}: {left:?}");
+    }
+
+    // A revoke through the member that does not lead ends it everywhere.
+    let follower = if next == survivor { other } else { survivor };
+    let rev = cluster
+        .member(follower)
+        .lease_revoke(lease)
+        .await
+        .unwrap()
+        .header
+        .revision;
+    cluster.converge(rev).await;
+    for i in [survivor, other] {
+        let left = cluster
+            .member(i)
+            .lease_time_to_live(lease, false)
+            .await
+            .unwrap();
+        assert_eq!(left.ttl, -1, "member {i}");
+        assert!(
+            cluster.keys(i).await.is_empty(),
+            "member {i} kept a revoked lease's key"
+        );
+    }
+    for i in [survivor, other] {
         cluster.stop(i).await;
     }
 }

@@ -55,7 +55,7 @@ async fn log_is_replayed_over_older_state() {
         assert_eq!((kv.value.as_slice(), kv.version), (&b"second"[..], 2));
         assert_eq!(kv.mod_revision, 11 + i);
     }
-    assert!(store.lease_leases().leases.contains(&lease));
+    assert!(store.lease_leases().await.unwrap().leases.contains(&lease));
     assert_eq!(put(&store, "after", "v").await, 21);
     store.close().await.unwrap();
 

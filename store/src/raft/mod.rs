@@ -3,6 +3,7 @@
 //! the simulated network used to test several real nodes in one process.
 
 mod core;
+pub mod lease_forward;
 #[cfg(test)]
 mod linearizability_tests;
 mod log_store;

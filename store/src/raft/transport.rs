@@ -27,6 +27,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::lease_forward::LEASE_MAGIC;
+
 const MAGIC: &[u8; 8] = b"SKIFFRFT";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"SKIFFSNP";
 /// A member about to join asks for the member list (it has no ID yet).
@@ -73,12 +75,12 @@ impl std::fmt::Debug for PeerTls {
 }
 
 /// A connection to or from a peer: plain TCP or TLS over it.
-trait PeerIo: AsyncRead + AsyncWrite + Unpin + Send {}
+pub(crate) trait PeerIo: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> PeerIo for T {}
-type PeerStream = Box<dyn PeerIo>;
+pub(crate) type PeerStream = Box<dyn PeerIo>;
 
 /// Connects to the peer at `addr`, over TLS if configured.
-async fn dial(addr: SocketAddr, tls: Option<&PeerTls>) -> std::io::Result<PeerStream> {
+pub(crate) async fn dial(addr: SocketAddr, tls: Option<&PeerTls>) -> std::io::Result<PeerStream> {
     let stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
     let Some(tls) = tls else {
@@ -143,6 +145,8 @@ pub struct Hooks {
     pub directory: Directory,
     /// TLS with peers, if they use it.
     pub tls: Option<PeerTls>,
+    /// Lease requests followers forward to this member as their leader.
+    pub leases: super::lease_forward::LeaseHandler,
 }
 
 pub struct Transport {
@@ -180,14 +184,18 @@ impl Transport {
             reports,
             directory,
             tls,
+            leases,
         } = hooks;
         let listener = TcpListener::bind(listen).await?;
         let local_addr = listener.local_addr()?;
         let tasks = vec![tokio::spawn(accept_loop(
             listener,
             cluster_id,
-            inbound,
-            directory,
+            Accepted {
+                inbound,
+                directory,
+                leases,
+            },
             tls.clone(),
             shutdown.clone(),
         ))];
@@ -272,11 +280,18 @@ impl Transport {
     }
 }
 
+/// Where what arrives on accepted connections goes.
+#[derive(Clone)]
+struct Accepted {
+    inbound: mpsc::Sender<Message>,
+    directory: Directory,
+    leases: super::lease_forward::LeaseHandler,
+}
+
 async fn accept_loop(
     listener: TcpListener,
     cluster_id: u64,
-    inbound: mpsc::Sender<Message>,
-    directory: Directory,
+    accepted_by: Accepted,
     tls: Option<PeerTls>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -287,9 +302,8 @@ async fn accept_loop(
         };
         match accepted {
             Ok((stream, addr)) => {
-                let inbound = inbound.clone();
+                let accepted_by = accepted_by.clone();
                 let shutdown = shutdown.clone();
-                let directory = directory.clone();
                 let tls = tls.clone();
                 tokio::spawn(async move {
                     let stream = match accept(stream, tls.as_ref()).await {
@@ -299,9 +313,7 @@ async fn accept_loop(
                             return;
                         }
                     };
-                    if let Err(err) =
-                        receive(stream, cluster_id, inbound, directory, shutdown).await
-                    {
+                    if let Err(err) = receive(stream, cluster_id, accepted_by, shutdown).await {
                         tracing::debug!(peer = %addr, error = %err, "peer connection closed");
                     }
                 });
@@ -317,10 +329,14 @@ async fn accept_loop(
 async fn receive(
     stream: PeerStream,
     cluster_id: u64,
-    inbound: mpsc::Sender<Message>,
-    directory: Directory,
+    accepted_by: Accepted,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    let Accepted {
+        inbound,
+        directory,
+        leases,
+    } = accepted_by;
     let mut reader = BufReader::new(stream);
     let mut hello = [0u8; 24];
     reader.read_exact(&mut hello).await?;
@@ -337,7 +353,8 @@ async fn receive(
     let their_cluster = u64::from_le_bytes(hello[8..16].try_into().unwrap_or_default());
     let from = u64::from_le_bytes(hello[16..24].try_into().unwrap_or_default());
     let snapshot = &hello[..8] == SNAPSHOT_MAGIC;
-    if (&hello[..8] != MAGIC && !snapshot) || their_cluster != cluster_id {
+    let lease = &hello[..8] == LEASE_MAGIC;
+    if (&hello[..8] != MAGIC && !snapshot && !lease) || their_cluster != cluster_id {
         tracing::warn!(
             from,
             cluster = format_args!("{their_cluster:x}"),
@@ -348,6 +365,9 @@ async fn receive(
     }
     if snapshot {
         return receive_snapshot(reader, from, inbound).await;
+    }
+    if lease {
+        return super::lease_forward::serve(reader, leases, shutdown).await;
     }
     let mut frame = Vec::new();
     loop {
@@ -559,6 +579,7 @@ mod tests {
             reports: reports().0,
             directory,
             tls: None,
+            leases: mpsc::channel(1).0,
         }
     }
 

@@ -332,9 +332,11 @@ impl Wal {
                 .map_err(|e| WalError::io("zero-fill segment", &segment.path, e))?;
             *allocated = filled;
         }
+        let syncing = std::time::Instant::now();
         active
             .sync_data()
             .map_err(|e| WalError::io("fdatasync segment", &segment.path, e))?;
+        crate::metrics::observe_wal_fsync(syncing.elapsed());
         segment.size = end;
         if let Some((min, max)) = self.pending_indexes.take() {
             segment.note_entry(min);
