@@ -37,6 +37,7 @@ pub mod lease;
 pub mod mvcc;
 pub mod node;
 pub mod raft;
+pub mod snapshot;
 pub mod testing;
 pub mod wal;
 pub mod watch;
