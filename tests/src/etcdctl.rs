@@ -40,6 +40,8 @@ pub fn etcdctl_or_skip(test: &str) -> Option<PathBuf> {
 pub struct Etcdctl {
     binary: PathBuf,
     endpoints: String,
+    /// Plain HTTP (real etcd in the tests), not skiff's TLS client port.
+    plain: bool,
 }
 
 impl Etcdctl {
@@ -47,23 +49,43 @@ impl Etcdctl {
         Etcdctl {
             binary,
             endpoints: endpoints.into(),
+            plain: false,
         }
+    }
+
+    /// etcdctl for endpoints served over plain HTTP, without certificates.
+    pub fn plain(binary: PathBuf, endpoints: impl Into<String>) -> Etcdctl {
+        Etcdctl {
+            binary,
+            endpoints: endpoints.into(),
+            plain: true,
+        }
+    }
+
+    /// etcdctl without endpoints, for its offline commands (`snapshot
+    /// status`, `snapshot restore`).
+    pub fn offline(binary: PathBuf) -> Etcdctl {
+        Etcdctl::plain(binary, "127.0.0.1:1")
     }
 
     /// `etcdctl` with the shared client certificate
     /// ([`crate::test_pki`]): every skiff member's client port wants one.
     fn command(&self, args: &[&str]) -> Command {
-        let [ca, cert, key] = crate::test_pki::store_files();
         let mut command = Command::new(&self.binary);
         command
             .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.endpoints])
-            .arg("--cacert")
-            .arg(&ca)
-            .arg("--cert")
-            .arg(&cert)
-            .arg("--key")
-            .arg(&key)
+            .args(["--endpoints", &self.endpoints]);
+        if !self.plain {
+            let [ca, cert, key] = crate::test_pki::store_files();
+            command
+                .arg("--cacert")
+                .arg(&ca)
+                .arg("--cert")
+                .arg(&cert)
+                .arg("--key")
+                .arg(&key);
+        }
+        command
             .args(["--dial-timeout", "5s", "--command-timeout", "20s"])
             .args(args);
         command

@@ -13,6 +13,7 @@ pub mod local_node;
 pub mod member_process;
 pub mod node_processes;
 pub mod python;
+pub mod real_etcd;
 pub mod skiff_bin;
 pub mod skiff_process;
 pub mod store_client;

@@ -75,6 +75,44 @@ pub fn read_file(file: &[u8]) -> Result<Restored, SnapshotError> {
 #[cfg(test)]
 mod tests;
 
+/// What `etcdctl snapshot status` prints of a snapshot file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotStatus {
+    /// CRC-32C of every bucket's name, keys and values.
+    pub hash: u32,
+    /// The main revision of the last record.
+    pub revision: i64,
+    /// Entries of all buckets.
+    pub total_keys: usize,
+    /// Bytes of the database.
+    pub total_size: usize,
+}
+
+/// The status of a snapshot file, computed as etcd computes it.
+pub fn status(file: &[u8]) -> Result<SnapshotStatus, SnapshotError> {
+    let db = database_of(file)?;
+    let buckets = bolt::read(db)?;
+    let mut crc = crate::mvcc::hash::Crc32c::default();
+    let (mut revision, mut total_keys) = (0, 0);
+    for (name, bucket) in &buckets {
+        crc.update(name);
+        for (key, value) in &bucket.entries {
+            crc.update(key);
+            crc.update(value);
+            if name.as_slice() == etcd::KEY_BUCKET {
+                revision = etcd::parse_revision_key(key).map_or(revision, |(rev, _)| rev.main);
+            }
+            total_keys += 1;
+        }
+    }
+    Ok(SnapshotStatus {
+        hash: crc.sum(),
+        revision,
+        total_keys,
+        total_size: db.len(),
+    })
+}
+
 /// The database (without its trailer) of `store`'s state as of one
 /// applied batch, while writes go on.
 pub async fn database(store: &crate::Store) -> Result<Vec<u8>, SnapshotError> {
