@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 
 use super::key_range::KeyRange;
-use super::kvstore::{meta_i64, KvStore, META_COMPACT_SCHEDULED, META_REVISION};
+use super::kvstore::KvStore;
 use super::record::RecordView;
 use super::revision::{Revision, RECORD_PREFIX};
 use crate::error::{Result, StoreError};
@@ -79,9 +79,9 @@ impl KvStore {
     /// leaving out records at or below the compaction revision that a
     /// compaction at `revision` would drop.
     pub fn hash_kv(&self, revision: i64) -> Result<KvHash> {
-        self.with_consistent_tree(|tree| {
-            let current = meta_i64(tree, META_REVISION)?;
-            let compacted = meta_i64(tree, META_COMPACT_SCHEDULED)?;
+        loop {
+            let current = self.current_revision();
+            let compacted = self.compact_revision();
             if revision > 0 && revision <= compacted {
                 return Err(StoreError::Compacted {
                     compact_revision: compacted,
@@ -93,33 +93,24 @@ impl KvStore {
                 });
             }
             let at = if revision <= 0 { current } else { revision };
+            // The index is read before the tree is held, in the order
+            // `replace_state` takes them: a revision at or below the
+            // current one reads the same from either, whatever is
+            // applied meanwhile.
             let keep = self.kept_at(at);
-            let mut crc = Crc32c::default();
-            crc.update(b"key");
-            let end = Revision::new(at + 1, 0).to_key();
-            for item in tree.range([RECORD_PREFIX].as_slice()..end.as_slice()) {
-                let (key, value) = item?;
-                let (Some(rev), Some(record)) =
-                    (Revision::from_key(&key), RecordView::parse(&value))
-                else {
-                    return Err(StoreError::storage(
-                        "hashing the key history",
-                        format!("unreadable record under {key:?}"),
-                    ));
-                };
-                if rev.main <= compacted && !keep.is_empty() && !keep.contains(&rev) {
-                    continue;
-                }
-                crc.update(&revision_key(rev, record.tombstone));
-                crc.update(&etcd_value(rev, &record));
+            let hash =
+                self.with_consistent_tree(|tree| hash_records(tree, at, compacted, &keep))?;
+            // A compaction that started meanwhile may have removed records
+            // under the scan: hash again against the new compaction.
+            if self.compact_revision() == compacted {
+                return Ok(KvHash {
+                    hash,
+                    compact_revision: compacted,
+                    hash_revision: at,
+                    current_revision: current,
+                });
             }
-            Ok(KvHash {
-                hash: crc.sum(),
-                compact_revision: compacted,
-                hash_revision: at,
-                current_revision: current,
-            })
-        })
+        }
     }
 
     /// The revisions a compaction at `at` keeps (etcd's `index.Keep`): the
@@ -134,6 +125,36 @@ impl KvStore {
             });
         keep
     }
+}
+
+/// CRC-32C of "key" and of each record through `at`, leaving out those
+/// at or below `compacted` that are not in `keep` (unless `keep` is empty,
+/// as etcd does).
+fn hash_records(
+    tree: &sled::Tree,
+    at: i64,
+    compacted: i64,
+    keep: &HashSet<Revision>,
+) -> Result<u32> {
+    let mut crc = Crc32c::default();
+    crc.update(b"key");
+    let end = Revision::new(at + 1, 0).to_key();
+    for item in tree.range([RECORD_PREFIX].as_slice()..end.as_slice()) {
+        let (key, value) = item?;
+        let (Some(rev), Some(record)) = (Revision::from_key(&key), RecordView::parse(&value))
+        else {
+            return Err(StoreError::storage(
+                "hashing the key history",
+                format!("unreadable record under {key:?}"),
+            ));
+        };
+        if rev.main <= compacted && !keep.is_empty() && !keep.contains(&rev) {
+            continue;
+        }
+        crc.update(&revision_key(rev, record.tombstone));
+        crc.update(&etcd_value(rev, &record));
+    }
+    Ok(crc.sum())
 }
 
 #[cfg(test)]
