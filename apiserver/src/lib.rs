@@ -43,8 +43,8 @@ pub mod subresources;
 pub mod table;
 pub mod user;
 pub mod validation;
-pub mod warning;
 pub mod version;
+pub mod warning;
 pub mod watch;
 
 pub use registry::Registry;

@@ -10,6 +10,7 @@ use crate::cluster::ClusterCommand;
 use crate::control_plane::{ControllerManagerArgs, SchedulerArgs};
 use crate::kubelet::KubeletArgs;
 use crate::member::MemberArgs;
+use crate::snapshot::SnapshotCommand;
 use crate::store::StoreCommand;
 use crate::up::{ServerArgs, UpArgs};
 
@@ -40,6 +41,10 @@ pub enum Command {
     Cluster(ClusterCommand),
     /// List, add and remove store members, or move the leadership.
     Member(MemberArgs),
+    /// Read etcd snapshot files (of skiff or etcd): status, and restore
+    /// into a new member's data directory.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
     /// The scheduler alone, for the API of a kubeconfig.
     Scheduler(SchedulerArgs),
     /// The node agent: registers a Node and runs the pods bound to it as
@@ -61,7 +66,7 @@ impl Command {
             | Command::Scheduler(_)
             | Command::Kubelet(_)
             | Command::ControllerManager(_) => "info,raft=warn",
-            Command::Member(_) => "warn",
+            Command::Member(_) | Command::Snapshot(_) => "warn",
         }
     }
 }
@@ -74,6 +79,7 @@ impl Cli {
             Command::Store(args) => crate::store::run(*args).await,
             Command::Cluster(command) => command.run().await,
             Command::Member(args) => args.run().await,
+            Command::Snapshot(command) => command.run(),
             Command::Scheduler(args) => crate::control_plane::scheduler(args).await,
             Command::Kubelet(args) => crate::kubelet::kubelet(*args).await,
             Command::ControllerManager(args) => {

@@ -16,6 +16,7 @@ pub mod limits;
 pub mod member;
 pub mod pki;
 pub mod shutdown;
+pub mod snapshot;
 pub mod store;
 pub mod up;
 

@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod mvcc;
 pub mod node;
 pub mod raft;
+pub mod snapshot;
 pub mod testing;
 pub mod wal;
 pub mod watch;

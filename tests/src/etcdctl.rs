@@ -61,6 +61,12 @@ impl Etcdctl {
         }
     }
 
+    /// etcdctl without endpoints, for its offline commands (`snapshot
+    /// status`, `snapshot restore`).
+    pub fn offline(binary: PathBuf) -> Etcdctl {
+        Etcdctl::plain(binary, "127.0.0.1:1")
+    }
+
     /// `etcdctl` with the shared client certificate
     /// ([`crate::test_pki`]): every skiff member's client port wants one.
     fn command(&self, args: &[&str]) -> Command {

@@ -1,59 +1,144 @@
-//! A real etcd (Debian's etcd-server) alone on free loopback ports, plain
-//! HTTP, in a temporary data directory: what skiff is compared against.
-//! It is killed on drop.
+//! The real etcd server (Debian's etcd-server) beside skiff in the tests
+//! that move data between the two: find it (or skip, or fail under CI),
+//! start it on free loopback ports over plain HTTP, SIGKILL it on drop.
 
+use std::io::Write;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::skiff_process::free_addrs;
+use crate::etcdctl::Etcdctl;
 
+const INSTALL_HINT: &str = "apt-get install -y etcd-server etcd-client";
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    })
+}
+
+/// (etcd, etcdctl) on PATH. Missing: under CI=true a panic that says how
+/// to install them; otherwise a note that the test is skipped, and `None`.
+pub fn etcd_or_skip(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let found = on_path("etcd").zip(on_path("etcdctl"));
+    if found.is_none() {
+        if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+            panic!("etcd and etcdctl are not installed, and CI must run {test}: {INSTALL_HINT}");
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: etcd or etcdctl is not installed (install them with `{INSTALL_HINT}`)"
+        );
+    }
+    found
+}
+
+/// One etcd member alone, serving clients over plain HTTP.
 pub struct RealEtcd {
-    pub client: SocketAddr,
     child: Child,
-    _dir: tempfile::TempDir,
+    pub name: String,
+    pub client: SocketAddr,
+    pub peer: SocketAddr,
+    stderr: PathBuf,
+    etcdctl: PathBuf,
+    /// The data directory of a member started by [`RealEtcd::alone`].
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl RealEtcd {
-    /// Starts `etcd` and waits until it says it serves clients.
-    pub async fn start(etcd: &Path) -> Result<RealEtcd> {
-        let dir = tempfile::tempdir()?;
-        let ports = free_addrs(2)?;
-        let log_path = dir.path().join("etcd.log");
-        let log = std::fs::File::create(&log_path)?;
+    /// `--initial-cluster` of a member `name` alone at `peer`.
+    pub fn initial_cluster(name: &str, peer: SocketAddr) -> String {
+        format!("{name}=http://{peer}")
+    }
+
+    /// Starts etcd as member `name` on `data_dir` (new, or made by
+    /// `etcdctl snapshot restore` with the same name and `peer`), and
+    /// waits until it answers.
+    pub async fn start(
+        (etcd, etcdctl): &(PathBuf, PathBuf),
+        name: &str,
+        data_dir: &Path,
+        peer: SocketAddr,
+        client: SocketAddr,
+    ) -> Result<RealEtcd> {
+        let stderr = data_dir.with_extension("etcd.log");
+        let peer_url = format!("http://{peer}");
+        let client_url = format!("http://{client}");
         let child = Command::new(etcd)
-            .args(["--name", "e1", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .arg(format!("--listen-client-urls=http://{}", ports[0]))
-            .arg(format!("--advertise-client-urls=http://{}", ports[0]))
-            .arg(format!("--listen-peer-urls=http://{}", ports[1]))
-            .arg(format!("--initial-advertise-peer-urls=http://{}", ports[1]))
-            .arg(format!("--initial-cluster=e1=http://{}", ports[1]))
+            .arg("--name")
+            .arg(name)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &Self::initial_cluster(name, peer)])
             .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr)?)
             .spawn()
             .context("starting etcd")?;
-        let etcd = RealEtcd {
-            client: ports[0],
+        let mut member = RealEtcd {
             child,
-            _dir: dir,
+            name: name.into(),
+            client,
+            peer,
+            stderr,
+            etcdctl: etcdctl.clone(),
+            _dir: None,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let logged = std::fs::read_to_string(&log_path).unwrap_or_default();
-            if logged.contains("ready to serve client requests") {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("etcd did not start within 30 s; its log:\n{logged}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        member.wait_ready().await?;
+        Ok(member)
+    }
+
+    /// A fresh member `e1` in a temporary directory on free ports, to
+    /// compare skiff with.
+    pub async fn alone(binaries: &(PathBuf, PathBuf)) -> Result<RealEtcd> {
+        let dir = tempfile::tempdir()?;
+        let ports = crate::skiff_process::free_addrs(2)?;
+        let mut etcd =
+            RealEtcd::start(binaries, "e1", &dir.path().join("data"), ports[1], ports[0]).await?;
+        etcd._dir = Some(dir);
         Ok(etcd)
+    }
+
+    pub fn etcdctl(&self) -> Etcdctl {
+        Etcdctl::plain(self.etcdctl.clone(), self.client.to_string())
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    async fn wait_ready(&mut self) -> Result<()> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("etcd exited ({status}); its log:\n{}", self.log());
+            }
+            if self
+                .etcdctl()
+                .run(&["endpoint", "health"])?
+                .status
+                .success()
+            {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "etcd did not become healthy within {READY_TIMEOUT:?}; its log:\n{}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 }
 

@@ -60,6 +60,16 @@ impl StoreCluster {
 
     /// `count` members `n1`… founding one cluster.
     pub async fn start(count: usize) -> Result<StoreCluster> {
+        Self::start_prepared(count, |_, _, _| Ok(())).await
+    }
+
+    /// `count` members `n1`… founding one cluster, each data directory
+    /// made first by `prepare(name, data_dir, initial_cluster)` (a
+    /// restore from a snapshot, say).
+    pub async fn start_prepared(
+        count: usize,
+        mut prepare: impl FnMut(&str, &std::path::Path, &str) -> Result<()>,
+    ) -> Result<StoreCluster> {
         let dir = tempfile::tempdir()?;
         let addrs = free_addrs(2 * count)?;
         let (clients, peers) = addrs.split_at(count);
@@ -71,6 +81,7 @@ impl StoreCluster {
         for i in 0..count {
             let name = format!("n{}", i + 1);
             let data_dir = dir.path().join(&name);
+            prepare(&name, &data_dir, &initial_cluster)?;
             let args = store_args(
                 &name,
                 &data_dir,

@@ -5,9 +5,8 @@
 //! skipped (under CI=true they fail).
 
 use anyhow::{ensure, Context, Result};
-use skiff_tests::api_server::etcd_or_skip;
 use skiff_tests::etcdctl::{etcdctl_or_skip, Etcdctl};
-use skiff_tests::real_etcd::RealEtcd;
+use skiff_tests::real_etcd::{etcd_or_skip, RealEtcd};
 use skiff_tests::skiff_process::{free_addrs, store_args, SkiffProcess};
 use skiff_tests::store_cluster::StoreCluster;
 use skiff_tests::store_cluster::READY_TIMEOUT;
@@ -42,11 +41,11 @@ async fn compaction_zero_on_a_fresh_skiff_store() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_zero_on_a_fresh_real_etcd() -> Result<()> {
     let test = "compaction_zero_on_a_fresh_real_etcd";
-    let (Some(etcdctl), Some(etcd)) = (etcdctl_or_skip(test), etcd_or_skip(test)) else {
+    let Some(binaries) = etcd_or_skip(test) else {
         return Ok(());
     };
-    let etcd = RealEtcd::start(&etcd).await?;
-    compaction_of_revision_zero(&Etcdctl::plain(etcdctl, etcd.client.to_string()))
+    let etcd = RealEtcd::alone(&binaries).await?;
+    compaction_of_revision_zero(&etcd.etcdctl())
 }
 
 /// The metrics skiff exposes under etcd's names.
@@ -195,10 +194,10 @@ async fn health_version_and_metrics_over_http_on_the_client_port() -> Result<()>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_endpoints_on_real_etcd() -> Result<()> {
     let test = "the_same_endpoints_on_real_etcd";
-    let (Some(etcd), Some(curl_bin)) = (etcd_or_skip(test), curl_or_skip(test)) else {
+    let (Some(binaries), Some(curl_bin)) = (etcd_or_skip(test), curl_or_skip(test)) else {
         return Ok(());
     };
-    let etcd = RealEtcd::start(&etcd).await?;
+    let etcd = RealEtcd::alone(&binaries).await?;
     let base = format!("http://{}", etcd.client);
     let (status, health) = curl(&curl_bin, &format!("{base}/health"))?;
     assert_eq!(status, 200);

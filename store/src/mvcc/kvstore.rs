@@ -207,6 +207,33 @@ impl KvStore {
         self.write_out(&mut behind)
     }
 
+    /// Calls `read` with the state tree as of one applied batch: applied
+    /// writes are written out first, and none reaches the tree until
+    /// `read` returns (the applier waits meanwhile). A compaction already
+    /// running may still remove records below its revision, as it would
+    /// have anyway.
+    pub(crate) fn with_consistent_tree<T>(
+        &self,
+        read: impl FnOnce(&sled::Tree) -> Result<T>,
+    ) -> Result<T> {
+        let mut behind = self.behind.lock();
+        self.write_out(&mut behind)?;
+        read(&self.tree)
+    }
+
+    /// Every entry of the state tree as of one applied batch (see
+    /// [`KvStore::with_consistent_tree`]), in key order.
+    pub fn consistent_entries(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.with_consistent_tree(|tree| {
+            tree.iter()
+                .map(|item| {
+                    let (key, value) = item?;
+                    Ok((key.to_vec(), value.to_vec()))
+                })
+                .collect()
+        })
+    }
+
     fn write_out(&self, behind: &mut Behind) -> Result<()> {
         if behind.ops.is_empty() {
             return Ok(());

@@ -3,12 +3,13 @@
 
 pub mod apply;
 pub mod compaction;
+pub mod hash;
 mod index;
 mod key_index;
 mod key_range;
 pub mod kvstore;
-mod record;
-mod revision;
+pub(crate) mod record;
+pub(crate) mod revision;
 pub mod snapshot;
 #[cfg(test)]
 mod tests;

@@ -39,6 +39,10 @@ pub use members::StoreStatus;
 const SINGLE_MEMBER_ID: u64 = 1;
 /// The cluster ID a store that runs alone reports.
 const SINGLE_CLUSTER_ID: u64 = 0x5c1f_f000_0000_0001;
+/// The sled database in a member's data directory, and its tree holding
+/// the MVCC state.
+pub(crate) const STATE_DB: &str = "db";
+pub(crate) const STATE_TREE: &str = "mvcc";
 /// Raft messages from peers waiting for the driver before more are dropped.
 const PEER_INBOUND_QUEUE: usize = 8192;
 
@@ -160,13 +164,13 @@ impl Store {
             None => (SINGLE_MEMBER_ID, vec![SINGLE_MEMBER_ID]),
         };
         let (shutdown, _) = watch::channel(false);
-        let db_path = config.data_dir.join("db");
+        let db_path = config.data_dir.join(STATE_DB);
         let db = sled::Config::new()
             .path(&db_path)
             .cache_capacity(config.cache_capacity)
             .flush_every_ms(None)
             .open()?;
-        let (kv, recovered) = KvStore::open(db.open_tree("mvcc")?)?;
+        let (kv, recovered) = KvStore::open(db.open_tree(STATE_TREE)?)?;
         let kv = Arc::new(kv);
         let lessor = Arc::new(Lessor::new(config.lessor.clone()));
         lessor.replace_all(&recovered.leases, &recovered.lease_keys);
