@@ -367,9 +367,75 @@ fn bad_patches(path: &str, cases: &mut Vec<Case>) {
     ));
 }
 
+/// A Kubernetes protobuf body: the magic, then a runtime.Unknown of
+/// typeMeta {apiVersion, kind} and raw, written field by field.
+fn protobuf_envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
+    fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
+        assert!(bytes.len() < 128, "short fields only");
+        let mut out = vec![number << 3 | 2, bytes.len() as u8];
+        out.extend_from_slice(bytes);
+        out
+    }
+    let type_meta = [field(1, api_version.as_bytes()), field(2, kind.as_bytes())].concat();
+    [b"k8s\0".to_vec(), field(1, &type_meta), field(2, raw)].concat()
+}
+
+/// Protobuf bodies that cannot be read: a 400 naming what failed, or a
+/// 415 for a kind that has no protobuf form.
+fn bad_protobuf(collection: &str, path: &str, cases: &mut Vec<Case>) {
+    let protobuf = "application/vnd.kubernetes.protobuf";
+    let bodies: [(&str, Vec<u8>, &'static [u16]); 6] = [
+        ("no magic", b"\x0a\x02\x0a\x00".to_vec(), &[400]),
+        (
+            "a truncated envelope",
+            b"k8s\0\x0a\x7f\x0a".to_vec(),
+            &[400],
+        ),
+        (
+            "an envelope naming no kind",
+            protobuf_envelope("", "", b""),
+            &[400],
+        ),
+        (
+            "a truncated object",
+            protobuf_envelope("v1", "ConfigMap", b"\x0a\x7f\x0a"),
+            &[400],
+        ),
+        (
+            "a field of the wrong wire type",
+            protobuf_envelope("v1", "ConfigMap", b"\x0d\x01\x02\x03\x04"),
+            &[400],
+        ),
+        (
+            "a custom resource, which has no protobuf form",
+            protobuf_envelope("example.com/v1", "Widget", b""),
+            &[415],
+        ),
+    ];
+    for (what, body, codes) in bodies {
+        cases.push(case(
+            format!("POST {collection} as protobuf: {what}"),
+            "POST",
+            collection,
+            Some(protobuf),
+            Some(body.clone()),
+            codes,
+        ));
+        cases.push(case(
+            format!("PUT {path} as protobuf: {what}"),
+            "PUT",
+            path,
+            Some(protobuf),
+            Some(body),
+            codes,
+        ));
+    }
+}
+
 /// Creates and replacements in a media type Kubernetes does not read, and
 /// bodies that are not one object.
 fn bad_bodies(collection: &str, path: &str, object: &Value, cases: &mut Vec<Case>) {
+    bad_protobuf(collection, path, cases);
     let mut renamed = object.clone();
     renamed["metadata"] = json!({"name": "should-not-exist"});
     for content_type in [

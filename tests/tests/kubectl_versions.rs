@@ -223,6 +223,125 @@ fn exercise(kubectl: &Kubectl, minor: u32) -> Result<()> {
         "jsonpath={.spec.size}",
     ])?;
     ensure!(size == "4", "the widget's size is {size}");
+    imperative(kubectl, minor, &ns)
+}
+
+/// The imperative `create` commands, which kubectl 1.32 and later send as
+/// protobuf bodies, and what each stored reads back as sent.
+fn imperative(kubectl: &Kubectl, minor: u32, ns: &str) -> Result<()> {
+    let n = ["-n", ns];
+    let commands: &[(&[&str], &str)] = &[
+        (&["create", "namespace", "made"], "namespace/made created"),
+        (
+            &[
+                "create",
+                "deployment",
+                "made",
+                "--image=nginx",
+                "--replicas=2",
+            ],
+            "deployment.apps/made created",
+        ),
+        (
+            &["create", "configmap", "made", "--from-literal=a=b"],
+            "configmap/made created",
+        ),
+        (
+            &["create", "secret", "generic", "made", "--from-literal=p=q"],
+            "secret/made created",
+        ),
+        (
+            &["create", "service", "clusterip", "made", "--tcp=80:8080"],
+            "service/made created",
+        ),
+        (
+            &["create", "job", "made", "--image=busybox", "--", "true"],
+            "job.batch/made created",
+        ),
+        (
+            &[
+                "create",
+                "cronjob",
+                "made",
+                "--image=busybox",
+                "--schedule=*/5 * * * *",
+            ],
+            "cronjob.batch/made created",
+        ),
+        (
+            &["create", "serviceaccount", "made"],
+            "serviceaccount/made created",
+        ),
+        (
+            &["create", "role", "made", "--verb=get", "--resource=pods"],
+            "role.rbac.authorization.k8s.io/made created",
+        ),
+        (
+            &[
+                "create",
+                "rolebinding",
+                "made",
+                "--role=made",
+                "--user=alice",
+            ],
+            "rolebinding.rbac.authorization.k8s.io/made created",
+        ),
+        (
+            &[
+                "create",
+                "poddisruptionbudget",
+                "made",
+                "--selector=app=made",
+                "--min-available=1",
+            ],
+            "poddisruptionbudget.policy/made created",
+        ),
+        (
+            &["create", "quota", "made", "--hard=pods=5"],
+            "resourcequota/made created",
+        ),
+    ];
+    for (args, expected) in commands {
+        // The namespace is cluster-scoped and named per version.
+        let (args, expected) = match args[1] {
+            "namespace" => (
+                vec!["create", "namespace", ns.strip_prefix("v").unwrap_or(ns)],
+                format!("namespace/{} created", ns.strip_prefix("v").unwrap_or(ns)),
+            ),
+            _ => ([&n[..], *args].concat(), expected.to_string()),
+        };
+        let out = kubectl.ok(&args)?;
+        ensure!(
+            out.trim() == expected,
+            "kubectl.1.{minor} {}: {out}",
+            args.join(" ")
+        );
+    }
+    let get = |args: &[&str]| kubectl.ok(&[args, &n[..]].concat());
+    ensure!(get(&["get", "configmap", "made", "-o", "jsonpath={.data.a}"])? == "b");
+    ensure!(get(&["get", "secret", "made", "-o", "jsonpath={.data.p}"])? == "cQ==");
+    ensure!(
+        get(&[
+            "get",
+            "deployment",
+            "made",
+            "-o",
+            "jsonpath={.spec.replicas}"
+        ])? == "2"
+    );
+    let port = get(&[
+        "get",
+        "service",
+        "made",
+        "-o",
+        "jsonpath={.spec.ports[0].targetPort}",
+    ])?;
+    ensure!(port == "8080", "kubectl.1.{minor}: targetPort {port}");
+    let schedule = get(&["get", "cronjob", "made", "-o", "jsonpath={.spec.schedule}"])?;
+    ensure!(
+        schedule == "*/5 * * * *",
+        "kubectl.1.{minor}: schedule {schedule}"
+    );
     Ok(())
 }
 
