@@ -259,33 +259,31 @@ fn special_to_message(
             ],
         },
         _ if name == format!("{EXTENSIONS}.JSONSchemaPropsOrStringArray") => match json {
-            Json::Array(items) => {
-                let list = items
-                    .iter()
-                    .map(|i| i.as_str().map(|s| Value::String(s.into())))
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| wrong("an array of strings"))?;
-                vec![("property", Value::List(list))]
-            }
+            Json::Array(_) => vec![(
+                "property",
+                strings(json).ok_or_else(|| wrong("an array of strings"))?,
+            )],
             _ => vec![(
                 "schema",
                 Value::Message(to_message(&schema_props(descriptor)?, json, path)?),
             )],
         },
-        _ if is_string_list(descriptor) => {
-            let items = json
-                .as_array()
-                .ok_or_else(|| wrong("an array of strings"))?;
-            let list = items
-                .iter()
-                .map(|i| i.as_str().map(|s| Value::String(s.into())))
-                .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| wrong("an array of strings"))?;
-            vec![("items", Value::List(list))]
-        }
+        _ if is_string_list(descriptor) => vec![(
+            "items",
+            strings(json).ok_or_else(|| wrong("an array of strings"))?,
+        )],
         _ => return Ok(None),
     };
     with_fields(descriptor, fields).map(Some)
+}
+
+/// A JSON array of strings as a repeated string field.
+fn strings(json: &Json) -> Option<Value> {
+    json.as_array()?
+        .iter()
+        .map(|i| i.as_str().map(|s| Value::String(s.into())))
+        .collect::<Option<Vec<_>>>()
+        .map(Value::List)
 }
 
 fn schema_props(descriptor: &MessageDescriptor) -> Result<MessageDescriptor, String> {
@@ -477,12 +475,7 @@ fn special_to_json(message: &DynamicMessage) -> Result<Option<Json>, String> {
         _ if name == format!("{EXTENSIONS}.JSON") => parse_raw(&bytes("raw"))?,
         _ if name == format!("{EXTENSIONS}.JSONSchemaPropsOrArray") => {
             match get(message, "jSONSchemas").as_deref() {
-                Some(Value::List(items)) if !items.is_empty() => Json::Array(
-                    items
-                        .iter()
-                        .map(single_to_json)
-                        .collect::<Result<Vec<_>, _>>()?,
-                ),
+                Some(Value::List(items)) if !items.is_empty() => list_to_json(items)?,
                 _ => schema_json(message)?,
             }
         }
@@ -499,27 +492,25 @@ fn special_to_json(message: &DynamicMessage) -> Result<Option<Json>, String> {
         }
         _ if name == format!("{EXTENSIONS}.JSONSchemaPropsOrStringArray") => {
             match get(message, "property").as_deref() {
-                Some(Value::List(items)) if !items.is_empty() => Json::Array(
-                    items
-                        .iter()
-                        .map(single_to_json)
-                        .collect::<Result<Vec<_>, _>>()?,
-                ),
+                Some(Value::List(items)) if !items.is_empty() => list_to_json(items)?,
                 _ => schema_json(message)?,
             }
         }
         _ if is_string_list(&descriptor) => match get(message, "items").as_deref() {
-            Some(Value::List(items)) => Json::Array(
-                items
-                    .iter()
-                    .map(single_to_json)
-                    .collect::<Result<Vec<_>, _>>()?,
-            ),
+            Some(Value::List(items)) => list_to_json(items)?,
             _ => Json::Array(Vec::new()),
         },
         _ => return Ok(None),
     };
     Ok(Some(json))
+}
+
+fn list_to_json(items: &[Value]) -> Result<Json, String> {
+    items
+        .iter()
+        .map(single_to_json)
+        .collect::<Result<Vec<_>, _>>()
+        .map(Json::Array)
 }
 
 fn schema_json(message: &DynamicMessage) -> Result<Json, String> {
