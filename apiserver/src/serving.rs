@@ -55,6 +55,11 @@ pub const MAX_URI_BYTES: usize = 32 * 1024;
 /// above ours so a head a little over ours reaches [`oversized_head`] for
 /// a Status; hyper answers a head over these itself, with an empty 431.
 const HYPER_MAX_HEAD_BYTES: usize = MAX_HEADER_BYTES + 64 * 1024;
+/// How many header fields hyper parses in an HTTP/1.1 head. Go counts no
+/// fields, only the bytes of the head; hyper stops at 100 by default with
+/// an empty 431. This many fit any real client, and a head with more is
+/// past [`MAX_HEADER_BYTES`] long before (or answered by hyper, empty).
+const HYPER_MAX_HEADERS: usize = 2048;
 
 /// How connections are served; tests shorten the timeout.
 #[derive(Debug, Clone, Copy)]
@@ -182,6 +187,7 @@ fn builder<E>(executor: E, settings: ConnectionSettings) -> auto::Builder<E> {
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(settings.header_read_timeout)
+        .max_headers(HYPER_MAX_HEADERS)
         .max_buf_size(HYPER_MAX_HEAD_BYTES);
     builder
         .http2()
@@ -930,9 +936,19 @@ mod connection_tests {
                 && message.ends_with(" bytes long; the API server reads at most 1048576"),
             "{message}"
         );
-        // A head within the limits is served on a new connection.
+        // A head within the limits is served on a new connection, also
+        // with more fields than hyper's default of 100.
         let mut one = http1::<Body>(address).await;
         let (code, _) = read(one.send_request(request("/ok?q=short")).await.unwrap()).await;
+        assert_eq!(code, StatusCode::OK);
+        let mut many = request("/ok");
+        for i in 0..500 {
+            many.headers_mut().insert(
+                axum::http::HeaderName::try_from(format!("x-field-{i}")).unwrap(),
+                "v".parse().unwrap(),
+            );
+        }
+        let (code, _) = read(one.send_request(many).await.unwrap()).await;
         assert_eq!(code, StatusCode::OK);
 
         let mut two = http2(address).await;

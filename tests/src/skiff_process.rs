@@ -167,11 +167,26 @@ pub fn pid_exists(pid: u32) -> bool {
 }
 
 /// Addresses on 127.0.0.1 nothing listens on: all bound at once so they
-/// differ, then let go.
+/// differ, then let go. They are picked at random below the kernel's
+/// ephemeral range (32768–60999 on Linux), where the outgoing connections
+/// of every other test could take a port between this check and the
+/// server's bind.
 pub fn free_addrs(count: usize) -> Result<Vec<SocketAddr>> {
-    let listeners = (0..count)
-        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
-        .collect::<std::io::Result<Vec<_>>>()?;
+    use rand::Rng;
+    const PORTS: std::ops::Range<u16> = 10_000..32_768;
+    let mut rng = rand::thread_rng();
+    let mut listeners = Vec::with_capacity(count);
+    let mut tries = 0;
+    while listeners.len() < count {
+        tries += 1;
+        if tries > 10_000 {
+            bail!("no free port on 127.0.0.1 in {PORTS:?} after {tries} tries");
+        }
+        let port = rng.gen_range(PORTS);
+        if let Ok(listener) = TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
+            listeners.push(listener);
+        }
+    }
     Ok(listeners
         .iter()
         .map(TcpListener::local_addr)

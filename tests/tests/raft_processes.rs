@@ -26,13 +26,14 @@
 //! may be missing there.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use skiff_store::{ClusterConfig, KeyValue, RangeRequest, Store, StoreConfig};
 use skiff_tests::member_process::{MemberArgs, MemberOutput, MemberProcess};
+use skiff_tests::skiff_process::free_addrs as free_loopback_addrs;
 use skiff_tests::writer_protocol::{value_for_key, Ack, Role, DEFAULT_VALUE_SIZE};
 use tempfile::TempDir;
 
@@ -279,16 +280,6 @@ impl Cluster {
     }
 }
 
-/// Ports nothing listens on: all bound at once so they differ, then let go.
-fn free_loopback_addrs(count: usize) -> Result<Vec<SocketAddr>> {
-    let listeners = (0..count)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    Ok(listeners
-        .iter()
-        .map(|listener| listener.local_addr())
-        .collect::<std::io::Result<_>>()?)
-}
 
 /// A member process that is gone, with everything it printed.
 struct FinishedProcess {
