@@ -30,6 +30,7 @@ pub mod patch;
 pub mod pod_logs;
 pub mod protobuf;
 pub mod registry;
+pub mod reply;
 pub mod request_info;
 pub mod resources;
 pub(crate) mod schema;

@@ -15,10 +15,12 @@ use axum::Router;
 use serde_json::Value;
 use tower::ServiceExt;
 
+use crate::accept::{self, Offer, Output};
 use crate::conversion::served as convert;
 use crate::field_validation;
 use crate::options::{self, OptionsKind};
 use crate::registry::{ListJson, Registry, Target, Write};
+use crate::reply;
 use crate::resources::{self, ResourceType};
 use crate::status::{ApiError, ApiResult};
 use crate::table;
@@ -301,10 +303,46 @@ async fn resource(
         }
         Err(rejection) => return ApiError::bad_request(rejection.body_text()).into_response(),
     };
-    let deprecation = parse_route(&group, &version, &rest)
-        .ok()
+    let route = parse_route(&group, &version, &rest).ok();
+    let deprecation = route
+        .as_ref()
         .and_then(|route| route.resource.conversion)
         .and_then(|conversion| conversion.deprecation);
+    let watch = method == Method::GET
+        && route.as_ref().is_some_and(|r| r.name.is_none())
+        && options::flag(&query, "watch").unwrap_or(false);
+    // The form of the reply, chosen before anything is done: a client
+    // that accepts nothing offered gets a 406 and changes nothing.
+    let streams = route
+        .as_ref()
+        .and_then(|r| r.subresource.as_deref())
+        .is_some_and(|sub| matches!(sub, "log" | "exec" | "attach" | "portforward" | "proxy"));
+    let output = if streams {
+        Output::Json
+    } else {
+        let offer = Offer {
+            protobuf: route.as_ref().is_none_or(|r| {
+                crate::protobuf::SCHEMA
+                    .message_for(&r.resource.api_version(), r.resource.kind)
+                    .is_some()
+            }),
+            watch,
+        };
+        match accept::negotiate(&headers, offer) {
+            Some(output) => output,
+            None => {
+                return ApiError::new(
+                    406,
+                    "NotAcceptable",
+                    format!(
+                        "only the following media types are accepted: {}",
+                        offer.media_types().join(", ")
+                    ),
+                )
+                .into_response()
+            }
+        }
+    };
     let request = Request {
         method,
         group: &group,
@@ -332,7 +370,12 @@ async fn resource(
             response.headers_mut().append(header::WARNING, value);
         }
     }
-    response
+    match output {
+        Output::Protobuf if watch && response.status() == StatusCode::OK => {
+            reply::watch_as_protobuf(response)
+        }
+        output => reply::write_as(output, response).await,
+    }
 }
 
 /// A request on a resource path, as the handler took it apart.

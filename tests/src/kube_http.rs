@@ -40,6 +40,8 @@ pub struct KubeHttp {
     client_cert: Option<(String, String)>,
     /// Sent as `Authorization: Bearer`.
     token: Option<String>,
+    /// The Accept header; `application/json` unless set.
+    accept: Option<String>,
 }
 
 /// The parts of a kubeconfig this client uses, from its text.
@@ -144,6 +146,7 @@ impl KubeHttp {
             ca_pem: if tls { parts.ca_pem } else { None },
             client_cert: parts.client_cert,
             token: parts.token,
+            accept: None,
         })
     }
 
@@ -155,6 +158,7 @@ impl KubeHttp {
             ca_pem: None,
             client_cert: None,
             token: None,
+            accept: None,
         }
     }
 
@@ -167,6 +171,14 @@ impl KubeHttp {
     }
 
     /// The same server with no credentials at all.
+    /// The same client sending `accept` as its Accept header.
+    pub fn accepting(&self, accept: &str) -> KubeHttp {
+        KubeHttp {
+            accept: Some(accept.to_string()),
+            ..self.clone()
+        }
+    }
+
     pub fn anonymous(&self) -> KubeHttp {
         KubeHttp {
             client_cert: None,
@@ -343,8 +355,9 @@ impl KubeHttp {
             }
         };
         let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nUser-Agent: skiff-tests\r\nConnection: close\r\n",
-            self.authority
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: {}\r\nUser-Agent: skiff-tests\r\nConnection: close\r\n",
+            self.authority,
+            self.accept.as_deref().unwrap_or("application/json"),
         );
         if let Some(content_type) = content_type {
             head.push_str(&format!("Content-Type: {content_type}\r\n"));
@@ -488,6 +501,53 @@ impl WatchStream {
         }
     }
 
+    /// The next frame of a protobuf watch (`stream=watch`: a 4-byte
+    /// big-endian length, then a `WatchEvent`), without its length;
+    /// `None` once the server ended the stream.
+    pub async fn next_frame(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>> {
+        let read = async {
+            loop {
+                if self.pending.len() >= 4 {
+                    let length =
+                        u32::from_be_bytes(self.pending[..4].try_into()?) as usize;
+                    if self.pending.len() >= 4 + length {
+                        let frame = self.pending[4..4 + length].to_vec();
+                        self.pending.drain(..4 + length);
+                        return Ok(Some(frame));
+                    }
+                }
+                if self.ended {
+                    ensure!(
+                        self.pending.is_empty(),
+                        "the watch ended inside a frame ({} bytes left)",
+                        self.pending.len()
+                    );
+                    return Ok(None);
+                }
+                self.read_more().await?;
+            }
+        };
+        tokio::time::timeout(timeout, read)
+            .await
+            .with_context(|| format!("no watch frame within {timeout:?}"))?
+    }
+
+    async fn read_more(&mut self) -> Result<()> {
+        let more = if self.chunked {
+            read_chunk(&mut self.reader).await?
+        } else {
+            let mut buffer = vec![0; 64 * 1024];
+            let n = self.reader.read(&mut buffer).await?;
+            buffer.truncate(n);
+            (n > 0).then_some(buffer)
+        };
+        match more {
+            Some(bytes) => self.pending.extend_from_slice(&bytes),
+            None => self.ended = true,
+        }
+        Ok(())
+    }
+
     async fn next_event_inner(&mut self) -> Result<Option<Value>> {
         loop {
             if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
@@ -508,18 +568,7 @@ impl WatchStream {
                 );
                 return Ok(None);
             }
-            let more = if self.chunked {
-                read_chunk(&mut self.reader).await?
-            } else {
-                let mut buffer = vec![0; 64 * 1024];
-                let n = self.reader.read(&mut buffer).await?;
-                buffer.truncate(n);
-                (n > 0).then_some(buffer)
-            };
-            match more {
-                Some(bytes) => self.pending.extend_from_slice(&bytes),
-                None => self.ended = true,
-            }
+            self.read_more().await?;
         }
     }
 }

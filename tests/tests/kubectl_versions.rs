@@ -3,6 +3,11 @@
 //! `apply` with client-side validation on, `create -f` of an object with an
 //! unknown field, `explain`, and `apply` of a custom resource. 1.27 and 1.28
 //! read `/openapi/v2` as protobuf for these; later ones `/openapi/v3`.
+//! Then the imperative commands (`create` of each kind, `expose`, `set
+//! image|env|resources`, `label`, `annotate`, `rollout restart`, `taint`,
+//! `cordon`, `drain`, `uncordon`, `autoscale` refused with a 404 as
+//! HorizontalPodAutoscaler is not served), which 1.32 and later send and
+//! read as protobuf, and `get -w`.
 //!
 //! A missing binary is skipped with a note outside CI and fails under
 //! CI=true. To check another command with every version, add a step to
@@ -13,9 +18,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
 use skiff_tests::api_server::ApiServer;
-use skiff_tests::kubectl::Kubectl;
+use skiff_tests::kubectl::{Kubectl, RunningKubectl};
 
 const MINORS: std::ops::RangeInclusive<u32> = 27..=33;
+const WATCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 const SDK_BIN: &str = "/usr/lib/google-cloud-sdk/bin";
 
 /// The version `/version` and `kubectl version` report.
@@ -342,6 +348,146 @@ fn imperative(kubectl: &Kubectl, minor: u32, ns: &str) -> Result<()> {
         schedule == "*/5 * * * *",
         "kubectl.1.{minor}: schedule {schedule}"
     );
+    workload_commands(kubectl, minor, ns)?;
+    node_commands(kubectl, minor)
+}
+
+/// The commands that change a workload in place, each read back.
+fn workload_commands(kubectl: &Kubectl, minor: u32, ns: &str) -> Result<()> {
+    let n = ["-n", ns];
+    let steps: &[(&[&str], &str)] = &[
+        (
+            &["expose", "deployment", "made", "--name=exposed", "--port=80", "--target-port=8080"],
+            "service/exposed exposed",
+        ),
+        (
+            &["set", "image", "deployment/made", "nginx=nginx:1.27"],
+            "deployment.apps/made image updated",
+        ),
+        (
+            &["set", "env", "deployment/made", "MODE=fast"],
+            "deployment.apps/made env updated",
+        ),
+        (
+            &["set", "resources", "deployment", "made", "--limits=cpu=200m,memory=256Mi", "--requests=cpu=100m"],
+            "deployment.apps/made resource requirements updated",
+        ),
+        (&["label", "deployment", "made", "tier=front"], "deployment.apps/made labeled"),
+        // kubectl before 1.28 says "annotate".
+        (&["annotate", "deployment", "made", "note=hi"], "deployment.apps/made annotate"),
+        (&["rollout", "restart", "deployment", "made"], "deployment.apps/made restarted"),
+    ];
+    for (args, expected) in steps {
+        let args = [&n[..], *args].concat();
+        let out = kubectl.ok(&args)?;
+        ensure!(
+            out.trim().trim_end_matches('d') == expected.trim_end_matches('d'),
+            "kubectl.1.{minor} {}: {out}",
+            args.join(" ")
+        );
+    }
+    let get = |path: &str| {
+        kubectl.ok(&[&n[..], &["get", "deployment", "made", "-o", &format!("jsonpath={path}")]].concat())
+    };
+    let container = "{.spec.template.spec.containers[0]";
+    let read = [
+        get(&format!("{container}.image}}"))?,
+        get(&format!("{container}.env[0].value}}"))?,
+        get(&format!("{container}.resources.limits.memory}}"))?,
+        get(&format!("{container}.resources.requests.cpu}}"))?,
+        get("{.metadata.labels.tier}")?,
+        get("{.metadata.annotations.note}")?,
+    ];
+    ensure!(
+        read == ["nginx:1.27", "fast", "256Mi", "100m", "front", "hi"],
+        "kubectl.1.{minor}: the deployment reads {read:?}"
+    );
+    let restarted = get("{.spec.template.metadata.annotations.kubectl\\.kubernetes\\.io/restartedAt}")?;
+    ensure!(!restarted.is_empty(), "kubectl.1.{minor}: rollout restart left no restartedAt");
+    let port = kubectl.ok(&[&n[..], &["get", "service", "exposed", "-o", "jsonpath={.spec.selector.app} {.spec.ports[0].targetPort}"]].concat())?;
+    ensure!(port == "made 8080", "kubectl.1.{minor}: exposed service {port}");
+    // HorizontalPodAutoscaler is not served: a clear 404, nothing else.
+    let refused = kubectl.fails(&[&n[..], &["autoscale", "deployment", "made", "--min=1", "--max=3", "--cpu-percent=80"]].concat())?;
+    ensure!(
+        refused.contains("Error from server (NotFound): the server could not find the requested resource"),
+        "kubectl.1.{minor} autoscale: {refused}"
+    );
+    Ok(())
+}
+
+/// taint, cordon, drain (evicting a pod bound to the node) and uncordon of
+/// a Node of this version's own.
+fn node_commands(kubectl: &Kubectl, minor: u32) -> Result<()> {
+    let node = format!("node-1-{minor}");
+    let ns = format!("v1-{minor}");
+    kubectl.manifest(
+        "node.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: on-node\n  namespace: {ns}\nspec:\n  nodeName: {node}\n  containers: [{{name: c, image: busybox}}]\n"
+        ),
+    )?;
+    kubectl.ok(&["apply", "-f", "node.yaml"])?;
+    let steps: Vec<(Vec<&str>, String)> = vec![
+        (vec!["taint", "node", &node, "dedicated=ops:NoSchedule"], format!("node/{node} tainted")),
+        (vec!["cordon", &node], format!("node/{node} cordoned")),
+        // No kubelet runs on it, so the pod goes at once or never.
+        (
+            vec!["drain", &node, "--ignore-daemonsets", "--force", "--grace-period=0", "--timeout=30s"],
+            format!("node/{node} drained"),
+        ),
+        (vec!["uncordon", &node], format!("node/{node} uncordoned")),
+    ];
+    for (args, expected) in steps {
+        let out = kubectl.ok(&args)?;
+        ensure!(
+            out.lines().last().is_some_and(|l| l.trim() == expected),
+            "kubectl.1.{minor} {}: {out}",
+            args.join(" ")
+        );
+        if args[0] == "drain" {
+            ensure!(out.contains(&format!("pod/on-node evicted")), "kubectl.1.{minor} drain: {out}");
+        }
+    }
+    let taints = kubectl.ok(&["get", "node", &node, "-o", "jsonpath={.spec.taints[0].key}={.spec.taints[0].value}:{.spec.taints[0].effect} {.spec.unschedulable}"])?;
+    ensure!(taints == "dedicated=ops:NoSchedule ", "kubectl.1.{minor}: node reads {taints:?}");
+    let gone = kubectl.run(&["get", "pod", "on-node", "-n", &ns])?;
+    ensure!(gone.code == Some(1), "kubectl.1.{minor}: the drained pod is still there");
+    Ok(())
+}
+
+fn shows(watch: &RunningKubectl, name: &str) -> bool {
+    watch
+        .lines()
+        .iter()
+        .any(|l| l.starts_with(&format!("{name} ")))
+}
+
+/// Waits until `get -w` has printed a row for `name`.
+async fn wait_for_row(watch: &RunningKubectl, minor: u32, name: &str) -> Result<()> {
+    let deadline = std::time::Instant::now() + WATCH_TIMEOUT;
+    while !shows(watch, name) {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "kubectl.1.{minor} get -w does not show {name}: {:?}\n{}",
+            watch.lines(),
+            watch.stderr()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// `get -w` in the default (table) form sees the objects, then a change.
+async fn watch_step(kubectl: &Kubectl, minor: u32) -> Result<()> {
+    let ns = format!("v1-{minor}");
+    let mut watch = kubectl.spawn(&["get", "configmaps", "-n", &ns, "-w"])?;
+    wait_for_row(&watch, minor, "settings").await?;
+    let header = watch.lines()[0].split_whitespace().collect::<Vec<_>>().join(" ");
+    ensure!(header == "NAME DATA AGE", "kubectl.1.{minor} get -w: {header}");
+    ensure!(!shows(&watch, "watched"));
+    kubectl.ok(&["create", "configmap", "watched", "-n", &ns, "--from-literal=x=y"])?;
+    wait_for_row(&watch, minor, "watched").await?;
+    ensure!(watch.running()?, "kubectl.1.{minor} get -w still watches");
     Ok(())
 }
 
@@ -368,6 +514,7 @@ async fn every_kubectl_version_applies_validates_and_explains() -> Result<()> {
         let kubectl = Kubectl::new(binary, &server.kubeconfig())?;
         exercise(&kubectl, minor)
             .with_context(|| format!("kubectl.1.{minor}; skiff's log:\n{}", server.stderr()))?;
+        watch_step(&kubectl, minor).await?;
     }
     Ok(())
 }
