@@ -193,29 +193,61 @@ mod tests {
         use Output::*;
         let cases: &[(&str, Offer, Option<Output>)] = &[
             // client-go with protobuf (kubectl 1.32+, informers).
-            ("application/vnd.kubernetes.protobuf, application/json", BUILT_IN, Some(Protobuf)),
-            ("application/vnd.kubernetes.protobuf, application/json", CUSTOM, Some(Json)),
+            (
+                "application/vnd.kubernetes.protobuf, application/json",
+                BUILT_IN,
+                Some(Protobuf),
+            ),
+            (
+                "application/vnd.kubernetes.protobuf, application/json",
+                CUSTOM,
+                Some(Json),
+            ),
             ("application/vnd.kubernetes.protobuf", CUSTOM, None),
             ("application/vnd.kubernetes.protobuf", WATCH, Some(Protobuf)),
             ("application/json", BUILT_IN, Some(Json)),
             ("application/yaml", BUILT_IN, Some(Yaml)),
             ("application/yaml", WATCH, None),
-            ("application/yaml, application/json;q=0.5", WATCH, Some(Json)),
+            (
+                "application/yaml, application/json;q=0.5",
+                WATCH,
+                Some(Json),
+            ),
             // q-values outrank the order sent.
-            ("application/json;q=0.5, application/vnd.kubernetes.protobuf", BUILT_IN, Some(Protobuf)),
-            ("application/vnd.kubernetes.protobuf;q=0.2, application/json;q=0.9", BUILT_IN, Some(Json)),
+            (
+                "application/json;q=0.5, application/vnd.kubernetes.protobuf",
+                BUILT_IN,
+                Some(Protobuf),
+            ),
+            (
+                "application/vnd.kubernetes.protobuf;q=0.2, application/json;q=0.9",
+                BUILT_IN,
+                Some(Json),
+            ),
             // Among equals, the more specific range wins.
             ("*/*, application/yaml", BUILT_IN, Some(Yaml)),
             ("*/*", BUILT_IN, Some(Json)),
             ("application/*", CUSTOM, Some(Json)),
-            ("text/html,application/xhtml+xml,*/*;q=0.8", BUILT_IN, Some(Json)),
+            (
+                "text/html,application/xhtml+xml,*/*;q=0.8",
+                BUILT_IN,
+                Some(Json),
+            ),
             ("text/plain", BUILT_IN, None),
             ("application/json;q=0", BUILT_IN, None),
             ("application/json;q=bogus", BUILT_IN, None),
-            ("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io, application/json", BUILT_IN, Some(Json)),
+            (
+                "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io, application/json",
+                BUILT_IN,
+                Some(Json),
+            ),
         ];
         for (value, offer, want) in cases {
-            assert_eq!(negotiate(&accept(value), *offer), *want, "{value} {offer:?}");
+            assert_eq!(
+                negotiate(&accept(value), *offer),
+                *want,
+                "{value} {offer:?}"
+            );
         }
         assert_eq!(negotiate(&HeaderMap::new(), CUSTOM), Some(Json));
         assert_eq!(negotiate(&accept(""), BUILT_IN), Some(Json));

@@ -3,24 +3,17 @@
 //! on the port the Node advertises), as kube-apiserver does.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::{header, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
+use crate::kubelet;
 use crate::registry::{Registry, Target};
-use crate::resources;
 use crate::status::{ApiError, ApiResult, Cause};
-
-/// Connecting to a kubelet.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// The kubelet's port when the Node does not say.
-const DEFAULT_KUBELET_PORT: i64 = 10250;
 
 /// The query parameters of `pods/log` passed on to the kubelet, checked
 /// first as kube-apiserver validates PodLogOptions.
@@ -49,32 +42,14 @@ pub async fn logs(
             "container \"{container}\" in pod \"{name}\" is waiting to start: the pod is not scheduled to a node"
         )));
     };
-    let nodes = resources::find("", "v1", "nodes").expect("nodes are served");
-    let node_object = registry
-        .get(
-            &Target {
-                resource: nodes,
-                namespace: None,
-            },
-            node,
-        )
-        .await
-        .map_err(|_| {
-            ApiError::unavailable(format!(
-                "cannot get the logs of pod \"{name}\": its node \"{node}\" is not registered"
-            ))
-        })?;
-    let authority = kubelet_authority(&node_object).ok_or_else(|| {
-        ApiError::unavailable(format!(
-            "cannot get the logs of pod \"{name}\": node \"{node}\" has no address"
-        ))
-    })?;
+    let authority =
+        kubelet::authority_of(registry, node, &format!("get the logs of pod \"{name}\"")).await?;
     let namespace = target.namespace.unwrap_or("default");
     let path = format!(
         "/containerLogs/{}/{}/{}{}",
-        encode(namespace),
-        encode(name),
-        encode(&container),
+        kubelet::encode(namespace),
+        kubelet::encode(name),
+        kubelet::encode(&container),
         options
     );
     stream_from(&authority, &path, registry.kubelet_client()).await
@@ -82,7 +57,7 @@ pub async fn logs(
 
 /// The container whose log is asked for: the one named, or the pod's only
 /// container.
-fn container_of(pod: &Value, name: &str, container: Option<&str>) -> ApiResult<String> {
+pub(crate) fn container_of(pod: &Value, name: &str, container: Option<&str>) -> ApiResult<String> {
     let names: Vec<&str> = ["containers", "initContainers", "ephemeralContainers"]
         .iter()
         .flat_map(|list| pod["spec"][*list].as_array().into_iter().flatten())
@@ -158,43 +133,13 @@ fn log_options(name: &str, query: &HashMap<String, String>) -> ApiResult<String>
         .filter_map(|key| {
             query
                 .get(*key)
-                .map(|value| format!("{key}={}", encode(value)))
+                .map(|value| format!("{key}={}", kubelet::encode(value)))
         })
         .collect();
     Ok(if pairs.is_empty() {
         String::new()
     } else {
         format!("?{}", pairs.join("&"))
-    })
-}
-
-/// `host:port` of the node's kubelet: its first address by kube-apiserver's
-/// preference of address types, and its advertised port.
-fn kubelet_authority(node: &Value) -> Option<String> {
-    let addresses = node["status"]["addresses"].as_array()?;
-    let host = [
-        "InternalIP",
-        "ExternalIP",
-        "InternalDNS",
-        "ExternalDNS",
-        "Hostname",
-    ]
-    .iter()
-    .find_map(|kind| {
-        addresses
-            .iter()
-            .find(|a| a["type"] == *kind)
-            .and_then(|a| a["address"].as_str())
-            .filter(|a| !a.is_empty())
-    })?;
-    let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
-        .as_i64()
-        .filter(|p| (1..=65535).contains(p))
-        .unwrap_or(DEFAULT_KUBELET_PORT);
-    Some(if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
     })
 }
 
@@ -209,33 +154,7 @@ async fn stream_from(
     let url = format!("{scheme}://{authority}{path}");
     let unreachable =
         |err: &dyn std::fmt::Display| ApiError::internal(format!("Get \"{url}\": {err}"));
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(authority))
-        .await
-        .map_err(|_| unreachable(&"dial tcp: i/o timeout"))?
-        .map_err(|err| unreachable(&format!("dial tcp {authority}: {err}")))?;
-    let mut sender = match tls {
-        None => handshake(stream).await.map_err(|err| unreachable(&err))?,
-        Some(tls) => {
-            // The kubelet's certificate is not checked (see the config), so
-            // any name does.
-            let host = authority
-                .rsplit_once(':')
-                .map_or(authority, |(host, _)| host);
-            let name =
-                rustls::pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
-                    .unwrap_or_else(|_| {
-                        rustls::pki_types::ServerName::try_from("kubelet").expect("a DNS name")
-                    });
-            let stream = tokio::time::timeout(
-                CONNECT_TIMEOUT,
-                tokio_rustls::TlsConnector::from(tls.clone()).connect(name, stream),
-            )
-            .await
-            .map_err(|_| unreachable(&"net/http: TLS handshake timeout"))?
-            .map_err(|err| unreachable(&format!("remote error: tls: {err}")))?;
-            handshake(stream).await.map_err(|err| unreachable(&err))?
-        }
-    };
+    let mut sender = kubelet::connect::<Empty<Bytes>>(authority, tls, &url).await?;
     let request = hyper::Request::get(path)
         .header(header::HOST, authority)
         .body(Empty::<Bytes>::new())
@@ -253,48 +172,10 @@ async fn stream_from(
             .map(|b| b.to_bytes())
             .unwrap_or_default();
         let message = String::from_utf8_lossy(&body).trim().to_string();
-        return Err(kubelet_error(status, message));
+        return Err(kubelet::error(status, message));
     }
     let body = Body::new(response.into_body());
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], body).into_response())
-}
-
-/// An HTTP/1.1 connection over `io`, driven by a task of its own.
-async fn handshake<T>(
-    io: T,
-) -> Result<hyper::client::conn::http1::SendRequest<Empty<Bytes>>, hyper::Error>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
-    tokio::spawn(connection);
-    Ok(sender)
-}
-
-/// A kubelet's refusal as the Status kube-apiserver would answer.
-fn kubelet_error(status: StatusCode, message: String) -> ApiError {
-    match status {
-        StatusCode::BAD_REQUEST => ApiError::bad_request(message),
-        StatusCode::NOT_FOUND => ApiError::new(404, "NotFound", message),
-        _ => ApiError::new(
-            status.as_u16(),
-            "InternalError",
-            format!("the kubelet answered {status}: {message}"),
-        ),
-    }
-}
-
-/// Percent-encodes what is not safe in a path segment or query value.
-fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~' | b':') {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -343,23 +224,6 @@ mod tests {
     }
 
     #[test]
-    fn the_kubelet_is_reached_at_the_nodes_preferred_address_and_port() {
-        let node = json!({"status": {
-            "addresses": [
-                {"type": "Hostname", "address": "box"},
-                {"type": "InternalIP", "address": "10.0.0.7"}
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10300}}
-        }});
-        assert_eq!(kubelet_authority(&node).unwrap(), "10.0.0.7:10300");
-        let bare = json!({"status": {"addresses": [{"type": "Hostname", "address": "box"}]}});
-        assert_eq!(kubelet_authority(&bare).unwrap(), "box:10250");
-        let v6 = json!({"status": {"addresses": [{"type": "InternalIP", "address": "::1"}]}});
-        assert_eq!(kubelet_authority(&v6).unwrap(), "[::1]:10250");
-        assert!(kubelet_authority(&json!({"status": {}})).is_none());
-    }
-
-    #[test]
     fn the_only_container_is_chosen_and_others_must_be_named() {
         let pod = json!({"spec": {
             "initContainers": [{"name": "setup"}],
@@ -375,11 +239,5 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("choose one of: [a b]"));
-    }
-
-    #[test]
-    fn path_segments_are_percent_encoded() {
-        assert_eq!(encode("a b/c"), "a%20b%2Fc");
-        assert_eq!(encode("2026-01-02T03:04:05Z"), "2026-01-02T03:04:05Z");
     }
 }

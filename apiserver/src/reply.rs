@@ -93,7 +93,10 @@ pub fn watch_as_protobuf(response: Response) -> Response {
                         continue;
                     }
                     let (frame, fatal) = frame_of(&line);
-                    return Some((Ok::<_, std::convert::Infallible>(frame), (chunks, pending, fatal)));
+                    return Some((
+                        Ok::<_, std::convert::Infallible>(frame),
+                        (chunks, pending, fatal),
+                    ));
                 }
                 match chunks.next().await {
                     Some(Ok(chunk)) => pending.extend_from_slice(&chunk),
@@ -162,7 +165,8 @@ mod tests {
 
     #[tokio::test]
     async fn objects_and_statuses_are_rewritten_in_the_negotiated_form() {
-        let (kind, bytes) = body_of(write_as(Output::Protobuf, json_reply(&config_map())).await).await;
+        let (kind, bytes) =
+            body_of(write_as(Output::Protobuf, json_reply(&config_map())).await).await;
         assert_eq!(kind, protobuf::MEDIA_TYPE);
         assert_eq!(protobuf::decode(&bytes).unwrap(), config_map());
 
@@ -185,7 +189,10 @@ mod tests {
         assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), custom);
         // A table is not plain JSON and is left alone.
         let table = (
-            [(header::CONTENT_TYPE, "application/json;as=Table;v=v1;g=meta.k8s.io")],
+            [(
+                header::CONTENT_TYPE,
+                "application/json;as=Table;v=v1;g=meta.k8s.io",
+            )],
             "{}",
         )
             .into_response();
@@ -225,11 +232,17 @@ mod tests {
         let custom = serde_json::json!({"type": "ADDED", "object": {"apiVersion": "example.com/v1", "kind": "Widget"}});
         let mut text = serde_json::to_vec(&custom).unwrap();
         text.push(b'\n');
-        text.extend(serde_json::to_vec(&serde_json::json!({"type": "ADDED", "object": config_map()})).unwrap());
+        text.extend(
+            serde_json::to_vec(&serde_json::json!({"type": "ADDED", "object": config_map()}))
+                .unwrap(),
+        );
         text.push(b'\n');
         let (_, bytes) = body_of(watch_as_protobuf(json_reply_raw(text))).await;
         let (kind, object, used) = protobuf::read_watch_frame(&bytes).unwrap().unwrap();
-        assert_eq!((kind.as_str(), object["code"].as_u64()), ("ERROR", Some(500)));
+        assert_eq!(
+            (kind.as_str(), object["code"].as_u64()),
+            ("ERROR", Some(500))
+        );
         assert_eq!(used, bytes.len(), "nothing follows the error");
     }
 

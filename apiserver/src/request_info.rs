@@ -56,7 +56,17 @@ impl RequestInfo {
         let name = rest.get(1).map(|n| n.to_string());
         let subresource = rest.get(2).map(|s| s.to_string());
         let watch_param = query_flag(uri, "watch");
+        // A connection to a pod (exec, attach, port-forward) is a `create`
+        // whichever method upgrades it: WebSocket clients send GET, and
+        // Kubernetes asks `create` of them too.
+        let connects = *resource == "pods"
+            && matches!(
+                subresource.as_deref(),
+                Some("exec" | "attach" | "portforward")
+            )
+            && matches!(*method, Method::GET | Method::POST);
         let verb = match *method {
+            _ if connects => "create",
             Method::GET | Method::HEAD if watch_path || watch_param => "watch",
             Method::GET | Method::HEAD if name.is_some() => "get",
             Method::GET | Method::HEAD => "list",
@@ -122,6 +132,18 @@ mod tests {
         );
         let log = info(Method::GET, "/api/v1/namespaces/d/pods/web/log?follow=true");
         assert_eq!(log.resource.unwrap().subresource.as_deref(), Some("log"));
+        for (method, sub) in [
+            (Method::GET, "exec"),
+            (Method::POST, "exec"),
+            (Method::GET, "attach"),
+            (Method::GET, "portforward"),
+        ] {
+            let connect = info(
+                method,
+                &format!("/api/v1/namespaces/d/pods/p/{sub}?command=ls"),
+            );
+            assert_eq!(connect.verb, "create", "{sub}");
+        }
         assert_eq!(info(Method::GET, "/apis/apps/v1/deployments").verb, "list");
         assert_eq!(
             info(Method::GET, "/apis/apps/v1/deployments?watch=true").verb,

@@ -19,6 +19,7 @@ use crate::accept::{self, Offer, Output};
 use crate::conversion::served as convert;
 use crate::field_validation;
 use crate::options::{self, OptionsKind};
+use crate::pod_streams::PodStream;
 use crate::registry::{ListJson, Registry, Target, Write};
 use crate::reply;
 use crate::resources::{self, ResourceType};
@@ -47,12 +48,36 @@ pub fn router(registry: Registry) -> Router {
         .route("/livez", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", crate::cache::metrics::route(&app.registry))
+        .route(
+            "/api/v1/namespaces/{namespace}/pods/{name}/exec",
+            pod_stream(PodStream::Exec),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/pods/{name}/attach",
+            pod_stream(PodStream::Attach),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/pods/{name}/portforward",
+            pod_stream(PodStream::PortForward),
+        )
         .route("/api/{*rest}", any(resource))
         .route("/apis/{*rest}", any(resource))
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app)
         .merge(discovery_routes(discovery))
+}
+
+/// The handler of one of the connections into a pod (exec, attach,
+/// port-forward), whose request is upgraded rather than read.
+fn pod_stream(stream: PodStream) -> axum::routing::MethodRouter<App> {
+    any(
+        move |State(app): State<App>,
+              axum::extract::Path((namespace, name)): axum::extract::Path<(String, String)>,
+              request: axum::extract::Request| async move {
+            crate::pod_streams::connect(&app.registry, &namespace, &name, stream, request).await
+        },
+    )
 }
 
 /// Discovery answers `/version`, `/api`, `/apis` and `/openapi/…`; the

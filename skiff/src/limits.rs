@@ -27,6 +27,10 @@ pub struct LimitFlags {
     /// Watches each client may hold open; more get 429 (0: no cap).
     #[arg(long, default_value_t = 20_000)]
     pub max_watches_per_client: usize,
+    /// exec, attach and port-forward streams each client may hold open;
+    /// more get 429 (0: no cap).
+    #[arg(long, default_value_t = 100)]
+    pub max_streams_per_client: usize,
     /// Longest a request other than a watch, followed log or exec may
     /// take before it is answered 504 (a Go duration: 60s, 2m).
     #[arg(long, default_value = "60s", value_parser = parse_timeout)]
@@ -50,6 +54,7 @@ impl LimitFlags {
             client_qps: self.client_qps.max(0.0),
             client_burst: self.client_burst,
             max_watches_per_client: self.max_watches_per_client,
+            max_streams_per_client: self.max_streams_per_client,
             request_timeout: self.request_timeout,
         }
     }

@@ -11,7 +11,9 @@
 //! address. Long-running requests (watches,
 //! followed logs, exec, attach, port-forward, proxy) do not count against
 //! the in-flight caps or the request timeout; watches count against the
-//! per-client watch cap. Health checks (`/healthz`, `/livez`, `/readyz`)
+//! per-client watch cap, exec, attach and port-forward streams against the
+//! per-client stream cap (held for as long as the upgraded stream lasts:
+//! the handler takes its [`StreamSlot`] from the request). Health checks (`/healthz`, `/livez`, `/readyz`)
 //! are never limited. A member of `system:masters` (the administrator, the
 //! plain-HTTP loopback port) is served when the in-flight cap is reached,
 //! as kube-apiserver's max-in-flight filter serves it: such a request
@@ -48,6 +50,9 @@ pub struct Limits {
     pub client_burst: u32,
     /// Watches each client may hold open (0: no cap).
     pub max_watches_per_client: usize,
+    /// exec, attach and port-forward streams each client may hold open
+    /// (0: no cap).
+    pub max_streams_per_client: usize,
     /// Longest a request that is not long-running may take; a request's
     /// own `?timeout=` may shorten it. kube-apiserver: 60 s.
     pub request_timeout: Duration,
@@ -61,6 +66,7 @@ impl Default for Limits {
             client_qps: 5000.0,
             client_burst: 10_000,
             max_watches_per_client: 20_000,
+            max_streams_per_client: 100,
             request_timeout: Duration::from_secs(60),
         }
     }
@@ -141,6 +147,19 @@ fn client_of(request: &Request) -> Option<Client> {
     }
 }
 
+/// An exec, attach or port-forward request.
+fn is_pod_stream(request: &Request) -> bool {
+    RequestInfo::of(request.method(), request.uri())
+        .resource
+        .is_some_and(|r| {
+            r.resource == "pods"
+                && matches!(
+                    r.subresource.as_deref(),
+                    Some("exec" | "attach" | "portforward")
+                )
+        })
+}
+
 /// Whether the request's user is in `system:masters`.
 fn is_privileged(request: &Request) -> bool {
     request
@@ -162,6 +181,8 @@ struct Inner {
     buckets: Option<ClientBuckets>,
     /// Open watches per client.
     watches: Mutex<HashMap<Client, usize>>,
+    /// Open exec, attach and port-forward streams per client.
+    streams: Mutex<HashMap<Client, usize>>,
 }
 
 impl Limiter {
@@ -175,6 +196,7 @@ impl Limiter {
                 buckets: (limits.client_qps > 0.0)
                     .then(|| ClientBuckets::new(limits.client_qps, limits.client_burst.max(1))),
                 watches: Mutex::new(HashMap::new()),
+                streams: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -209,50 +231,98 @@ impl Limiter {
     }
 
     /// Counts one more watch of `client`; the guard counts it off.
-    fn open_watch(&self, client: Client) -> Result<WatchGuard, ApiError> {
-        let cap = self.inner.limits.max_watches_per_client;
-        let mut watches = self.inner.watches.lock().unwrap_or_else(|e| e.into_inner());
-        let open = watches.entry(client.clone()).or_insert(0);
+    fn open_watch(&self, client: Client) -> Result<CountGuard, ApiError> {
+        self.open(Counted::Watches, client)
+    }
+
+    /// Counts one more exec, attach or port-forward stream of `client`.
+    fn open_stream(&self, client: Client) -> Result<CountGuard, ApiError> {
+        self.open(Counted::Streams, client)
+    }
+
+    fn counts(&self, counted: Counted) -> std::sync::MutexGuard<'_, HashMap<Client, usize>> {
+        let counts = match counted {
+            Counted::Watches => &self.inner.watches,
+            Counted::Streams => &self.inner.streams,
+        };
+        counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn open(&self, counted: Counted, client: Client) -> Result<CountGuard, ApiError> {
+        let (cap, what) = match counted {
+            Counted::Watches => (self.inner.limits.max_watches_per_client, "watches"),
+            Counted::Streams => (self.inner.limits.max_streams_per_client, "streams"),
+        };
+        let mut counts = self.counts(counted);
+        let open = counts.entry(client.clone()).or_insert(0);
         if cap > 0 && *open >= cap {
             return Err(ApiError::too_many_requests(
-                format!("Too many watches: client {client} already has {cap} open, the most a client may hold"),
+                format!("Too many {what}: client {client} already has {cap} open, the most a client may hold"),
                 1,
             ));
         }
         *open += 1;
-        Ok(WatchGuard {
+        Ok(CountGuard {
             limiter: self.clone(),
+            counted,
             client,
         })
     }
 
     /// Watches `client` has open.
     pub fn open_watches(&self, client: &Client) -> usize {
-        let watches = self.inner.watches.lock().unwrap_or_else(|e| e.into_inner());
-        watches.get(client).copied().unwrap_or(0)
+        self.counts(Counted::Watches)
+            .get(client)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// exec, attach and port-forward streams `client` has open.
+    pub fn open_streams(&self, client: &Client) -> usize {
+        self.counts(Counted::Streams)
+            .get(client)
+            .copied()
+            .unwrap_or(0)
     }
 }
 
-/// One open watch, counted until dropped with its response body.
-struct WatchGuard {
+#[derive(Debug, Clone, Copy)]
+enum Counted {
+    Watches,
+    Streams,
+}
+
+/// One open watch or stream, counted until dropped (with the watch's
+/// response body, or the stream's relay).
+struct CountGuard {
     limiter: Limiter,
+    counted: Counted,
     client: Client,
 }
 
-impl Drop for WatchGuard {
+impl Drop for CountGuard {
     fn drop(&mut self) {
-        let mut watches = self
-            .limiter
-            .inner
-            .watches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(open) = watches.get_mut(&self.client) {
+        let mut counts = self.limiter.counts(self.counted);
+        if let Some(open) = counts.get_mut(&self.client) {
             *open = open.saturating_sub(1);
             if *open == 0 {
-                watches.remove(&self.client);
+                counts.remove(&self.client);
             }
         }
+    }
+}
+
+/// The count of one exec, attach or port-forward stream, put in the
+/// request's extensions; the handler moves it into the task that relays
+/// the upgraded connection, so the stream counts for as long as it lasts.
+#[derive(Clone)]
+pub struct StreamSlot(Arc<Mutex<Option<CountGuard>>>);
+
+impl StreamSlot {
+    /// Takes the count out of the request: it ends when the returned value
+    /// is dropped.
+    pub fn take(&self) -> Option<impl Send + 'static> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
 
@@ -327,6 +397,20 @@ pub async fn enforce(State(limiter): State<Limiter>, request: Request, next: Nex
                 Some(guard) => response.map(|body| crate::holding::Holding::body(body, guard)),
                 None => response,
             }
+        }
+        RequestKind::LongRunning if is_pod_stream(&request) => {
+            let mut request = request;
+            if let Some(client) = client {
+                match limiter.open_stream(client) {
+                    Ok(guard) => {
+                        request
+                            .extensions_mut()
+                            .insert(StreamSlot(Arc::new(Mutex::new(Some(guard)))));
+                    }
+                    Err(err) => return err.into_response(),
+                }
+            }
+            next.run(request).await
         }
         RequestKind::LongRunning => next.run(request).await,
         _ => {
@@ -513,6 +597,7 @@ mod tests {
     fn watches_are_capped_per_client_and_counted_off_when_they_end() {
         let limiter = Limiter::new(Limits {
             max_watches_per_client: 2,
+            max_streams_per_client: 2,
             ..Limits::default()
         });
         let one = Client::Address("127.0.0.2".parse().unwrap());
@@ -527,5 +612,61 @@ mod tests {
         drop(a);
         assert_eq!(limiter.open_watches(&one), 1);
         let _d = limiter.open_watch(one).unwrap();
+    }
+
+    #[test]
+    fn pod_streams_are_capped_apart_from_watches_and_held_by_their_slot() {
+        let limiter = Limiter::new(Limits {
+            max_watches_per_client: 1,
+            max_streams_per_client: 2,
+            ..Limits::default()
+        });
+        let one = Client::User("alice".into());
+        let _watch = limiter.open_watch(one.clone()).unwrap();
+        let slot = StreamSlot(Arc::new(Mutex::new(Some(
+            limiter.open_stream(one.clone()).unwrap(),
+        ))));
+        let _second = limiter.open_stream(one.clone()).unwrap();
+        let refused = limiter.open_stream(one.clone()).err().unwrap();
+        assert_eq!(refused.code, 429);
+        assert!(
+            refused.message.starts_with("Too many streams"),
+            "{}",
+            refused.message
+        );
+        // The handler takes the count out of the request; it lasts as long
+        // as what it was moved into.
+        let held = slot.clone().take();
+        drop(slot);
+        assert_eq!(limiter.open_streams(&one), 2);
+        drop(held);
+        assert_eq!(limiter.open_streams(&one), 1);
+        assert_eq!(limiter.open_watches(&one), 1);
+    }
+
+    #[test]
+    fn exec_attach_and_port_forward_are_pod_streams() {
+        for (method, path, stream) in [
+            (
+                Method::GET,
+                "/api/v1/namespaces/d/pods/p/exec?command=ls",
+                true,
+            ),
+            (Method::POST, "/api/v1/namespaces/d/pods/p/attach", true),
+            (Method::GET, "/api/v1/namespaces/d/pods/p/portforward", true),
+            (
+                Method::GET,
+                "/api/v1/namespaces/d/pods/p/log?follow=true",
+                false,
+            ),
+            (Method::GET, "/api/v1/namespaces/d/pods/p", false),
+        ] {
+            let request = Request::builder()
+                .method(method)
+                .uri(path)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            assert_eq!(is_pod_stream(&request), stream, "{path}");
+        }
     }
 }
