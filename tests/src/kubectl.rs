@@ -37,6 +37,55 @@ pub fn kubectl_or_skip(test: &str) -> Option<PathBuf> {
     found
 }
 
+/// The kubectl versions the Google Cloud SDK installs beside its
+/// dispatcher (kubectl.1.27 … kubectl.1.33).
+pub const MINORS: std::ops::RangeInclusive<u32> = 27..=33;
+const SDK_BIN: &str = "/usr/lib/google-cloud-sdk/bin";
+
+/// Every kubectl.1.NN found, by minor; a missing one is skipped with a
+/// note outside CI and a panic under CI=true.
+pub fn every_kubectl_version() -> Vec<(u32, PathBuf)> {
+    MINORS
+        .filter_map(|minor| kubectl_binary(minor).map(|binary| (minor, binary)))
+        .collect()
+}
+
+/// The directories kubectl.1.NN may be in: beside the `kubectl` on PATH
+/// (the dispatcher, followed through its links), then the SDK's.
+fn search_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|dir| dir.join("kubectl"))
+        .filter(|candidate| candidate.is_file())
+        .filter_map(|candidate| std::fs::canonicalize(candidate).ok())
+        .filter_map(|real| real.parent().map(Path::to_path_buf))
+        .collect();
+    dirs.push(PathBuf::from(SDK_BIN));
+    dirs
+}
+
+/// kubectl.1.`minor`, or `None` (skipped with a note; a panic under CI).
+fn kubectl_binary(minor: u32) -> Option<PathBuf> {
+    let name = format!("kubectl.1.{minor}");
+    let found = search_dirs()
+        .into_iter()
+        .map(|dir| dir.join(&name))
+        .find(|candidate| candidate.is_file());
+    if found.is_none() {
+        let hint = "install the Google Cloud SDK's kubectl component (`apt-get install google-cloud-cli-kubectl`), which ships kubectl.1.NN beside the dispatcher";
+        if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+            panic!("{name} is not installed, and CI must run every kubectl version: {hint}");
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED kubectl {name}: not found ({hint})"
+        );
+    }
+    found
+}
+
 /// kubectl pointed at one kubeconfig, with its own discovery cache (a
 /// cache shared between servers would describe the wrong one).
 pub struct Kubectl {
@@ -106,6 +155,26 @@ impl Kubectl {
             .output()
             .map(KubectlOutput::from)
             .with_context(|| format!("running kubectl {}", args.join(" ")))
+    }
+
+    /// Runs `kubectl ARGS` with `input` on its stdin, to its end.
+    pub fn run_with_input(&self, args: &[&str], input: &[u8]) -> Result<KubectlOutput> {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting kubectl {}", args.join(" ")))?;
+        let mut stdin = child.stdin.take().context("kubectl's stdin")?;
+        let input = input.to_vec();
+        let writer = std::thread::spawn(move || stdin.write_all(&input));
+        let output = child
+            .wait_with_output()
+            .with_context(|| format!("running kubectl {}", args.join(" ")))?;
+        // kubectl may end before reading all of its input.
+        let _ = writer.join();
+        Ok(KubectlOutput::from(output))
     }
 
     /// Runs `kubectl ARGS`, which must succeed; returns its stdout.

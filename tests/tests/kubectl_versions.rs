@@ -13,16 +13,11 @@
 //! CI=true. To check another command with every version, add a step to
 //! [`exercise`].
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-
 use anyhow::{ensure, Context, Result};
 use skiff_tests::api_server::ApiServer;
-use skiff_tests::kubectl::{Kubectl, RunningKubectl};
+use skiff_tests::kubectl::{every_kubectl_version, Kubectl, RunningKubectl};
 
-const MINORS: std::ops::RangeInclusive<u32> = 27..=33;
 const WATCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
-const SDK_BIN: &str = "/usr/lib/google-cloud-sdk/bin";
 
 /// The version `/version` and `kubectl version` report.
 const SERVER_VERSION: &str = "v1.33.0+skiff";
@@ -53,42 +48,6 @@ spec:
               note: {type: string, nullable: true}
               extra: {type: object, x-kubernetes-preserve-unknown-fields: true}
 ";
-
-/// The directories kubectl.1.NN may be in: beside the `kubectl` on PATH
-/// (the dispatcher, followed through its links), then the SDK's.
-fn search_dirs() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|dir| dir.join("kubectl"))
-        .filter(|candidate| candidate.is_file())
-        .filter_map(|candidate| std::fs::canonicalize(candidate).ok())
-        .filter_map(|real| real.parent().map(Path::to_path_buf))
-        .collect();
-    dirs.push(PathBuf::from(SDK_BIN));
-    dirs
-}
-
-/// kubectl.1.`minor`, or `None` (skipped with a note; a panic under CI).
-fn kubectl_binary(minor: u32) -> Option<PathBuf> {
-    let name = format!("kubectl.1.{minor}");
-    let found = search_dirs()
-        .into_iter()
-        .map(|dir| dir.join(&name))
-        .find(|candidate| candidate.is_file());
-    if found.is_none() {
-        let hint = "install the Google Cloud SDK's kubectl component (`apt-get install google-cloud-cli-kubectl`), which ships kubectl.1.NN beside the dispatcher";
-        if std::env::var("CI").is_ok_and(|ci| ci == "true") {
-            panic!("{name} is not installed, and CI must run every kubectl version: {hint}");
-        }
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED kubectl {name}: not found ({hint})"
-        );
-    }
-    found
-}
 
 fn manifests(namespace: &str) -> String {
     format!(
@@ -590,9 +549,7 @@ async fn watch_step(kubectl: &Kubectl, minor: u32) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kubectl_version_applies_validates_and_explains() -> Result<()> {
-    let binaries: Vec<(u32, PathBuf)> = MINORS
-        .filter_map(|minor| kubectl_binary(minor).map(|binary| (minor, binary)))
-        .collect();
+    let binaries = every_kubectl_version();
     if binaries.is_empty() {
         return Ok(());
     }

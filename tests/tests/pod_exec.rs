@@ -41,9 +41,25 @@ async fn only_create_on_the_subresource_opens_a_stream_into_a_pod() -> Result<()
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "execer"}],
     });
     let rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/default";
-    expect_status(&admin.post(&format!("{rbac}/rolebindings"), &viewer_binding).await?, 201, "viewer binding")?;
-    expect_status(&admin.post(&format!("{rbac}/roles"), &role).await?, 201, "role")?;
-    expect_status(&admin.post(&format!("{rbac}/rolebindings"), &exec_binding).await?, 201, "exec binding")?;
+    expect_status(
+        &admin
+            .post(&format!("{rbac}/rolebindings"), &viewer_binding)
+            .await?,
+        201,
+        "viewer binding",
+    )?;
+    expect_status(
+        &admin.post(&format!("{rbac}/roles"), &role).await?,
+        201,
+        "role",
+    )?;
+    expect_status(
+        &admin
+            .post(&format!("{rbac}/rolebindings"), &exec_binding)
+            .await?,
+        201,
+        "exec binding",
+    )?;
 
     let viewer = client(&admin, "viewer", &[])?;
     let kubelet = client(&admin, "system:node:n1", &["system:nodes"])?;
@@ -60,7 +76,11 @@ async fn only_create_on_the_subresource_opens_a_stream_into_a_pod() -> Result<()
             "{method}"
         );
     }
-    for sub in ["exec?command=ls", "attach?stdout=true", "portforward?ports=80"] {
+    for sub in [
+        "exec?command=ls",
+        "attach?stdout=true",
+        "portforward?ports=80",
+    ] {
         let reply = kubelet.get(&format!("{PODS}/p/{sub}")).await?;
         let status = expect_status(&reply, 403, sub)?;
         assert_eq!(status["reason"], "Forbidden", "{sub}");
@@ -77,5 +97,145 @@ async fn only_create_on_the_subresource_opens_a_stream_into_a_pod() -> Result<()
         "execer attach",
     )?;
     assert_eq!(status["reason"], "Forbidden");
+    Ok(())
+}
+
+const EXEC_POD: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: shell
+spec:
+  containers:
+  - name: main
+    image: busybox
+    command: [sleep, '3600']
+    env:
+    - {name: GREETING, value: hello-from-the-container}
+";
+
+/// exec (stdout, stderr, exit codes, stdin), cp both ways and the refusals,
+/// with every kubectl version found: 1.27–1.29 speak SPDY/3.1, 1.30 and
+/// later WebSocket (`v5.channel.k8s.io`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_execs_and_copies() -> Result<()> {
+    use skiff_tests::kubectl::{every_kubectl_version, Kubectl};
+    use skiff_tests::local_node::{apply, wait_for, LocalNode};
+    let Some(node) = LocalNode::start("every_kubectl_execs_and_copies").await? else {
+        return Ok(());
+    };
+    apply(&node.kubectl, "shell.yaml", EXEC_POD)?;
+    wait_for(&node.kubectl, "pod", "shell", "{.status.phase}", "Running").await?;
+    let scratch = tempfile::tempdir()?;
+    for (minor, binary) in every_kubectl_version() {
+        let kubectl = Kubectl::new(binary, &node.server.kubeconfig())?;
+        let v = format!("kubectl.1.{minor}");
+        let out = kubectl.ok(&["exec", "shell", "--", "echo", "hi"])?;
+        anyhow::ensure!(out == "hi\n", "{v} exec echo: {out:?}");
+        let out = kubectl.ok(&["exec", "shell", "--", "sh", "-c", "echo $GREETING"])?;
+        anyhow::ensure!(
+            out == "hello-from-the-container\n",
+            "{v} the container's env: {out:?}"
+        );
+
+        let failed = kubectl.run(&[
+            "exec",
+            "shell",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 3",
+        ])?;
+        anyhow::ensure!(
+            failed.code == Some(3) && failed.stdout == "out\n" && failed.stderr.contains("err\n"),
+            "{v} exit 3: {failed:?}"
+        );
+
+        let input = b"line one\nline two\n";
+        let echoed = kubectl.run_with_input(&["exec", "-i", "shell", "--", "cat"], input)?;
+        anyhow::ensure!(
+            echoed.code == Some(0) && echoed.stdout.as_bytes() == input,
+            "{v} exec -i cat: {echoed:?}"
+        );
+
+        // cp both ways, through tar in the pod's view of the filesystem.
+        let dir = scratch.path().join(format!("v{minor}"));
+        std::fs::create_dir_all(&dir)?;
+        let local = kubectl.manifest("upload.txt", &format!("copied by {v}\n"))?;
+        let remote = format!("shell:{}/in-pod.txt", dir.display());
+        kubectl.ok(&["cp", &local.display().to_string(), &remote])?;
+        anyhow::ensure!(
+            std::fs::read_to_string(dir.join("in-pod.txt"))? == format!("copied by {v}\n"),
+            "{v} cp into the pod"
+        );
+        let back = dir.join("back.txt");
+        kubectl.ok(&["cp", &remote, &back.display().to_string()])?;
+        anyhow::ensure!(
+            std::fs::read_to_string(&back)? == format!("copied by {v}\n"),
+            "{v} cp out of the pod"
+        );
+
+        let missing = kubectl.run(&["exec", "shell", "-c", "nope", "--", "true"])?;
+        anyhow::ensure!(
+            missing.code == Some(1)
+                && missing
+                    .stderr
+                    .contains("container nope is not valid for pod shell"),
+            "{v} a missing container: {missing:?}"
+        );
+        let no_program = kubectl.run(&["exec", "shell", "--", "no-such-program-xyz"])?;
+        anyhow::ensure!(
+            no_program.code != Some(0)
+                && no_program
+                    .stderr
+                    .contains("executable file not found in $PATH"),
+            "{v} a missing program: {no_program:?}"
+        );
+    }
+    Ok(())
+}
+
+/// The Python client's exec stream (WebSocket, `v4.channel.k8s.io`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_execs() -> Result<()> {
+    use anyhow::Context;
+    use skiff_tests::local_node::{apply, wait_for, LocalNode};
+    use skiff_tests::python::{python_with_kubernetes_or_skip, script};
+    let Some(python) = python_with_kubernetes_or_skip("the_python_client_execs") else {
+        return Ok(());
+    };
+    let Some(node) = LocalNode::start("the_python_client_execs").await? else {
+        return Ok(());
+    };
+    apply(&node.kubectl, "shell.yaml", EXEC_POD)?;
+    wait_for(&node.kubectl, "pod", "shell", "{.status.phase}", "Running").await?;
+    let run = tokio::process::Command::new(&python)
+        .arg(script("exec_stream.py"))
+        .arg(node.server.kubeconfig())
+        .args(["default", "shell"])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(90), run)
+        .await
+        .context("exec_stream.py did not finish")??;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    anyhow::ensure!(
+        output.status.success(),
+        "exec_stream.py failed ({}); stderr:\n{stderr}",
+        output.status
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim())
+        .with_context(|| format!("exec_stream.py printed {stdout}; stderr:\n{stderr}"))?;
+    assert_eq!(seen["echo"], "hello from python\n", "{seen}");
+    assert_eq!(
+        (&seen["stdout"], &seen["stderr"], &seen["returncode"]),
+        (&json!("out\n"), &json!("err\n"), &json!(3)),
+        "{seen}"
+    );
+    assert_eq!(
+        (&seen["stdin_echo"], &seen["stdin_returncode"]),
+        (&json!("hello\n"), &json!(0)),
+        "{seen}"
+    );
     Ok(())
 }
