@@ -21,6 +21,7 @@ pub mod field_validation;
 mod h2_streams;
 mod holding;
 pub mod kubelet;
+pub mod kubernetes_service;
 pub mod limits;
 pub mod namespace;
 pub mod object;
@@ -38,6 +39,7 @@ pub mod resources;
 pub(crate) mod schema;
 pub mod selectors;
 pub mod server;
+pub mod service_alloc;
 pub mod serving;
 pub mod skip_verify;
 pub mod status;
@@ -75,6 +77,26 @@ pub struct ApiListener {
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
+/// The `kubernetes` Service (with this server's address), then, for as
+/// long as the server runs, the repair of leaked Service allocations.
+async fn services(registry: &Registry, api: Option<std::net::SocketAddr>) {
+    if let Some(api) = api {
+        let mut delay = std::time::Duration::from_millis(100);
+        while let Err(err) = kubernetes_service::ensure(registry, api).await {
+            tracing::debug!(error = %err, "the kubernetes Service not written yet; retrying");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(std::time::Duration::from_secs(5));
+        }
+    }
+    let mut repair = service_alloc::Repair::default();
+    loop {
+        if let Err(err) = repair.run(registry).await {
+            tracing::warn!(error = %err, "repairing Service allocations");
+        }
+        tokio::time::sleep(service_alloc::REPAIR_INTERVAL).await;
+    }
+}
+
 /// Serves the API on `listeners` until `shutdown` resolves; open watches
 /// are ended then. The default namespaces are created as soon as the store
 /// takes writes (a cluster may still be electing its leader).
@@ -86,6 +108,10 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     // Turns true once the default roles and namespaces exist.
     let (bootstrapped, ready) = tokio::sync::watch::channel(false);
+    let api_address = listeners
+        .first()
+        .and_then(|l| l.listener.local_addr().ok())
+        .filter(|a| !a.ip().is_unspecified());
     let bootstrap = {
         let registry = registry.clone();
         tokio::spawn(async move {
@@ -98,6 +124,8 @@ pub async fn serve(
                         // list or watch of a resource does not wait for it.
                         registry.start_watch_caches();
                         let _ = bootstrapped.send(true);
+                        drop(bootstrapped);
+                        services(&registry, api_address).await;
                         return;
                     }
                     Err(err) => {

@@ -42,6 +42,8 @@ pub struct Registry {
     kubelet_client: Option<std::sync::Arc<rustls::ClientConfig>>,
     /// Events expire after this (`None`: they stay until deleted).
     event_ttl: Option<std::sync::Arc<crate::event_ttl::EventTtl>>,
+    /// Where Services' cluster IPs and node ports come from.
+    service_ranges: std::sync::Arc<crate::service_alloc::ServiceRanges>,
 }
 
 /// Which object or collection a request is about.
@@ -231,7 +233,19 @@ impl Registry {
             kubelet_client: None,
             authorizer: Default::default(),
             event_ttl: None,
+            service_ranges: Default::default(),
         }
+    }
+
+    /// Services' cluster IPs and node ports come from `ranges`
+    /// (`--service-cluster-ip-range`, `--service-node-port-range`).
+    pub fn with_service_ranges(mut self, ranges: crate::service_alloc::ServiceRanges) -> Registry {
+        self.service_ranges = std::sync::Arc::new(ranges);
+        self
+    }
+
+    pub fn service_ranges(&self) -> &crate::service_alloc::ServiceRanges {
+        &self.service_ranges
     }
 
     /// Events written from now on expire `ttl` after their last write
@@ -607,6 +621,10 @@ impl Registry {
         attrs.object = Some(object);
         self.admission.validate(self, &attrs).await?;
         let mut object = attrs.object.take().unwrap_or_default();
+        let allocated = match is_service(resource) {
+            true => Some(crate::service_alloc::allocate(self, None, &mut object, dry_run).await?),
+            false => None,
+        };
         if dry_run {
             if self
                 .storage
@@ -633,6 +651,9 @@ impl Registry {
         let revision = match created {
             Ok(revision) => revision,
             Err(err) => {
+                if let Some(allocated) = &allocated {
+                    crate::service_alloc::release(self, &object, allocated).await;
+                }
                 attrs.object = Some(object);
                 self.admission.release(self, &attrs).await;
                 return Err(storage_error(target, &name, err));
@@ -680,7 +701,8 @@ impl Registry {
         mut try_update: impl FnMut(&Value, i64) -> ApiResult<Value>,
     ) -> ApiResult<Value> {
         let mut last = None;
-        for _ in 0..UPDATE_ATTEMPTS {
+        let started = std::time::Instant::now();
+        while last.is_none() || started.elapsed() < UPDATE_RETRY_FOR {
             let (current, revision) = match read.take() {
                 Some(read) => read,
                 None => self.read(target, name).await?,
@@ -826,6 +848,9 @@ impl Registry {
         if is_crd(resource) {
             crate::crd::accept(&mut next);
         }
+        if is_service(resource) && subresource.is_none() {
+            crate::service_alloc::drop_type_dependent_fields(&current, &mut next);
+        }
         crate::validation::validate_object(resource, &next)?;
         crate::validation::update::validate_update(resource, &current, &next)?;
         for warning in crate::validation::warnings::on_update(resource, &current, &next) {
@@ -839,6 +864,13 @@ impl Registry {
         attrs.old_object = Some(current);
         self.admission.validate(self, &attrs).await?;
         let mut next = attrs.object.take().unwrap_or_default();
+        let current = attrs.old_object.take().unwrap_or_default();
+        let allocated = match is_service(resource) && subresource.is_none() {
+            true => Some(
+                crate::service_alloc::allocate(self, Some(&current), &mut next, dry_run).await?,
+            ),
+            false => None,
+        };
         if dry_run {
             return Ok(next);
         }
@@ -860,12 +892,25 @@ impl Registry {
         let written = match stored {
             Ok(written) => written,
             Err(err) => {
+                if let Some(allocated) = &allocated {
+                    crate::service_alloc::release(self, &next, allocated).await;
+                }
                 attrs.object = Some(next);
+                attrs.old_object = Some(current);
                 self.admission.release(self, &attrs).await;
                 return Err(storage_error(target, name, err));
             }
         };
         self.admission.written(resource);
+        if is_service(resource) {
+            // What the Service held before and holds no more.
+            let kept = match gone {
+                true => crate::service_alloc::Held::default(),
+                false => crate::service_alloc::held(&next),
+            };
+            let dropped = crate::service_alloc::held(&current).minus(&kept);
+            crate::service_alloc::release(self, &current, &dropped).await;
+        }
         if gone {
             self.admission.removed(self, resource, &next).await;
         }
@@ -1158,6 +1203,10 @@ impl Registry {
             .map_err(|err| storage_error(target, name, err))?;
         self.admission.written(resource);
         self.admission.removed(self, resource, &current).await;
+        if is_service(resource) {
+            let held = crate::service_alloc::held(&current);
+            crate::service_alloc::release(self, &current, &held).await;
+        }
         if is_crd(resource) {
             self.remove_custom_resource(&current).await;
         }
@@ -1584,19 +1633,27 @@ fn is_write_race(err: &ApiError) -> bool {
     err.code == 409 && err.reason == "Conflict" && err.message.ends_with(CONFLICT_WHY)
 }
 
-/// How often [`Registry::guaranteed_update`] tries a write that keeps
-/// losing races before it answers 409.
-const UPDATE_ATTEMPTS: usize = 8;
+/// How long [`Registry::guaranteed_update`] keeps trying a write that
+/// keeps losing races before it answers 409. Kubernetes retries for as
+/// long as the request lives; a busy controller writing the same object
+/// must not make a `scale` or a status write without a resourceVersion
+/// fail after a fixed number of lost races.
+const UPDATE_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
 const CONFLICT_WHY: &str =
     "the object has been modified; please apply your changes to the latest version and try again";
 
-/// What a new object's status starts as, where Kubernetes sets one.
+/// Whether `resource` is core v1 Services, whose addresses are allocated.
+fn is_service(resource: &ResourceType) -> bool {
+    resource.group.is_empty() && resource.plural == "services"
+}
+
 fn is_crd(resource: &ResourceType) -> bool {
     resource.custom.is_none()
         && (resource.group, resource.plural) == (crate::crd::CRDS.0, crate::crd::CRDS.2)
 }
 
+/// What a new object's status starts as, where Kubernetes sets one.
 fn default_status(resource: &ResourceType, object: &mut Value) {
     let phase = match (resource.group, resource.kind) {
         ("", "Namespace") => "Active",

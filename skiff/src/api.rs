@@ -34,6 +34,41 @@ impl EventFlags {
     }
 }
 
+/// Where Services' cluster IPs and node ports come from (kube-apiserver's
+/// flags of the same names).
+#[derive(Debug, Clone, Args)]
+pub struct ServiceRangeFlags {
+    /// The network Services' cluster IPs are allocated from (IPv4 CIDR);
+    /// its first address is the `kubernetes` Service's.
+    #[arg(
+        long,
+        env = "SKIFF_SERVICE_CLUSTER_IP_RANGE",
+        default_value = "10.96.0.0/12"
+    )]
+    pub service_cluster_ip_range: String,
+    /// The ports NodePort Services are allocated from (LOW-HIGH).
+    #[arg(
+        long,
+        env = "SKIFF_SERVICE_NODE_PORT_RANGE",
+        default_value = "30000-32767"
+    )]
+    pub service_node_port_range: String,
+}
+
+impl ServiceRangeFlags {
+    /// `registry`, allocating from these ranges.
+    pub fn apply(&self, registry: skiff_apiserver::Registry) -> Result<skiff_apiserver::Registry> {
+        let ranges = skiff_apiserver::service_alloc::ServiceRanges::parse(
+            &self.service_cluster_ip_range,
+            &self.service_node_port_range,
+        )
+        .map_err(|err| {
+            anyhow::anyhow!("--service-cluster-ip-range / --service-node-port-range: {err}")
+        })?;
+        Ok(registry.with_service_ranges(ranges))
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct SecurityFlags {
     /// Where the cluster CA and the administrator's credentials are kept

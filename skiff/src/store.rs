@@ -178,6 +178,8 @@ pub struct ApiServing {
     pub controllers: crate::control_plane::ControllerFlags,
     /// How long Events are kept.
     pub events: crate::api::EventFlags,
+    /// Where Services' addresses come from.
+    pub services: crate::api::ServiceRangeFlags,
     /// The API's request limits and audit log.
     pub serve: skiff_apiserver::ServeOptions,
     /// Encryption at rest, if configured.
@@ -276,11 +278,13 @@ pub async fn run_member(
             if let Some(encryption) = &api.encryption {
                 storage = storage.with_encryption(encryption.clone());
             }
-            let registry = api.events.apply(
-                skiff_apiserver::Registry::new(storage)
-                    .with_token_issuer(api.security.pki.token_issuer()?)
-                    .with_kubelet_client(api.security.pki.kubelet_client()?),
-            );
+            let registry = api.services.apply(
+                api.events.apply(
+                    skiff_apiserver::Registry::new(storage)
+                        .with_token_issuer(api.security.pki.token_issuer()?)
+                        .with_kubelet_client(api.security.pki.kubelet_client()?),
+                ),
+            )?;
             tracing::info!(addr = %local.addr, kubeconfig = %api.kubeconfig.display(), "serving the Kubernetes API");
             let mut options = api.serve.clone();
             options.authn = api.security.authn.clone();

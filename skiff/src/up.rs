@@ -55,6 +55,8 @@ pub struct UpArgs {
     pub controllers: crate::control_plane::ControllerFlags,
     #[command(flatten)]
     pub events: crate::api::EventFlags,
+    #[command(flatten)]
+    pub services: crate::api::ServiceRangeFlags,
     /// Run a kubelet for this host beside the API, its state in
     /// DATA_DIR/kubelet; `false` runs no node.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -167,6 +169,7 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
         controller_manager: args.controller_manager,
         controllers: args.controllers,
         events: args.events,
+        services: args.services,
         serve: skiff_apiserver::ServeOptions {
             limits: args.limits.limits(),
             audit: Some(args.audit.auditor(&args.data_dir)?),
@@ -197,11 +200,13 @@ async fn api_only(args: UpArgs) -> Result<()> {
         skiff_apiserver::storage::EtcdStorage::connect(&args.store_endpoints, tls.as_ref())
             .map_err(|err| anyhow::anyhow!(err))?;
     let storage = skiff_apiserver::Storage::etcd(storage).with_encryption(args.encryption()?);
-    let registry = args.events.apply(
-        skiff_apiserver::Registry::new(storage)
-            .with_token_issuer(security.pki.token_issuer()?)
-            .with_kubelet_client(security.pki.kubelet_client()?),
-    );
+    let registry = args.services.apply(
+        args.events.apply(
+            skiff_apiserver::Registry::new(storage)
+                .with_token_issuer(security.pki.token_issuer()?)
+                .with_kubelet_client(security.pki.kubelet_client()?),
+        ),
+    )?;
     let mut signals = crate::shutdown::StopSignals::register()?;
     let (listeners, local) = crate::api::bind(&args.api_listen, &security).await?;
     let kubeconfig = args.data_dir.join("kubeconfig");
@@ -296,6 +301,8 @@ pub struct ServerArgs {
     #[command(flatten)]
     pub events: crate::api::EventFlags,
     #[command(flatten)]
+    pub services: crate::api::ServiceRangeFlags,
+    #[command(flatten)]
     pub limits: crate::limits::LimitFlags,
     #[command(flatten)]
     pub audit: crate::audit::AuditFlags,
@@ -329,6 +336,7 @@ pub async fn server(args: ServerArgs) -> Result<()> {
         controller_manager: args.controller_manager,
         controllers: args.controllers,
         events: args.events,
+        services: args.services,
         serve: skiff_apiserver::ServeOptions {
             limits: args.limits.limits(),
             audit: Some(args.audit.auditor(&args.store.data_dir)?),
