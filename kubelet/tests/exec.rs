@@ -420,3 +420,43 @@ fn process_runs(pid: u32) -> bool {
             .starts_with('Z')
     })
 }
+
+#[tokio::test]
+async fn a_tty_session_runs_on_a_terminal_that_the_client_resizes() {
+    let kubelet = Kubelet::start().await;
+    let script = "read line; [ -t 0 ] && [ -t 1 ] && echo on-a-tty; stty size; echo got:$line";
+    let url = kubelet.exec_url(
+        "app",
+        &["sh", "-c", script],
+        "stdin=true&stdout=true&stderr=true&tty=true",
+    );
+    let (mut socket, _) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+    socket
+        .send(Message::binary(
+            b"\x04{\"Width\":100,\"Height\":40}".to_vec(),
+        ))
+        .await
+        .unwrap();
+    socket
+        .send(Message::binary(b"\x00x\n".to_vec()))
+        .await
+        .unwrap();
+    let received = read_all(&mut socket).await;
+    let output = String::from_utf8_lossy(&received.stdout);
+    assert!(output.contains("on-a-tty\r\n"), "{output:?}");
+    assert!(output.contains("40 100\r\n"), "{output:?}");
+    assert!(output.contains("got:x\r\n"), "{output:?}");
+    assert!(received.stderr.is_empty());
+    assert_eq!(received.status()["status"], "Success");
+    kubelet.stop().await;
+}
+
+#[tokio::test]
+async fn a_tty_sessions_exit_code_is_reported() {
+    let kubelet = Kubelet::start().await;
+    let url = kubelet.exec_url("app", &["sh", "-c", "exit 7"], "stdout=true&tty=true");
+    let (mut socket, _) = connect(&url, "v4.channel.k8s.io").await.unwrap();
+    let status = read_all(&mut socket).await.status();
+    assert_eq!(status["details"]["causes"][0]["message"], "7");
+    kubelet.stop().await;
+}
