@@ -9,7 +9,8 @@
 //! - [`env`], [`volumes`], [`probe`]: what a container sees and how it is
 //!   checked.
 //! - [`pod`]: one worker per pod, driving containers and the pod status.
-//! - [`server`]: the kubelet's HTTP port (logs for `pods/log`).
+//! - [`server`]: the kubelet's HTTP port (logs for `pods/log`), with
+//!   [`streaming`]'s exec, attach and port-forward.
 //! - [`eviction_manager`]: evicts pods when the node is under pressure,
 //!   in [`eviction`]'s order.
 //! - [`agent`]: all of it as one running kubelet.
@@ -27,4 +28,5 @@ pub mod runtime;
 pub mod server;
 pub mod shim;
 pub mod simulate;
+pub mod streaming;
 pub mod volumes;

@@ -5,6 +5,7 @@
 pub(crate) mod cgroup;
 mod container;
 mod exec;
+mod exec_context;
 mod handle;
 pub(crate) mod proc;
 mod recover;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 pub use cgroup::{CgroupConfig, LimitsEnforcement};
 pub use container::{ContainerId, ContainerSpec, ExitStatus, Limits};
+pub use exec_context::ExecContext;
 pub use handle::ContainerHandle;
 pub use recover::{RecoveredContainer, RecoveredState};
 

@@ -1,7 +1,8 @@
 //! The kubelet's port (10250 by default; HTTPS, whose TLS configuration
 //! decides which client certificates get in): the containers' logs at
 //! `/containerLogs/{namespace}/{pod}/{container}` for the apiserver's
-//! `pods/log`, and `/healthz`. Errors are plain text, as the kubelet's
+//! `pods/log`, [`crate::streaming`]'s exec, attach and port-forward, and
+//! `/healthz`. Errors are plain text, as the kubelet's
 //! are; the apiserver turns them into a Status.
 
 use std::collections::HashMap;
@@ -16,7 +17,8 @@ use axum::Router;
 
 use crate::logs::{read_log, LogOptions};
 use crate::pod::PodManager;
-use crate::runtime::{ContainerId, ProcessRuntime};
+use crate::runtime::{ContainerHandle, ContainerId, ProcessRuntime};
+use crate::streaming::{self, ContainerFinder, Refusal};
 
 #[derive(Clone)]
 struct Kubelet {
@@ -25,13 +27,51 @@ struct Kubelet {
 }
 
 pub fn router(pods: Arc<PodManager>, runtime: Arc<ProcessRuntime>) -> Router {
+    let finder: Arc<dyn ContainerFinder> = Arc::new(NodePods(pods.clone()));
     Router::new()
+        .merge(streaming::router(finder, runtime.clone()))
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/containerLogs/{namespace}/{pod}/{container}",
             get(container_logs),
         )
         .with_state(Kubelet { pods, runtime })
+}
+
+/// The pods this node runs, as the streaming endpoints look them up.
+struct NodePods(Arc<PodManager>);
+
+impl ContainerFinder for NodePods {
+    fn running_container(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<ContainerHandle, Refusal> {
+        let Some(context) = self.0.pod(namespace, pod) else {
+            return Err(Refusal::new(
+                StatusCode::NOT_FOUND,
+                format!("pod {namespace}/{pod} is not running on this node"),
+            ));
+        };
+        let shared = &context.shared;
+        let (init, containers, _) = shared.snapshot();
+        if !init.iter().chain(&containers).any(|c| c.name == container) {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                format!("container {container} is not valid for pod {pod}"),
+            ));
+        }
+        shared
+            .handle(container)
+            .filter(|handle| handle.exited().is_none())
+            .ok_or_else(|| {
+                Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("container {container} is not running in pod {pod}"),
+                )
+            })
+    }
 }
 
 /// How long a client's TLS handshake may take.

@@ -1,0 +1,45 @@
+//! What a command exec'd into a running container runs with: the
+//! environment, working directory and cgroup its shim gave the container,
+//! read back from the shim's spec so a recovered container has them too.
+
+use std::path::PathBuf;
+
+use super::container::ContainerId;
+use super::state::{read_json, ContainerDir};
+use super::{exec, ProcessRuntime, RuntimeError};
+use crate::shim::ShimSpec;
+
+/// The context of a running container that `kubectl exec` enters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecContext {
+    pub env: Vec<(String, String)>,
+    pub working_dir: PathBuf,
+    /// The container's cgroup, which the command joins, if it has one.
+    pub cgroup: Option<PathBuf>,
+}
+
+impl ExecContext {
+    /// Finds `program` as the container's own start would (its PATH, its
+    /// working directory), failing with runc's words when it cannot run.
+    pub fn resolve(&self, program: &str) -> Result<PathBuf, RuntimeError> {
+        exec::resolve_program(program, &self.env, &self.working_dir)
+    }
+}
+
+impl ProcessRuntime {
+    /// The context of the container run `id`, from the spec its shim runs.
+    pub fn exec_context(&self, id: &ContainerId) -> Result<ExecContext, RuntimeError> {
+        let dir = ContainerDir::new(self.root(), id)?;
+        let path = dir.spec_path();
+        let spec: ShimSpec = read_json(&path)?.ok_or_else(|| RuntimeError::Io {
+            action: "read the spec of",
+            path: path.clone(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        })?;
+        Ok(ExecContext {
+            env: spec.env,
+            working_dir: spec.working_dir,
+            cgroup: spec.cgroup,
+        })
+    }
+}

@@ -1,0 +1,296 @@
+//! The kubelet's streaming endpoints, which the apiserver's `pods/exec`,
+//! `pods/attach` and `pods/portforward` proxy to unchanged:
+//! `/exec/{namespace}/{pod}/{container}` over WebSocket (the
+//! `*.channel.k8s.io` subprotocols). Requests that cannot be served are
+//! refused with a plain-text error before any upgrade.
+
+mod channel;
+mod exec;
+mod pty;
+mod status;
+mod websocket;
+
+use std::sync::Arc;
+
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+pub use channel::{ChannelProtocol, TerminalSize};
+pub use exec::ExecRequest;
+pub use status::ExecOutcome;
+
+use crate::runtime::{ContainerHandle, ProcessRuntime};
+
+/// Finds the running container a stream is for.
+pub trait ContainerFinder: Send + Sync + 'static {
+    /// The container `container` of pod `namespace/pod`, if it runs; else
+    /// the HTTP refusal the client gets.
+    fn running_container(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<ContainerHandle, Refusal>;
+}
+
+/// Why a stream is refused, as the status code and plain-text message the
+/// apiserver relays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: StatusCode,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: StatusCode, message: impl Into<String>) -> Self {
+        Refusal {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (
+            self.code,
+            [(header::CONTENT_TYPE, "text/plain")],
+            self.message,
+        )
+            .into_response()
+    }
+}
+
+#[derive(Clone)]
+struct Streaming {
+    finder: Arc<dyn ContainerFinder>,
+    runtime: Arc<ProcessRuntime>,
+}
+
+/// The streaming routes, to merge into the kubelet's router.
+pub fn router<S: Clone + Send + Sync + 'static>(
+    finder: Arc<dyn ContainerFinder>,
+    runtime: Arc<ProcessRuntime>,
+) -> Router<S> {
+    Router::new()
+        .route(
+            "/exec/{namespace}/{pod}/{container}",
+            get(exec_handler).post(exec_handler),
+        )
+        .with_state(Streaming { finder, runtime })
+}
+
+async fn exec_handler(
+    State(streaming): State<Streaming>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    Query(query): Query<Vec<(String, String)>>,
+    request: Request,
+) -> Response {
+    let exec_request = match exec_request(&query) {
+        Ok(exec_request) => exec_request,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let handle = match streaming
+        .finder
+        .running_container(&namespace, &pod, &container)
+    {
+        Ok(handle) => handle,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let context = match streaming.runtime.exec_context(handle.id()) {
+        Ok(context) => context,
+        Err(err) => {
+            return Refusal::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot exec in container {container}: {err}"),
+            )
+            .into_response()
+        }
+    };
+    let (mut parts, _body) = request.into_parts();
+    if !is_upgrade_to(&parts.headers, "websocket") {
+        return Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "exec needs a connection upgrade to WebSocket (Upgrade: websocket)",
+        )
+        .into_response();
+    }
+    let negotiated = negotiate(&parts.headers);
+    let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let Some((protocol, name)) = negotiated else {
+        return Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "unable to upgrade: none of the requested subprotocols is supported; supported: {}",
+                ChannelProtocol::REMOTECOMMAND.join(", ")
+            ),
+        )
+        .into_response();
+    };
+    let mut upgrade = upgrade
+        .max_message_size(websocket::MAX_MESSAGE)
+        .max_frame_size(websocket::MAX_MESSAGE);
+    if let Some(name) = name {
+        upgrade.set_selected_protocol(name);
+    }
+    upgrade.on_upgrade(move |socket| websocket::serve_exec(socket, protocol, context, exec_request))
+}
+
+/// The first subprotocol the client offers that is served (in the
+/// client's order, which axum's extractor does not keep); a client that
+/// offers none gets `channel.k8s.io`, as the kubelet does.
+fn negotiate(headers: &HeaderMap) -> Option<(ChannelProtocol, Option<HeaderValue>)> {
+    let mut offered = headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .peekable();
+    if offered.peek().is_none() {
+        return Some((ChannelProtocol::V1, None));
+    }
+    offered.find_map(|name| {
+        let protocol = ChannelProtocol::from_name(name)?;
+        Some((protocol, HeaderValue::from_str(name).ok()))
+    })
+}
+
+fn is_upgrade_to(headers: &HeaderMap, protocol: &str) -> bool {
+    headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|p| p.trim().eq_ignore_ascii_case(protocol))
+        })
+}
+
+/// The exec query as the apiserver forwards it: `command` repeated, the
+/// stream flags as Go's `strconv.ParseBool` reads them.
+fn exec_request(query: &[(String, String)]) -> Result<ExecRequest, Refusal> {
+    let bad = |message: String| Refusal::new(StatusCode::BAD_REQUEST, message);
+    let flag = |name: &str| -> Result<bool, Refusal> {
+        match query.iter().rev().find(|(k, _)| k == name) {
+            None => Ok(false),
+            Some((_, value)) => {
+                parse_bool(value).ok_or_else(|| bad(format!("{name}={value:?} is not a boolean")))
+            }
+        }
+    };
+    let command: Vec<String> = query
+        .iter()
+        .filter(|(k, _)| k == "command")
+        .map(|(_, v)| v.clone())
+        .collect();
+    if command.is_empty() {
+        return Err(bad(
+            "you must specify at least one command for the container".into(),
+        ));
+    }
+    let tty = flag("tty")?;
+    let request = ExecRequest {
+        command,
+        stdin: flag("stdin")?,
+        stdout: flag("stdout")?,
+        // A terminal has one output; the kubelet drops stderr with tty.
+        stderr: flag("stderr")? && !tty,
+        tty,
+    };
+    if !request.stdin && !request.stdout && !request.stderr {
+        return Err(bad(
+            "you must specify at least 1 of stdin, stdout, stderr".into()
+        ));
+    }
+    Ok(request)
+}
+
+fn parse_bool(value: &str) -> Option<bool> {
+    match value {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn exec_queries_keep_every_command_word_in_order() {
+        let request = exec_request(&query(&[
+            ("command", "sh"),
+            ("command", "-c"),
+            ("command", "echo hi"),
+            ("stdout", "true"),
+            ("stderr", "1"),
+        ]))
+        .unwrap();
+        assert_eq!(request.command, ["sh", "-c", "echo hi"]);
+        assert!(request.stdout && request.stderr && !request.stdin && !request.tty);
+    }
+
+    #[test]
+    fn the_clients_first_served_subprotocol_is_chosen() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(negotiate(&headers), Some((ChannelProtocol::V1, None)));
+        headers.append(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_static("v9.channel.k8s.io, v4.channel.k8s.io"),
+        );
+        headers.append(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_static("v5.channel.k8s.io"),
+        );
+        let (protocol, name) = negotiate(&headers).unwrap();
+        assert_eq!(protocol, ChannelProtocol::V4);
+        assert_eq!(name.unwrap(), "v4.channel.k8s.io");
+        let mut unknown = HeaderMap::new();
+        unknown.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_static("x"),
+        );
+        assert_eq!(negotiate(&unknown), None);
+    }
+
+    #[test]
+    fn a_terminal_has_no_stderr() {
+        let request = exec_request(&query(&[
+            ("command", "sh"),
+            ("stdin", "true"),
+            ("stderr", "true"),
+            ("tty", "true"),
+        ]))
+        .unwrap();
+        assert!(request.tty && request.stdin && !request.stderr);
+    }
+
+    #[test]
+    fn exec_queries_without_command_streams_or_with_bad_flags_are_refused() {
+        let no_command = exec_request(&query(&[("stdout", "true")])).unwrap_err();
+        assert_eq!(no_command.code, StatusCode::BAD_REQUEST);
+        let no_streams = exec_request(&query(&[("command", "ls")])).unwrap_err();
+        assert!(
+            no_streams.message.contains("at least 1 of stdin"),
+            "{no_streams:?}"
+        );
+        let bad_flag = exec_request(&query(&[("command", "ls"), ("stdout", "yes")])).unwrap_err();
+        assert!(bad_flag.message.contains("stdout=\"yes\""), "{bad_flag:?}");
+    }
+}

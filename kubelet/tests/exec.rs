@@ -1,0 +1,462 @@
+//! `kubectl exec` against the kubelet's streaming endpoint: a real
+//! container under the real shim, and a WebSocket client speaking the
+//! channel protocols as client-go and kubectl do.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use futures::{SinkExt, StreamExt};
+use serde_json::Value;
+use skiff_kubelet::runtime::{
+    ContainerHandle, ContainerId, ContainerSpec, Limits, ProcessRuntime, RuntimeConfig,
+};
+use skiff_kubelet::streaming::{self, ContainerFinder, Refusal};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::{self, Message};
+
+/// Far above anything these commands need, so a loaded machine never
+/// fails a test by timing.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Containers by (pod, container), all in namespace `default`.
+struct Containers(HashMap<(String, String), ContainerHandle>);
+
+impl ContainerFinder for Containers {
+    fn running_container(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<ContainerHandle, Refusal> {
+        if namespace != "default" || !self.0.keys().any(|(p, _)| p == pod) {
+            return Err(Refusal::new(StatusCode::NOT_FOUND, "pod not found"));
+        }
+        self.0
+            .get(&(pod.to_string(), container.to_string()))
+            .cloned()
+            .ok_or_else(|| {
+                Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("container {container} is not valid for pod {pod}"),
+                )
+            })
+    }
+}
+
+/// A kubelet port serving one pod `web` whose container `app` sleeps in
+/// `workdir` with `GREETING=hello` in its environment.
+struct Kubelet {
+    address: std::net::SocketAddr,
+    handle: ContainerHandle,
+    _root: tempfile::TempDir,
+    workdir: tempfile::TempDir,
+}
+
+impl Kubelet {
+    async fn start() -> Kubelet {
+        let root = tempfile::tempdir().unwrap();
+        let workdir = tempfile::tempdir().unwrap();
+        let shim = vec![env!("CARGO_BIN_EXE_kubelet-shim").into()];
+        let runtime = Arc::new(ProcessRuntime::new(RuntimeConfig::new(root.path(), shim)));
+        let spec = ContainerSpec {
+            id: ContainerId {
+                pod_uid: "uid-1".into(),
+                pod_namespace: "default".into(),
+                pod_name: "web".into(),
+                container: "app".into(),
+                attempt: 0,
+            },
+            argv: vec!["sleep".into(), "300".into()],
+            env: vec![
+                ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+                ("GREETING".into(), "hello".into()),
+            ],
+            working_dir: workdir.path().to_path_buf(),
+            limits: Limits::default(),
+        };
+        let handle = runtime.start(spec).await.unwrap();
+        let containers = HashMap::from([(("web".into(), "app".into()), handle.clone())]);
+        let router = streaming::router::<()>(Arc::new(Containers(containers)), runtime);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(skiff_kubelet::server::serve(
+            listener,
+            router,
+            None,
+            std::future::pending(),
+        ));
+        Kubelet {
+            address,
+            handle,
+            _root: root,
+            workdir,
+        }
+    }
+
+    fn exec_url(&self, container: &str, command: &[&str], streams: &str) -> String {
+        let mut url = format!(
+            "ws://{}/exec/default/web/{container}?{streams}",
+            self.address
+        );
+        for word in command {
+            url.push_str("&command=");
+            url.push_str(&urlencode(word));
+        }
+        url
+    }
+
+    async fn stop(self) {
+        self.handle.stop(Duration::from_secs(5)).await;
+    }
+}
+
+fn urlencode(word: &str) -> String {
+    word.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn connect(url: &str, protocols: &str) -> Result<(Socket, String), tungstenite::Error> {
+    let mut request = url.into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", protocols.parse().unwrap());
+    let (socket, response) = tokio_tungstenite::connect_async(request).await?;
+    let chosen = response
+        .headers()
+        .get("Sec-WebSocket-Protocol")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    Ok((socket, chosen))
+}
+
+/// What a session sent, by channel, until the server closed it.
+#[derive(Debug, Default)]
+struct Received {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    error: Vec<u8>,
+}
+
+impl Received {
+    fn status(&self) -> Value {
+        serde_json::from_slice(&self.error)
+            .unwrap_or_else(|_| panic!("a Status: {:?}", String::from_utf8_lossy(&self.error)))
+    }
+}
+
+/// Reads binary channel messages until the close.
+async fn read_all(socket: &mut Socket) -> Received {
+    let mut received = Received::default();
+    loop {
+        let message = tokio::time::timeout(PATIENCE, socket.next())
+            .await
+            .expect("the session ends");
+        let bytes = match message {
+            Some(Ok(Message::Binary(bytes))) => bytes.to_vec(),
+            Some(Ok(Message::Text(text))) => decode_base64_message(text.as_str()),
+            Some(Ok(Message::Close(_))) | None => return received,
+            Some(Ok(_)) => continue,
+            Some(Err(err)) => panic!("socket failed: {err}"),
+        };
+        let Some((channel, payload)) = bytes.split_first() else {
+            continue;
+        };
+        match channel {
+            1 => received.stdout.extend_from_slice(payload),
+            2 => received.stderr.extend_from_slice(payload),
+            3 => received.error.extend_from_slice(payload),
+            other => panic!("unexpected channel {other}"),
+        }
+    }
+}
+
+fn decode_base64_message(text: &str) -> Vec<u8> {
+    use base64::Engine;
+    let (channel, payload) = text.split_at(1);
+    let mut bytes = vec![channel.as_bytes()[0] - b'0'];
+    bytes.extend(
+        base64::engine::general_purpose::STANDARD
+            .decode(payload)
+            .unwrap(),
+    );
+    bytes
+}
+
+#[tokio::test]
+async fn echo_prints_to_stdout_and_ends_with_success() {
+    let kubelet = Kubelet::start().await;
+    let url = kubelet.exec_url("app", &["echo", "hi"], "stdout=true&stderr=true");
+    let (mut socket, chosen) = connect(&url, "v5.channel.k8s.io,v4.channel.k8s.io")
+        .await
+        .unwrap();
+    assert_eq!(chosen, "v5.channel.k8s.io");
+    let received = read_all(&mut socket).await;
+    assert_eq!(received.stdout, b"hi\n");
+    assert_eq!(
+        received.status(),
+        serde_json::json!({"metadata": {}, "status": "Success"})
+    );
+    kubelet.stop().await;
+}
+
+#[tokio::test]
+async fn a_non_zero_exit_is_a_status_with_the_exit_code() {
+    let kubelet = Kubelet::start().await;
+    let url = kubelet.exec_url(
+        "app",
+        &["sh", "-c", "echo oops >&2; exit 3"],
+        "stdout=true&stderr=true",
+    );
+    let (mut socket, chosen) = connect(&url, "v4.channel.k8s.io").await.unwrap();
+    assert_eq!(chosen, "v4.channel.k8s.io");
+    let received = read_all(&mut socket).await;
+    assert_eq!(received.stderr, b"oops\n");
+    let status = received.status();
+    assert_eq!(status["status"], "Failure");
+    assert_eq!(status["reason"], "NonZeroExitCode");
+    assert_eq!(
+        status["details"]["causes"][0],
+        serde_json::json!({"reason": "ExitCode", "message": "3"})
+    );
+    assert_eq!(
+        status["message"],
+        "command terminated with non-zero exit code: error executing command [sh -c echo oops >&2; exit 3], exit code 3"
+    );
+    kubelet.stop().await;
+}
+
+#[tokio::test]
+async fn the_command_runs_with_the_containers_env_and_working_dir() {
+    let kubelet = Kubelet::start().await;
+    let url = kubelet.exec_url("app", &["sh", "-c", "echo $GREETING; pwd"], "stdout=true");
+    let (mut socket, _) = connect(&url, "v4.channel.k8s.io").await.unwrap();
+    let received = read_all(&mut socket).await;
+    let expected = format!(
+        "hello\n{}\n",
+        std::fs::canonicalize(kubelet.workdir.path())
+            .unwrap()
+            .display()
+    );
+    assert_eq!(String::from_utf8_lossy(&received.stdout), expected);
+    kubelet.stop().await;
+}
+
+#[tokio::test]
+async fn stdin_is_echoed_by_cat_and_ends_on_the_v5_close_signal() {
+    let kubelet = Kubelet::start().await;
+    let url = kubelet.exec_url("app", &["cat"], "stdin=true&stdout=true&stderr=true");
+    let (mut socket, _) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+    socket
+        .send(Message::binary(b"\x00hello ".to_vec()))
+        .await
+        .unwrap();
+    // A resize on a session without a terminal, an unknown channel and a
+    // malformed message change nothing.
+    socket
+        .send(Message::binary(
+            b"\x04{\"Width\":80,\"Height\":24}".to_vec(),
+        ))
+        .await
+        .unwrap();
+    socket
+        .send(Message::binary(b"\x09junk".to_vec()))
+        .await
+        .unwrap();
+    socket.send(Message::binary(vec![255])).await.unwrap();
+    socket
+        .send(Message::binary(b"\x00world".to_vec()))
+        .await
+        .unwrap();
+    socket.send(Message::binary(vec![255, 0])).await.unwrap();
+    let received = read_all(&mut socket).await;
+    assert_eq!(received.stdout, b"hello world");
+    assert_eq!(received.status()["status"], "Success");
+    kubelet.stop().await;
+}
+
+#[tokio::test]
+async fn base64_protocols_use_text_messages() {
+    let kubelet = Kubelet::start().await;
+    let url = kubelet.exec_url("app", &["cat"], "stdin=true&stdout=true");
+    let (mut socket, chosen) = connect(&url, "v4.base64.channel.k8s.io").await.unwrap();
+    assert_eq!(chosen, "v4.base64.channel.k8s.io");
+    socket.send(Message::text("0aGkK")).await.unwrap();
+    // v4 has no close signal: the first output shows cat got stdin.
+    let mut stdout = Vec::new();
+    while stdout != b"hi\n" {
+        let message = tokio::time::timeout(PATIENCE, socket.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let Message::Text(text) = message else {
+            panic!("not a text message: {message:?}");
+        };
+        let bytes = decode_base64_message(text.as_str());
+        assert_eq!(bytes[0], 1);
+        stdout.extend_from_slice(&bytes[1..]);
+    }
+    kubelet.stop().await;
+}
+
+#[tokio::test]
+async fn a_missing_program_is_a_failure_status_with_runcs_words() {
+    let kubelet = Kubelet::start().await;
+    let url = kubelet.exec_url("app", &["no-such-program-xyz"], "stdout=true");
+    let (mut socket, _) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+    let status = read_all(&mut socket).await.status();
+    assert_eq!(status["status"], "Failure");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.contains("exec: \"no-such-program-xyz\": executable file not found in $PATH"),
+        "{message}"
+    );
+    kubelet.stop().await;
+}
+
+#[tokio::test]
+async fn pre_v4_protocols_get_the_bare_message_on_failure() {
+    let kubelet = Kubelet::start().await;
+    let url = kubelet.exec_url("app", &["sh", "-c", "exit 2"], "stdout=true");
+    let (mut socket, chosen) = connect(&url, "channel.k8s.io").await.unwrap();
+    assert_eq!(chosen, "channel.k8s.io");
+    let received = read_all(&mut socket).await;
+    assert_eq!(
+        String::from_utf8_lossy(&received.error),
+        "command terminated with non-zero exit code: error executing command [sh -c exit 2], exit code 2"
+    );
+    kubelet.stop().await;
+}
+
+/// The status of a refused upgrade, and its body.
+async fn refused(url: &str, protocols: &str) -> (u16, String) {
+    match connect(url, protocols).await {
+        Err(tungstenite::Error::Http(response)) => (
+            response.status().as_u16(),
+            String::from_utf8_lossy(response.body().as_deref().unwrap_or_default()).into_owned(),
+        ),
+        Err(other) => panic!("not an HTTP refusal: {other}"),
+        Ok(_) => panic!("upgraded"),
+    }
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_before_the_upgrade() {
+    let kubelet = Kubelet::start().await;
+    let missing = kubelet.exec_url("nope", &["true"], "stdout=true");
+    assert_eq!(
+        refused(&missing, "v5.channel.k8s.io").await,
+        (400, "container nope is not valid for pod web".to_string())
+    );
+    let other_pod = format!(
+        "ws://{}/exec/default/db/app?command=true&stdout=true",
+        kubelet.address
+    );
+    assert_eq!(refused(&other_pod, "v5.channel.k8s.io").await.0, 404);
+    let no_streams = kubelet.exec_url("app", &["true"], "tty=false");
+    assert_eq!(refused(&no_streams, "v5.channel.k8s.io").await.0, 400);
+    let fine = kubelet.exec_url("app", &["true"], "stdout=true");
+    let (code, body) = refused(&fine, "v3.channel.k8s.io").await;
+    assert_eq!(code, 400);
+    assert!(body.contains("v5.channel.k8s.io"), "{body}");
+    kubelet.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_ends_the_command() {
+    let kubelet = Kubelet::start().await;
+    let marker = kubelet.workdir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 300", marker.display());
+    let url = kubelet.exec_url("app", &["sh", "-c", &script], "stdout=true");
+    let (mut socket, _) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+    let pid = wait_for_file(&marker).await;
+    socket.close(None).await.unwrap();
+    drop(socket);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while process_runs(pid) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pid {pid} still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    kubelet.stop().await;
+}
+
+async fn wait_for_file(path: &Path) -> u32 {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if let Ok(pid) = text.trim().parse() {
+                return pid;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} never written",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn process_runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[tokio::test]
+async fn a_tty_session_runs_on_a_terminal_that_the_client_resizes() {
+    let kubelet = Kubelet::start().await;
+    let script = "read line; [ -t 0 ] && [ -t 1 ] && echo on-a-tty; stty size; echo got:$line";
+    let url = kubelet.exec_url(
+        "app",
+        &["sh", "-c", script],
+        "stdin=true&stdout=true&stderr=true&tty=true",
+    );
+    let (mut socket, _) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+    socket
+        .send(Message::binary(
+            b"\x04{\"Width\":100,\"Height\":40}".to_vec(),
+        ))
+        .await
+        .unwrap();
+    socket
+        .send(Message::binary(b"\x00x\n".to_vec()))
+        .await
+        .unwrap();
+    let received = read_all(&mut socket).await;
+    let output = String::from_utf8_lossy(&received.stdout);
+    assert!(output.contains("on-a-tty\r\n"), "{output:?}");
+    assert!(output.contains("40 100\r\n"), "{output:?}");
+    assert!(output.contains("got:x\r\n"), "{output:?}");
+    assert!(received.stderr.is_empty());
+    assert_eq!(received.status()["status"], "Success");
+    kubelet.stop().await;
+}
+
+#[tokio::test]
+async fn a_tty_sessions_exit_code_is_reported() {
+    let kubelet = Kubelet::start().await;
+    let url = kubelet.exec_url("app", &["sh", "-c", "exit 7"], "stdout=true&tty=true");
+    let (mut socket, _) = connect(&url, "v4.channel.k8s.io").await.unwrap();
+    let status = read_all(&mut socket).await.status();
+    assert_eq!(status["details"]["causes"][0]["message"], "7");
+    kubelet.stop().await;
+}
