@@ -157,6 +157,17 @@ impl Kubectl {
             .with_context(|| format!("running kubectl {}", args.join(" ")))
     }
 
+    /// `kubectl ARGS` as one shell command line (for a wrapper such as
+    /// `script`), each word quoted.
+    pub fn command_line(&self, args: &[&str]) -> String {
+        let command = self.command(args);
+        std::iter::once(command.get_program())
+            .chain(command.get_args())
+            .map(|word| format!("'{}'", word.to_string_lossy().replace('\'', "'\\''")))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     /// Runs `kubectl ARGS` with `input` on its stdin, to its end.
     pub fn run_with_input(&self, args: &[&str], input: &[u8]) -> Result<KubectlOutput> {
         let mut child = self

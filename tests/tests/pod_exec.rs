@@ -174,6 +174,8 @@ async fn every_kubectl_execs_and_copies() -> Result<()> {
             "{v} cp out of the pod"
         );
 
+        interactive_terminal(&kubectl, minor).await?;
+
         let missing = kubectl.run(&["exec", "shell", "-c", "nope", "--", "true"])?;
         anyhow::ensure!(
             missing.code == Some(1)
@@ -236,6 +238,43 @@ async fn the_python_client_execs() -> Result<()> {
         (&seen["stdin_echo"], &seen["stdin_returncode"]),
         (&json!("hello\n"), &json!(0)),
         "{seen}"
+    );
+    Ok(())
+}
+
+/// `kubectl exec -it` on a pseudo-terminal (util-linux `script` gives
+/// kubectl one): what is typed runs in a shell on the pod's terminal, and
+/// the shell's exit code is kubectl's.
+async fn interactive_terminal(kubectl: &skiff_tests::kubectl::Kubectl, minor: u32) -> Result<()> {
+    use anyhow::Context;
+    use tokio::io::AsyncWriteExt;
+    let command = kubectl.command_line(&["exec", "-it", "shell", "--", "sh"]);
+    let mut child = tokio::process::Command::new("script")
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting util-linux `script` (apt-get install -y util-linux)")?;
+    let mut stdin = child.stdin.take().context("script's stdin")?;
+    stdin
+        .write_all(b"tty; echo typed-$((6*7))\nexit 5\n")
+        .await?;
+    // The terminal stays open until the shell has exited.
+    let output = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        let waited = child.wait_with_output().await;
+        drop(stdin);
+        waited
+    })
+    .await
+    .context("kubectl exec -it did not end")??;
+    let text = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(
+        output.status.code() == Some(5) && text.contains("typed-42") && text.contains("/dev/pts/"),
+        "kubectl.1.{minor} exec -it: {:?} {text:?} {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
     );
     Ok(())
 }
