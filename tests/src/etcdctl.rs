@@ -227,6 +227,17 @@ impl WatchProcess {
         self.lines.lock().unwrap().clone()
     }
 
+    /// Sends SIGINT, as Ctrl-C would: `etcdctl lock` and `elect` then give
+    /// up what they hold and close their session.
+    pub fn interrupt(&self) -> Result<()> {
+        let pid = libc::pid_t::try_from(self.child.id())?;
+        // SAFETY: a signal to a child this value owns.
+        if unsafe { libc::kill(pid, libc::SIGINT) } != 0 {
+            bail!("SIGINT to etcdctl: {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// The exit status, if etcdctl has exited.
     pub fn try_exit(&mut self) -> Result<Option<std::process::ExitStatus>> {
         Ok(self.child.try_wait()?)
