@@ -120,8 +120,9 @@ pub async fn serve(
             };
             let builder =
                 hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            // With upgrades: exec, attach and port-forward switch protocols.
             let _ = builder
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service)
                 .await;
         });
         while connections.try_join_next().is_some() {}

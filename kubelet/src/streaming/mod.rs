@@ -1,12 +1,13 @@
 //! The kubelet's streaming endpoints, which the apiserver's `pods/exec`,
 //! `pods/attach` and `pods/portforward` proxy to unchanged:
 //! `/exec/{namespace}/{pod}/{container}` over WebSocket (the
-//! `*.channel.k8s.io` subprotocols). Requests that cannot be served are
+//! `*.channel.k8s.io` subprotocols) and SPDY/3.1. Requests that cannot be served are
 //! refused with a plain-text error before any upgrade.
 
 mod channel;
 mod exec;
 mod pty;
+pub mod spdy;
 mod status;
 mod websocket;
 
@@ -112,10 +113,15 @@ async fn exec_handler(
         }
     };
     let (mut parts, _body) = request.into_parts();
+    if is_upgrade_to(&parts.headers, "SPDY/3.1") {
+        return upgrade_to_spdy(&mut parts, move |io, version| {
+            spdy::serve_exec(io, version, context, exec_request)
+        });
+    }
     if !is_upgrade_to(&parts.headers, "websocket") {
         return Refusal::new(
             StatusCode::BAD_REQUEST,
-            "exec needs a connection upgrade to WebSocket (Upgrade: websocket)",
+            "exec needs a connection upgrade (Upgrade: websocket or SPDY/3.1)",
         )
         .into_response();
     }
@@ -141,6 +147,74 @@ async fn exec_handler(
         upgrade.set_selected_protocol(name);
     }
     upgrade.on_upgrade(move |socket| websocket::serve_exec(socket, protocol, context, exec_request))
+}
+
+type UpgradedIo = hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>;
+
+/// Answers 101 with the negotiated `X-Stream-Protocol-Version` and runs
+/// `serve` on the connection once it is switched.
+fn upgrade_to_spdy<F, Fut>(parts: &mut axum::http::request::Parts, serve: F) -> Response
+where
+    F: FnOnce(UpgradedIo, spdy::RemoteCommandVersion) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let offered = header_list(&parts.headers, "x-stream-protocol-version");
+    let (version, name) = if offered.is_empty() {
+        (spdy::RemoteCommandVersion(1), None)
+    } else {
+        match offered
+            .iter()
+            .find_map(|name| Some((spdy::RemoteCommandVersion::from_name(name)?, name.clone())))
+        {
+            Some((version, name)) => (version, Some(name)),
+            None => {
+                return Refusal::new(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server supports {:?}",
+                        spdy::REMOTECOMMAND
+                    ),
+                )
+                .into_response()
+            }
+        }
+    };
+    let Some(on_upgrade) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() else {
+        return Refusal::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "this connection cannot be upgraded",
+        )
+        .into_response();
+    };
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => serve(hyper_util::rt::TokioIo::new(upgraded), version).await,
+            Err(err) => tracing::debug!(%err, "a SPDY upgrade failed"),
+        }
+    });
+    let mut response = Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::UPGRADE, "SPDY/3.1");
+    if let Some(name) = name {
+        response = response.header("X-Stream-Protocol-Version", name);
+    }
+    response
+        .body(axum::body::Body::empty())
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// Every value of a header that may be repeated or comma-joined, in order.
+fn header_list(headers: &HeaderMap, name: &str) -> Vec<String> {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+        .filter(|value| !value.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// The first subprotocol the client offers that is served (in the
