@@ -1,4 +1,4 @@
-//! The real kubectl's exec against the kubelet's streaming endpoint, behind
+//! The real kubectl's exec and port-forward against the kubelet's streaming endpoint, behind
 //! a stand-in apiserver that serves the pod and forwards `pods/exec` as
 //! the apiserver does: over WebSocket (kubectl's default since 1.30) and
 //! over SPDY/3.1 (`KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false`, as kubectl
@@ -44,6 +44,9 @@ impl ContainerFinder for OnePod {
                 format!("container {container} is not valid for pod {pod}"),
             ))
         }
+    }
+    fn running_pod(&self, _namespace: &str, _pod: &str) -> Result<(), Refusal> {
+        Ok(())
     }
 }
 
@@ -97,6 +100,10 @@ impl Cluster {
             .route("/api/v1/namespaces/{namespace}/pods/{pod}", get(pod))
             .route(
                 "/api/v1/namespaces/{namespace}/pods/{pod}/exec",
+                get(forward).post(forward),
+            )
+            .route(
+                "/api/v1/namespaces/{namespace}/pods/{pod}/portforward",
                 get(forward).post(forward),
             )
             .with_state(kubelet);
@@ -224,9 +231,12 @@ async fn forward(
         .find(|(k, _)| k == "container")
         .map(|(_, v)| v.clone())
         .unwrap_or_else(|| "app".into());
-    let uri: Uri = format!("/exec/{namespace}/{name}/{container}?{query}")
-        .parse()
-        .unwrap();
+    let target = if request.uri().path().ends_with("/portforward") {
+        format!("/portForward/{namespace}/{name}?{query}")
+    } else {
+        format!("/exec/{namespace}/{name}/{container}?{query}")
+    };
+    let uri: Uri = target.parse().unwrap();
     // A fresh request (this router's matched path is not the kubelet's),
     // keeping what a proxy keeps: method, headers and the upgrade.
     let mut forwarded = Request::builder()
@@ -319,4 +329,76 @@ async fn kubectl_exec_exit_codes_and_stdin_over_websocket_and_spdy() {
         4,
         "{upgrades:?}"
     );
+}
+
+/// A TCP server standing in for the pod's port: answers each connection
+/// with what it read, upper-cased, once the client half-closes.
+async fn upper_case_server() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut got = Vec::new();
+                if socket.read_to_end(&mut got).await.is_ok() {
+                    let _ = socket.write_all(&got.to_ascii_uppercase()).await;
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn kubectl_port_forward_over_spdy_carries_several_connections() {
+    let Some(kubectl) = kubectl() else {
+        eprintln!("no kubectl; skipped");
+        return;
+    };
+    let cluster = Cluster::start().await;
+    let pod_port = upper_case_server().await;
+    let mut child = tokio::process::Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig)
+        .args(["port-forward", "web", &format!(":{pod_port}")])
+        .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout);
+    let mut line = String::new();
+    use tokio::io::AsyncBufReadExt;
+    tokio::time::timeout(PATIENCE, lines.read_line(&mut line))
+        .await
+        .expect("kubectl says where it listens")
+        .unwrap();
+    // "Forwarding from 127.0.0.1:41234 -> 8080"
+    let local: u16 = line
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected kubectl output {line:?}"));
+    for word in ["first", "second"] {
+        use tokio::io::AsyncReadExt;
+        let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", local))
+            .await
+            .unwrap();
+        socket.write_all(word.as_bytes()).await.unwrap();
+        socket.shutdown().await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(PATIENCE, socket.read_to_end(&mut answer))
+            .await
+            .expect("an answer through the forward")
+            .unwrap();
+        assert_eq!(answer, word.to_uppercase().as_bytes());
+    }
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    cluster.handle.stop(Duration::from_secs(5)).await;
 }

@@ -72,6 +72,22 @@ impl ContainerFinder for NodePods {
                 )
             })
     }
+
+    fn running_pod(&self, namespace: &str, pod: &str) -> Result<(), Refusal> {
+        let Some(context) = self.0.pod(namespace, pod) else {
+            return Err(Refusal::new(
+                StatusCode::NOT_FOUND,
+                format!("pod {namespace}/{pod} is not running on this node"),
+            ));
+        };
+        if context.shared.handles().is_empty() {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                format!("pod {namespace}/{pod} has no running container"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// How long a client's TLS handshake may take.

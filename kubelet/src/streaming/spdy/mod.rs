@@ -7,6 +7,7 @@
 
 mod dictionary;
 pub mod frame;
+pub mod portforward;
 
 use std::collections::HashMap;
 use std::time::Duration;
