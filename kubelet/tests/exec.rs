@@ -44,6 +44,13 @@ impl ContainerFinder for Containers {
                 )
             })
     }
+    fn running_pod(&self, namespace: &str, pod: &str) -> Result<(), Refusal> {
+        if namespace == "default" && self.0.keys().any(|(p, _)| p == pod) {
+            Ok(())
+        } else {
+            Err(Refusal::new(StatusCode::NOT_FOUND, "pod not found"))
+        }
+    }
 }
 
 /// A kubelet port serving one pod `web` whose container `app` sleeps in
@@ -459,4 +466,169 @@ async fn a_tty_sessions_exit_code_is_reported() {
     let status = read_all(&mut socket).await.status();
     assert_eq!(status["details"]["causes"][0]["message"], "7");
     kubelet.stop().await;
+}
+
+mod spdy {
+    //! A SPDY/3.1 exec client as client-go's: upgrade, then one stream per
+    //! streamType, the error stream first.
+
+    use super::*;
+    use bytes::Bytes;
+    use skiff_kubelet::streaming::spdy::frame::{Frame, FrameReader, FrameWriter};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Sends the upgrade request; returns the response head and the
+    /// connection.
+    async fn upgrade(
+        kubelet: &Kubelet,
+        path_and_query: &str,
+        protocols: &[&str],
+    ) -> (String, tokio::net::TcpStream) {
+        let mut stream = tokio::net::TcpStream::connect(kubelet.address)
+            .await
+            .unwrap();
+        let mut request = format!(
+            "POST {path_and_query} HTTP/1.1\r\nHost: kubelet\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n"
+        );
+        for protocol in protocols {
+            request.push_str(&format!("X-Stream-Protocol-Version: {protocol}\r\n"));
+        }
+        request.push_str("\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            let n = tokio::time::timeout(PATIENCE, stream.read(&mut byte))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(n, 1, "connection closed in the head: {head:?}");
+            head.push(byte[0]);
+        }
+        (String::from_utf8(head).unwrap(), stream)
+    }
+
+    fn path(command: &[&str], streams: &str) -> String {
+        let mut path = format!("/exec/default/web/app?{streams}");
+        for word in command {
+            path.push_str("&command=");
+            path.push_str(&urlencode(word));
+        }
+        path
+    }
+
+    /// Opens `kinds` as streams 1, 3, 5…, sends `stdin` (then its end) if
+    /// a stdin stream is among them, and reads what comes back by stream
+    /// type until the server ends the connection.
+    async fn session(
+        stream: tokio::net::TcpStream,
+        kinds: &[&str],
+        stdin: &[u8],
+    ) -> HashMap<String, Vec<u8>> {
+        let (read, mut write) = stream.into_split();
+        let mut writer = FrameWriter::new();
+        let mut ids = HashMap::new();
+        for (i, kind) in kinds.iter().enumerate() {
+            let stream_id = 2 * i as u32 + 1;
+            ids.insert(stream_id, kind.to_string());
+            let frame = Frame::SynStream {
+                stream_id,
+                fin: false,
+                headers: vec![("streamtype".into(), kind.to_string())],
+            };
+            write.write_all(&writer.encode(&frame)).await.unwrap();
+        }
+        if let Some((&stdin_id, _)) = ids.iter().find(|(_, k)| *k == "stdin") {
+            let data = Frame::Data {
+                stream_id: stdin_id,
+                fin: true,
+                data: Bytes::copy_from_slice(stdin),
+            };
+            write.write_all(&writer.encode(&data)).await.unwrap();
+        }
+        let mut reader = FrameReader::new(read);
+        let mut received: HashMap<String, Vec<u8>> = HashMap::new();
+        let mut replies = 0;
+        loop {
+            let frame = tokio::time::timeout(PATIENCE, reader.next())
+                .await
+                .expect("the session ends")
+                .unwrap();
+            match frame {
+                None | Some(Frame::GoAway { .. }) => break,
+                Some(Frame::SynReply { stream_id, .. }) => {
+                    assert!(ids.contains_key(&stream_id));
+                    replies += 1;
+                }
+                Some(Frame::Data {
+                    stream_id, data, ..
+                }) => received
+                    .entry(ids[&stream_id].clone())
+                    .or_default()
+                    .extend_from_slice(&data),
+                Some(other) => panic!("unexpected frame {other:?}"),
+            }
+        }
+        assert_eq!(replies, kinds.len(), "every stream gets a reply");
+        received
+    }
+
+    #[tokio::test]
+    async fn exec_over_spdy_with_stdin_and_a_v4_status() {
+        let kubelet = Kubelet::start().await;
+        let (head, stream) = upgrade(
+            &kubelet,
+            &path(
+                &["sh", "-c", "cat; echo err >&2; exit 3"],
+                "stdin=true&stdout=true&stderr=true",
+            ),
+            &["v4.channel.k8s.io", "v3.channel.k8s.io"],
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("x-stream-protocol-version: v4.channel.k8s.io"),
+            "{head}"
+        );
+        let received = session(stream, &["error", "stdin", "stdout", "stderr"], b"hello").await;
+        assert_eq!(received["stdout"], b"hello");
+        assert_eq!(received["stderr"], b"err\n");
+        let status: Value = serde_json::from_slice(&received["error"]).unwrap();
+        assert_eq!(status["reason"], "NonZeroExitCode");
+        assert_eq!(status["details"]["causes"][0]["message"], "3");
+        kubelet.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_successful_spdy_exec_writes_nothing_on_the_v2_error_stream() {
+        let kubelet = Kubelet::start().await;
+        let (head, stream) = upgrade(
+            &kubelet,
+            &path(&["echo", "hi"], "stdout=true"),
+            &["v2.channel.k8s.io"],
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        let received = session(stream, &["error", "stdout"], b"").await;
+        assert_eq!(received["stdout"], b"hi\n");
+        assert!(
+            received.get("error").is_none_or(Vec::is_empty),
+            "{received:?}"
+        );
+        kubelet.stop().await;
+    }
+
+    #[tokio::test]
+    async fn an_unknown_spdy_protocol_is_forbidden() {
+        let kubelet = Kubelet::start().await;
+        let (head, _) = upgrade(
+            &kubelet,
+            &path(&["true"], "stdout=true"),
+            &["v9.channel.k8s.io"],
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+        kubelet.stop().await;
+    }
 }

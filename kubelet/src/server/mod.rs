@@ -72,6 +72,22 @@ impl ContainerFinder for NodePods {
                 )
             })
     }
+
+    fn running_pod(&self, namespace: &str, pod: &str) -> Result<(), Refusal> {
+        let Some(context) = self.0.pod(namespace, pod) else {
+            return Err(Refusal::new(
+                StatusCode::NOT_FOUND,
+                format!("pod {namespace}/{pod} is not running on this node"),
+            ));
+        };
+        if context.shared.handles().is_empty() {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                format!("pod {namespace}/{pod} has no running container"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// How long a client's TLS handshake may take.
@@ -120,6 +136,7 @@ pub async fn serve(
             };
             let builder =
                 hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            // With upgrades: exec, attach and port-forward switch protocols.
             let _ = builder
                 .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service)
                 .await;

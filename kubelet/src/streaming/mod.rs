@@ -1,12 +1,14 @@
 //! The kubelet's streaming endpoints, which the apiserver's `pods/exec`,
 //! `pods/attach` and `pods/portforward` proxy to unchanged:
 //! `/exec/{namespace}/{pod}/{container}` over WebSocket (the
-//! `*.channel.k8s.io` subprotocols). Requests that cannot be served are
+//! `*.channel.k8s.io` subprotocols) and SPDY/3.1. Requests that cannot be served are
 //! refused with a plain-text error before any upgrade.
 
 mod channel;
 mod exec;
+mod portforward;
 mod pty;
+pub mod spdy;
 mod status;
 mod websocket;
 
@@ -35,6 +37,10 @@ pub trait ContainerFinder: Send + Sync + 'static {
         pod: &str,
         container: &str,
     ) -> Result<ContainerHandle, Refusal>;
+
+    /// Whether pod `namespace/pod` runs here, for port-forward; else the
+    /// HTTP refusal the client gets.
+    fn running_pod(&self, namespace: &str, pod: &str) -> Result<(), Refusal>;
 }
 
 /// Why a stream is refused, as the status code and plain-text message the
@@ -81,6 +87,10 @@ pub fn router<S: Clone + Send + Sync + 'static>(
             "/exec/{namespace}/{pod}/{container}",
             get(exec_handler).post(exec_handler),
         )
+        .route(
+            "/portForward/{namespace}/{pod}",
+            get(port_forward_handler).post(port_forward_handler),
+        )
         .with_state(Streaming { finder, runtime })
 }
 
@@ -112,10 +122,19 @@ async fn exec_handler(
         }
     };
     let (mut parts, _body) = request.into_parts();
+    if is_upgrade_to(&parts.headers, "SPDY/3.1") {
+        return upgrade_to_spdy(&mut parts, &spdy::REMOTECOMMAND, move |io, name| {
+            let version = name
+                .as_deref()
+                .and_then(spdy::RemoteCommandVersion::from_name)
+                .unwrap_or(spdy::RemoteCommandVersion(1));
+            spdy::serve_exec(io, version, context, exec_request)
+        });
+    }
     if !is_upgrade_to(&parts.headers, "websocket") {
         return Refusal::new(
             StatusCode::BAD_REQUEST,
-            "exec needs a connection upgrade to WebSocket (Upgrade: websocket)",
+            "exec needs a connection upgrade (Upgrade: websocket or SPDY/3.1)",
         )
         .into_response();
     }
@@ -141,6 +160,103 @@ async fn exec_handler(
         upgrade.set_selected_protocol(name);
     }
     upgrade.on_upgrade(move |socket| websocket::serve_exec(socket, protocol, context, exec_request))
+}
+
+type UpgradedIo = hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>;
+
+/// Answers 101 with the negotiated `X-Stream-Protocol-Version` (the
+/// client's first that is in `supported`; none if it offered none) and
+/// runs `serve` on the connection once it is switched.
+fn upgrade_to_spdy<F, Fut>(
+    parts: &mut axum::http::request::Parts,
+    supported: &[&str],
+    serve: F,
+) -> Response
+where
+    F: FnOnce(UpgradedIo, Option<String>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let offered = header_list(&parts.headers, "x-stream-protocol-version");
+    let name = if offered.is_empty() {
+        None
+    } else {
+        match offered.iter().find(|name| supported.contains(&name.as_str())) {
+            Some(name) => Some(name.clone()),
+            None => {
+                return Refusal::new(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server supports {supported:?}"
+                    ),
+                )
+                .into_response()
+            }
+        }
+    };
+    let Some(on_upgrade) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() else {
+        return Refusal::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "this connection cannot be upgraded",
+        )
+        .into_response();
+    };
+    let chosen = name.clone();
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => serve(hyper_util::rt::TokioIo::new(upgraded), chosen).await,
+            Err(err) => tracing::debug!(%err, "a SPDY upgrade failed"),
+        }
+    });
+    let mut response = Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::UPGRADE, "SPDY/3.1");
+    if let Some(name) = name {
+        response = response.header("X-Stream-Protocol-Version", name);
+    }
+    response
+        .body(axum::body::Body::empty())
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+async fn port_forward_handler(
+    State(streaming): State<Streaming>,
+    Path((namespace, pod)): Path<(String, String)>,
+    Query(query): Query<Vec<(String, String)>>,
+    request: Request,
+) -> Response {
+    let ports = match portforward::ports(&query) {
+        Ok(ports) => ports,
+        Err(refusal) => return refusal.into_response(),
+    };
+    if let Err(refusal) = streaming.finder.running_pod(&namespace, &pod) {
+        return refusal.into_response();
+    }
+    let (mut parts, _body) = request.into_parts();
+    let label = format!("{namespace}/{pod}");
+    if is_upgrade_to(&parts.headers, "SPDY/3.1") {
+        return upgrade_to_spdy(&mut parts, &[spdy::portforward::PROTOCOL], move |io, _| {
+            spdy::portforward::serve(io, label, ports)
+        });
+    }
+    Refusal::new(
+        StatusCode::BAD_REQUEST,
+        "port-forward needs a connection upgrade (Upgrade: SPDY/3.1)",
+    )
+    .into_response()
+}
+
+/// Every value of a header that may be repeated or comma-joined, in order.
+fn header_list(headers: &HeaderMap, name: &str) -> Vec<String> {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+        .filter(|value| !value.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// The first subprotocol the client offers that is served (in the

@@ -1,0 +1,404 @@
+//! The real kubectl's exec and port-forward against the kubelet's streaming endpoint, behind
+//! a stand-in apiserver that serves the pod and forwards `pods/exec` as
+//! the apiserver does: over WebSocket (kubectl's default since 1.30) and
+//! over SPDY/3.1 (`KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false`, as kubectl
+//! before 1.30). Skipped when no kubectl is installed, unless CI=true.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::{StatusCode, Uri};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use skiff_kubelet::runtime::{
+    ContainerHandle, ContainerId, ContainerSpec, Limits, ProcessRuntime, RuntimeConfig,
+};
+use skiff_kubelet::streaming::{self, ContainerFinder, Refusal};
+use tokio::io::AsyncWriteExt;
+use tower::ServiceExt;
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The Upgrade header of every exec request forwarded, so the test knows
+/// which protocol kubectl used.
+static UPGRADES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+struct OnePod(ContainerHandle);
+
+impl ContainerFinder for OnePod {
+    fn running_container(
+        &self,
+        _namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<ContainerHandle, Refusal> {
+        if container == "app" {
+            Ok(self.0.clone())
+        } else {
+            Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                format!("container {container} is not valid for pod {pod}"),
+            ))
+        }
+    }
+    fn running_pod(&self, _namespace: &str, _pod: &str) -> Result<(), Refusal> {
+        Ok(())
+    }
+}
+
+fn kubectl() -> Option<String> {
+    let path = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let found = std::process::Command::new(&path)
+        .arg("version")
+        .arg("--client")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found && std::env::var("CI").as_deref() == Ok("true") {
+        panic!("no kubectl to test with under CI");
+    }
+    found.then_some(path)
+}
+
+struct Cluster {
+    kubeconfig: std::path::PathBuf,
+    handle: ContainerHandle,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let root = tempfile::tempdir().unwrap();
+        let shim = vec![env!("CARGO_BIN_EXE_kubelet-shim").into()];
+        let runtime = Arc::new(ProcessRuntime::new(RuntimeConfig::new(root.path(), shim)));
+        let handle = runtime
+            .start(ContainerSpec {
+                id: ContainerId {
+                    pod_uid: "uid-1".into(),
+                    pod_namespace: "default".into(),
+                    pod_name: "web".into(),
+                    container: "app".into(),
+                    attempt: 0,
+                },
+                argv: vec!["sleep".into(), "300".into()],
+                env: vec![("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into())],
+                working_dir: "/".into(),
+                limits: Limits::default(),
+            })
+            .await
+            .unwrap();
+        let kubelet = streaming::router::<()>(Arc::new(OnePod(handle.clone())), runtime);
+        let apiserver = Router::new()
+            .route("/api", get(|| async { axum::Json(api_versions()) }))
+            .route("/apis", get(|| async { axum::Json(api_groups()) }))
+            .route("/api/v1", get(|| async { axum::Json(core_resources()) }))
+            .route("/api/v1/namespaces/{namespace}/pods/{pod}", get(pod))
+            .route(
+                "/api/v1/namespaces/{namespace}/pods/{pod}/exec",
+                get(forward).post(forward),
+            )
+            .route(
+                "/api/v1/namespaces/{namespace}/pods/{pod}/portforward",
+                get(forward).post(forward),
+            )
+            .with_state(kubelet);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(skiff_kubelet::server::serve(
+            listener,
+            apiserver,
+            None,
+            std::future::pending(),
+        ));
+        let config_dir = tempfile::tempdir().unwrap();
+        let kubeconfig = config_dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{address}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: x\n"
+            ),
+        )
+        .unwrap();
+        Cluster {
+            kubeconfig,
+            handle,
+            _dirs: vec![root, config_dir],
+        }
+    }
+
+    /// Runs kubectl exec; its exit code, stdout and stderr.
+    async fn exec(
+        &self,
+        kubectl: &str,
+        websockets: bool,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+    ) -> (i32, String, String) {
+        let mut command = tokio::process::Command::new(kubectl);
+        command
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("exec")
+            .args(args)
+            .env(
+                "KUBECTL_REMOTE_COMMAND_WEBSOCKETS",
+                if websockets { "true" } else { "false" },
+            )
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().unwrap();
+        if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            pipe.write_all(data).await.unwrap();
+        }
+        let output = tokio::time::timeout(PATIENCE, child.wait_with_output())
+            .await
+            .expect("kubectl ends")
+            .unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+}
+
+/// Discovery, as much as kubectl reads before an exec.
+fn api_versions() -> serde_json::Value {
+    serde_json::json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}],
+    })
+}
+
+fn api_groups() -> serde_json::Value {
+    serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+}
+
+fn core_resources() -> serde_json::Value {
+    serde_json::json!({
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": [
+            {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
+             "verbs": ["get", "list"], "shortNames": ["po"]},
+            {"name": "pods/exec", "singularName": "", "namespaced": true,
+             "kind": "PodExecOptions", "verbs": ["create", "get"]},
+        ],
+    })
+}
+
+async fn pod(
+    axum::extract::Path((namespace, name)): axum::extract::Path<(String, String)>,
+) -> axum::response::Response {
+    axum::Json(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": "uid-1"},
+        "spec": {"containers": [{"name": "app", "image": "none"}]},
+        "status": {"phase": "Running"},
+    }))
+    .into_response()
+}
+
+/// As the apiserver does: the same request, at the kubelet's path.
+async fn forward(
+    axum::extract::State(kubelet): axum::extract::State<Router>,
+    axum::extract::Path((namespace, name)): axum::extract::Path<(String, String)>,
+    mut request: Request,
+) -> axum::response::Response {
+    if let Some(upgrade) = request.headers().get("upgrade") {
+        UPGRADES
+            .lock()
+            .unwrap()
+            .push(upgrade.to_str().unwrap_or_default().to_ascii_lowercase());
+    }
+    let query = request.uri().query().unwrap_or_default().to_string();
+    let pairs: Vec<(String, String)> = serde_urlencoded_pairs(&query);
+    let container = pairs
+        .iter()
+        .find(|(k, _)| k == "container")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| "app".into());
+    let target = if request.uri().path().ends_with("/portforward") {
+        format!("/portForward/{namespace}/{name}?{query}")
+    } else {
+        format!("/exec/{namespace}/{name}/{container}?{query}")
+    };
+    let uri: Uri = target.parse().unwrap();
+    // A fresh request (this router's matched path is not the kubelet's),
+    // keeping what a proxy keeps: method, headers and the upgrade.
+    let mut forwarded = Request::builder()
+        .method(request.method().clone())
+        .uri(uri)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    *forwarded.headers_mut() = request.headers().clone();
+    if let Some(upgrade) = request
+        .extensions_mut()
+        .remove::<hyper::upgrade::OnUpgrade>()
+    {
+        forwarded.extensions_mut().insert(upgrade);
+    }
+    kubelet.oneshot(forwarded).await.into_response()
+}
+
+fn serde_urlencoded_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn kubectl_exec_exit_codes_and_stdin_over_websocket_and_spdy() {
+    let Some(kubectl) = kubectl() else {
+        eprintln!("no kubectl; skipped");
+        return;
+    };
+    let cluster = Cluster::start().await;
+    let mut failures = HashMap::new();
+    for websockets in [true, false] {
+        let (code, stdout, stderr) = cluster
+            .exec(
+                &kubectl,
+                websockets,
+                &["web", "-c", "app", "--", "echo", "hi"],
+                None,
+            )
+            .await;
+        if (code, stdout.as_str()) != (0, "hi\n") {
+            failures.insert(format!("echo ws={websockets}"), (code, stdout, stderr));
+        }
+        let (code, stdout, stderr) = cluster
+            .exec(
+                &kubectl,
+                websockets,
+                &["web", "-c", "app", "--", "sh", "-c", "exit 3"],
+                None,
+            )
+            .await;
+        if code != 3 {
+            failures.insert(format!("exit 3 ws={websockets}"), (code, stdout, stderr));
+        }
+        let (code, stdout, stderr) = cluster
+            .exec(
+                &kubectl,
+                websockets,
+                &["-i", "web", "-c", "app", "--", "cat"],
+                Some(b"piped\n"),
+            )
+            .await;
+        if (code, stdout.as_str()) != (0, "piped\n") {
+            failures.insert(format!("cat ws={websockets}"), (code, stdout, stderr));
+        }
+        let (code, stdout, stderr) = cluster
+            .exec(
+                &kubectl,
+                websockets,
+                &["web", "-c", "app", "--", "no-such-program-xyz"],
+                None,
+            )
+            .await;
+        if code == 0 || !stderr.contains("executable file not found") {
+            failures.insert(format!("missing ws={websockets}"), (code, stdout, stderr));
+        }
+    }
+    cluster.handle.stop(Duration::from_secs(5)).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+    let upgrades = UPGRADES.lock().unwrap().clone();
+    assert_eq!(
+        upgrades.iter().filter(|u| *u == "websocket").count(),
+        4,
+        "{upgrades:?}"
+    );
+    assert_eq!(
+        upgrades.iter().filter(|u| *u == "spdy/3.1").count(),
+        4,
+        "{upgrades:?}"
+    );
+}
+
+/// A TCP server standing in for the pod's port: answers each connection
+/// with what it read, upper-cased, once the client half-closes.
+async fn upper_case_server() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut got = Vec::new();
+                if socket.read_to_end(&mut got).await.is_ok() {
+                    let _ = socket.write_all(&got.to_ascii_uppercase()).await;
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn kubectl_port_forward_over_spdy_carries_several_connections() {
+    let Some(kubectl) = kubectl() else {
+        eprintln!("no kubectl; skipped");
+        return;
+    };
+    let cluster = Cluster::start().await;
+    let pod_port = upper_case_server().await;
+    let mut child = tokio::process::Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig)
+        .args(["port-forward", "web", &format!(":{pod_port}")])
+        .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout);
+    let mut line = String::new();
+    use tokio::io::AsyncBufReadExt;
+    tokio::time::timeout(PATIENCE, lines.read_line(&mut line))
+        .await
+        .expect("kubectl says where it listens")
+        .unwrap();
+    // "Forwarding from 127.0.0.1:41234 -> 8080"
+    let local: u16 = line
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected kubectl output {line:?}"));
+    for word in ["first", "second"] {
+        use tokio::io::AsyncReadExt;
+        let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", local))
+            .await
+            .unwrap();
+        socket.write_all(word.as_bytes()).await.unwrap();
+        socket.shutdown().await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(PATIENCE, socket.read_to_end(&mut answer))
+            .await
+            .expect("an answer through the forward")
+            .unwrap();
+        assert_eq!(answer, word.to_uppercase().as_bytes());
+    }
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    cluster.handle.stop(Duration::from_secs(5)).await;
+}
