@@ -278,3 +278,80 @@ async fn interactive_terminal(kubectl: &skiff_tests::kubectl::Kubectl, minor: u3
     );
     Ok(())
 }
+
+/// `kubectl port-forward` with every kubectl version: a local port reaches
+/// an HTTP server in the pod, for several connections one after another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_forwards_a_port() -> Result<()> {
+    use anyhow::Context;
+    use skiff_tests::kubectl::{every_kubectl_version, Kubectl};
+    use skiff_tests::local_node::{apply, wait_for, LocalNode};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(node) = LocalNode::start("every_kubectl_forwards_a_port").await? else {
+        return Ok(());
+    };
+    let site = tempfile::tempdir()?;
+    std::fs::write(site.path().join("index.html"), "served from the pod\n")?;
+    let port = skiff_tests::skiff_process::free_addrs(1)?[0].port();
+    let pod = format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  containers:
+  - name: main
+    image: python
+    command: [python3, -m, http.server, '{port}', --bind, 127.0.0.1, --directory, '{}']
+",
+        site.path().display()
+    );
+    apply(&node.kubectl, "web.yaml", &pod)?;
+    wait_for(&node.kubectl, "pod", "web", "{.status.phase}", "Running").await?;
+    for (minor, binary) in every_kubectl_version() {
+        let kubectl = Kubectl::new(binary, &node.server.kubeconfig())?;
+        let local = skiff_tests::skiff_process::free_addrs(1)?[0].port();
+        let mut forward =
+            kubectl.spawn(&["port-forward", "pod/web", &format!("{local}:{port}")])?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !forward
+            .lines()
+            .iter()
+            .any(|l| l.starts_with(&format!("Forwarding from 127.0.0.1:{local}")))
+        {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline && forward.running()?,
+                "kubectl.1.{minor} port-forward did not start: {:?} {}",
+                forward.lines(),
+                forward.stderr()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        for attempt in 0..3 {
+            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", local))
+                .await
+                .with_context(|| format!("kubectl.1.{minor}: connecting to the forwarded port"))?;
+            stream
+                .write_all(b"GET /index.html HTTP/1.0\r\nHost: pod\r\n\r\n")
+                .await?;
+            let mut reply = Vec::new();
+            tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                stream.read_to_end(&mut reply),
+            )
+            .await
+            .with_context(|| format!("kubectl.1.{minor}: no reply through the forward"))??;
+            let reply = String::from_utf8_lossy(&reply);
+            anyhow::ensure!(
+                reply.starts_with("HTTP/1.0 200") && reply.ends_with("served from the pod\n"),
+                "kubectl.1.{minor} connection {attempt}: {reply:?}; kubectl: {}",
+                forward.stderr()
+            );
+        }
+        anyhow::ensure!(
+            forward.running()?,
+            "kubectl.1.{minor} port-forward still runs"
+        );
+    }
+    Ok(())
+}
