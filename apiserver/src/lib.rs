@@ -23,6 +23,7 @@ mod holding;
 pub mod kubelet;
 pub mod kubernetes_service;
 pub mod limits;
+pub mod metrics;
 pub mod namespace;
 pub mod object;
 pub mod openapi;
@@ -177,6 +178,8 @@ pub async fn serve(
             authenticator,
             authn::authenticate,
         ))
+        // Every request counted and timed, whoever sent it.
+        .layer(axum::middleware::from_fn(metrics::measure))
         // Outermost: a panic anywhere inside answers 500 and leaves the
         // connection serving.
         .layer(axum::middleware::from_fn(panic_recovery::recover));

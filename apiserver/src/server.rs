@@ -463,6 +463,16 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
                 convert: convert::watch_converter(served),
             };
             let stream = crate::watch::start(registry, &target, options).await?;
+            // Each event is one line.
+            let (group, version, kind) = (served.group, served.version, served.kind);
+            let stream = futures::StreamExt::inspect(stream, move |chunk| {
+                if let Ok(bytes) = chunk {
+                    let events = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+                    if events > 0 {
+                        crate::metrics::watch_events_sent(group, version, kind, events);
+                    }
+                }
+            });
             Ok((
                 StatusCode::OK,
                 [

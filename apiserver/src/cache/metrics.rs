@@ -1,11 +1,9 @@
-//! `/metrics`: the store requests the apiserver made and the watch caches'
-//! gauges, in Prometheus' text format, for an operator to scrape.
+//! `/metrics`: the API server's request metrics ([`crate::metrics`]), the
+//! store requests the apiserver made, the objects stored and the watch
+//! caches' gauges, in Prometheus' text format, for an operator to scrape.
 
-use std::fmt::Write;
-
-use axum::http::header;
-use axum::response::IntoResponse;
 use axum::routing::{get, MethodRouter};
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry as Metrics};
 
 use super::resource::Stats;
 use crate::registry::Registry;
@@ -16,47 +14,77 @@ pub fn route<S: Clone + Send + Sync + 'static>(registry: &Registry) -> MethodRou
     let registry = registry.clone();
     get(move || {
         let text = render(&registry);
-        async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response() }
+        async move { crate::metrics::response(text) }
     })
 }
 
-/// The metrics as Prometheus text.
+/// Every metric as Prometheus text.
 pub fn render(registry: &Registry) -> String {
-    let mut out = String::new();
-    out.push_str(
-        "# HELP skiff_storage_requests_total Requests the apiserver sent to the store, by operation.\n\
-         # TYPE skiff_storage_requests_total counter\n",
-    );
-    for operation in requests::OPERATIONS {
-        let _ = writeln!(
-            out,
-            "skiff_storage_requests_total{{operation=\"{operation}\"}} {}",
-            registry.storage().requests().total(operation)
-        );
+    crate::metrics::render(|metrics| register(registry, metrics))
+}
+
+/// A vector of counters or gauges holding `values` as read now.
+fn counters(name: &str, help: &str, label: &str, values: &[(String, u64)]) -> IntCounterVec {
+    let vec = IntCounterVec::new(Opts::new(name, help), &[label]).expect("a valid counter");
+    for (value_label, value) in values {
+        vec.with_label_values(&[value_label.as_str()])
+            .inc_by(*value);
     }
-    out.push_str(
-        "# HELP skiff_storage_watches_total Watches the apiserver opened on the store, by the start of their key range.\n\
-         # TYPE skiff_storage_watches_total counter\n",
-    );
-    for (prefix, count) in registry.storage().requests().watches() {
-        let prefix = prefix.replace('\\', "\\\\").replace('"', "\\\"");
-        let _ = writeln!(
-            out,
-            "skiff_storage_watches_total{{prefix=\"{prefix}\"}} {count}"
-        );
+    vec
+}
+
+fn gauges(name: &str, help: &str, label: &str, values: &[(String, u64)]) -> IntGaugeVec {
+    let vec = IntGaugeVec::new(Opts::new(name, help), &[label]).expect("a valid gauge");
+    for (value_label, value) in values {
+        vec.with_label_values(&[value_label.as_str()])
+            .set(i64::try_from(*value).unwrap_or(i64::MAX));
     }
+    vec
+}
+
+fn register(registry: &Registry, metrics: &Metrics) {
+    let requests = registry.storage().requests();
+    let operations: Vec<(String, u64)> = requests::OPERATIONS
+        .iter()
+        .map(|op| (op.to_string(), requests.total(op)))
+        .collect();
+    let _ = metrics.register(Box::new(counters(
+        "skiff_storage_requests_total",
+        "Requests the apiserver sent to the store, by operation.",
+        "operation",
+        &operations,
+    )));
+    let _ = metrics.register(Box::new(counters(
+        "skiff_storage_watches_total",
+        "Watches the apiserver opened on the store, by the start of their key range.",
+        "prefix",
+        &requests.watches(),
+    )));
     let caches = registry.cache.caches();
     let stats: Vec<_> = caches
         .iter()
         .map(|c| (resource_label(c.resource), c.stats()))
         .collect();
+    let objects: Vec<(String, u64)> = stats
+        .iter()
+        .map(|(resource, s)| (resource.clone(), s.objects as u64))
+        .collect();
+    let _ = metrics.register(Box::new(gauges(
+        "apiserver_storage_objects",
+        "Number of stored objects at the time of last check split by kind.",
+        "resource",
+        &objects,
+    )));
     for (name, kind, help, value) in CACHE_METRICS {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (resource, stats) in &stats {
-            let _ = writeln!(out, "{name}{{resource=\"{resource}\"}} {}", value(stats));
-        }
+        let values: Vec<(String, u64)> = stats
+            .iter()
+            .map(|(resource, s)| (resource.clone(), value(s)))
+            .collect();
+        let _ = match kind {
+            "counter" => metrics.register(Box::new(counters(name, help, "resource", &values))),
+            _ => metrics.register(Box::new(gauges(name, help, "resource", &values))),
+        };
     }
-    out
 }
 
 /// A cache metric: name, type, help, and its value in a cache's stats.

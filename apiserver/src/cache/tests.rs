@@ -850,6 +850,8 @@ async fn metrics_name_store_requests_and_each_cache() {
         "skiff_watch_cache_watchers{resource=\"pods\"} 0\n",
         "skiff_watch_cache_objects{resource=\"pods\"} 0\n",
         "# TYPE skiff_watch_cache_dropped_watchers_total counter\n",
+        "apiserver_storage_objects{resource=\"pods\"} 0\n",
+        "process_resident_memory_bytes ",
     ] {
         assert!(text.contains(sample), "{sample:?} in\n{text}");
     }
