@@ -11,6 +11,7 @@ pub mod kubectl;
 pub mod line_printer;
 pub mod local_node;
 pub mod member_process;
+pub mod node_client;
 pub mod node_processes;
 pub mod python;
 pub mod real_etcd;

@@ -355,3 +355,56 @@ spec:
     }
     Ok(())
 }
+
+/// The Node client's `Exec` (WebSocket): output apart, the exit code in
+/// the Status, stdin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_client_execs() -> Result<()> {
+    use anyhow::Context;
+    use skiff_tests::local_node::{apply, wait_for, LocalNode};
+    use skiff_tests::node_client::{node_client_or_skip, script};
+    let Some(modules) = node_client_or_skip("the_node_client_execs") else {
+        return Ok(());
+    };
+    let Some(node) = LocalNode::start("the_node_client_execs").await? else {
+        return Ok(());
+    };
+    apply(&node.kubectl, "shell.yaml", EXEC_POD)?;
+    wait_for(&node.kubectl, "pod", "shell", "{.status.phase}", "Running").await?;
+    let run = tokio::process::Command::new("node")
+        .arg(script("exec.mjs"))
+        .arg(&modules)
+        .arg(node.server.kubeconfig())
+        .args(["default", "shell"])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(60), run)
+        .await
+        .context("exec.mjs did not finish")??;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    anyhow::ensure!(
+        output.status.success(),
+        "exec.mjs failed ({}); stderr:\n{stderr}",
+        output.status
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim())
+        .with_context(|| format!("exec.mjs printed {stdout}; stderr:\n{stderr}"))?;
+    let failing = &seen["failing"];
+    assert_eq!(
+        (&failing["stdout"], &failing["stderr"]),
+        (&json!("out\n"), &json!("err\n")),
+        "{seen}"
+    );
+    assert_eq!(failing["status"]["reason"], "NonZeroExitCode", "{seen}");
+    assert_eq!(
+        failing["status"]["details"]["causes"][0],
+        json!({"reason": "ExitCode", "message": "3"})
+    );
+    assert_eq!(
+        (&seen["stdin"]["stdout"], &seen["stdin"]["status"]["status"]),
+        (&json!("hello\n"), &json!("Success")),
+        "{seen}"
+    );
+    Ok(())
+}
