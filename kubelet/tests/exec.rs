@@ -632,3 +632,119 @@ mod spdy {
         kubelet.stop().await;
     }
 }
+
+mod port_forward {
+    //! Port-forward over WebSocket's channel protocol.
+
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A stand-in for a pod's port that answers every read at once,
+    /// upper-cased.
+    async fn upper_case_echo() -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = socket.read(&mut buf).await {
+                        if n == 0
+                            || socket
+                                .write_all(&buf[..n].to_ascii_uppercase())
+                                .await
+                                .is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    async fn next_binary(socket: &mut Socket) -> Vec<u8> {
+        loop {
+            let message = tokio::time::timeout(PATIENCE, socket.next())
+                .await
+                .expect("a message")
+                .expect("the socket is open")
+                .unwrap();
+            if let Message::Binary(bytes) = message {
+                return bytes.to_vec();
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn each_port_has_a_data_and_an_error_channel_opened_with_the_port() {
+        let kubelet = Kubelet::start().await;
+        let open = upper_case_echo().await;
+        let closed = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let url = format!(
+            "ws://{}/portForward/default/web?ports={open}&ports={closed}",
+            kubelet.address
+        );
+        let (mut socket, chosen) = connect(&url, "v4.channel.k8s.io").await.unwrap();
+        assert_eq!(chosen, "v4.channel.k8s.io");
+        let mut opened = Vec::new();
+        for _ in 0..4 {
+            opened.push(next_binary(&mut socket).await);
+        }
+        let mut expected = Vec::new();
+        for (i, port) in [open, closed].into_iter().enumerate() {
+            for channel in [2 * i as u8, 2 * i as u8 + 1] {
+                let mut message = vec![channel];
+                message.extend_from_slice(&port.to_le_bytes());
+                expected.push(message);
+            }
+        }
+        assert_eq!(opened, expected);
+        // The closed port says why on its error channel (3).
+        let error = next_binary(&mut socket).await;
+        assert_eq!(error[0], 3, "{error:?}");
+        let text = String::from_utf8_lossy(&error[1..]);
+        assert!(
+            text.starts_with(&format!(
+                "error forwarding port {closed} to pod default/web"
+            )),
+            "{text}"
+        );
+        socket
+            .send(Message::binary(b"\x00hello".to_vec()))
+            .await
+            .unwrap();
+        // Unknown channels and stray bytes change nothing.
+        socket
+            .send(Message::binary(b"\x09junk".to_vec()))
+            .await
+            .unwrap();
+        socket.send(Message::binary(Vec::new())).await.unwrap();
+        let mut answer = Vec::new();
+        while answer != b"HELLO" {
+            let message = next_binary(&mut socket).await;
+            assert_eq!(message[0], 0, "{message:?}");
+            answer.extend_from_slice(&message[1..]);
+        }
+        kubelet.stop().await;
+    }
+
+    #[tokio::test]
+    async fn port_forward_without_ports_or_pod_is_refused() {
+        let kubelet = Kubelet::start().await;
+        let no_ports = format!("ws://{}/portForward/default/web", kubelet.address);
+        assert_eq!(refused(&no_ports, "v4.channel.k8s.io").await.0, 400);
+        let bad_port = format!(
+            "ws://{}/portForward/default/web?ports=http",
+            kubelet.address
+        );
+        assert_eq!(refused(&bad_port, "v4.channel.k8s.io").await.0, 400);
+        let no_pod = format!("ws://{}/portForward/default/db?ports=80", kubelet.address);
+        assert_eq!(refused(&no_pod, "v4.channel.k8s.io").await.0, 404);
+        kubelet.stop().await;
+    }
+}

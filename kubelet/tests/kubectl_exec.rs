@@ -23,9 +23,14 @@ use tower::ServiceExt;
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// The Upgrade header of every exec request forwarded, so the test knows
-/// which protocol kubectl used.
-static UPGRADES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+/// The stand-in apiserver's state: the kubelet it forwards to, and the
+/// Upgrade header of every request forwarded, so a test knows which
+/// protocol kubectl used.
+#[derive(Clone)]
+struct Forwarding {
+    kubelet: Router,
+    upgrades: Arc<std::sync::Mutex<Vec<String>>>,
+}
 
 struct OnePod(ContainerHandle);
 
@@ -67,6 +72,7 @@ fn kubectl() -> Option<String> {
 
 struct Cluster {
     kubeconfig: std::path::PathBuf,
+    upgrades: Arc<std::sync::Mutex<Vec<String>>>,
     handle: ContainerHandle,
     _dirs: Vec<tempfile::TempDir>,
 }
@@ -93,6 +99,7 @@ impl Cluster {
             .await
             .unwrap();
         let kubelet = streaming::router::<()>(Arc::new(OnePod(handle.clone())), runtime);
+        let upgrades = Arc::new(std::sync::Mutex::new(Vec::new()));
         let apiserver = Router::new()
             .route("/api", get(|| async { axum::Json(api_versions()) }))
             .route("/apis", get(|| async { axum::Json(api_groups()) }))
@@ -106,7 +113,10 @@ impl Cluster {
                 "/api/v1/namespaces/{namespace}/pods/{pod}/portforward",
                 get(forward).post(forward),
             )
-            .with_state(kubelet);
+            .with_state(Forwarding {
+                kubelet,
+                upgrades: upgrades.clone(),
+            });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         tokio::spawn(skiff_kubelet::server::serve(
@@ -126,6 +136,7 @@ impl Cluster {
         .unwrap();
         Cluster {
             kubeconfig,
+            upgrades,
             handle,
             _dirs: vec![root, config_dir],
         }
@@ -214,12 +225,13 @@ async fn pod(
 
 /// As the apiserver does: the same request, at the kubelet's path.
 async fn forward(
-    axum::extract::State(kubelet): axum::extract::State<Router>,
+    axum::extract::State(forwarding): axum::extract::State<Forwarding>,
     axum::extract::Path((namespace, name)): axum::extract::Path<(String, String)>,
     mut request: Request,
 ) -> axum::response::Response {
     if let Some(upgrade) = request.headers().get("upgrade") {
-        UPGRADES
+        forwarding
+            .upgrades
             .lock()
             .unwrap()
             .push(upgrade.to_str().unwrap_or_default().to_ascii_lowercase());
@@ -251,7 +263,7 @@ async fn forward(
     {
         forwarded.extensions_mut().insert(upgrade);
     }
-    kubelet.oneshot(forwarded).await.into_response()
+    forwarding.kubelet.oneshot(forwarded).await.into_response()
 }
 
 fn serde_urlencoded_pairs(query: &str) -> Vec<(String, String)> {
@@ -318,7 +330,7 @@ async fn kubectl_exec_exit_codes_and_stdin_over_websocket_and_spdy() {
     }
     cluster.handle.stop(Duration::from_secs(5)).await;
     assert!(failures.is_empty(), "{failures:#?}");
-    let upgrades = UPGRADES.lock().unwrap().clone();
+    let upgrades = cluster.upgrades.lock().unwrap().clone();
     assert_eq!(
         upgrades.iter().filter(|u| *u == "websocket").count(),
         4,
@@ -350,8 +362,7 @@ async fn upper_case_server() -> u16 {
     port
 }
 
-#[tokio::test]
-async fn kubectl_port_forward_over_spdy_carries_several_connections() {
+async fn kubectl_port_forward_carries_several_connections(websockets: bool) {
     let Some(kubectl) = kubectl() else {
         eprintln!("no kubectl; skipped");
         return;
@@ -362,7 +373,10 @@ async fn kubectl_port_forward_over_spdy_carries_several_connections() {
         .arg("--kubeconfig")
         .arg(&cluster.kubeconfig)
         .args(["port-forward", "web", &format!(":{pod_port}")])
-        .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")
+        .env(
+            "KUBECTL_PORT_FORWARD_WEBSOCKETS",
+            if websockets { "true" } else { "false" },
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -401,4 +415,21 @@ async fn kubectl_port_forward_over_spdy_carries_several_connections() {
     let _ = child.start_kill();
     let _ = child.wait().await;
     cluster.handle.stop(Duration::from_secs(5)).await;
+    let upgrades = cluster.upgrades.lock().unwrap().clone();
+    let wanted = if websockets { "websocket" } else { "spdy/3.1" };
+    assert!(
+        !upgrades.is_empty() && upgrades.iter().all(|u| u == wanted),
+        "{upgrades:?}"
+    );
+}
+
+#[tokio::test]
+async fn kubectl_port_forward_over_spdy() {
+    kubectl_port_forward_carries_several_connections(false).await;
+}
+
+/// kubectl 1.31 and later tunnel SPDY through a WebSocket.
+#[tokio::test]
+async fn kubectl_port_forward_over_websocket() {
+    kubectl_port_forward_carries_several_connections(true).await;
 }

@@ -1,7 +1,8 @@
 //! The kubelet's streaming endpoints, which the apiserver's `pods/exec`,
 //! `pods/attach` and `pods/portforward` proxy to unchanged:
-//! `/exec/{namespace}/{pod}/{container}` over WebSocket (the
-//! `*.channel.k8s.io` subprotocols) and SPDY/3.1. Requests that cannot be served are
+//! `/exec/{namespace}/{pod}/{container}` and `/portForward/{namespace}/{pod}`
+//! over WebSocket (the `*.channel.k8s.io` subprotocols, and SPDY tunnelled
+//! in WebSocket for port-forward) and over SPDY/3.1. Requests that cannot be served are
 //! refused with a plain-text error before any upgrade.
 
 mod channel;
@@ -10,7 +11,9 @@ mod portforward;
 mod pty;
 pub mod spdy;
 mod status;
+mod tunnel;
 mod websocket;
+mod websocket_portforward;
 
 use std::sync::Arc;
 
@@ -138,28 +141,18 @@ async fn exec_handler(
         )
         .into_response();
     }
-    let negotiated = negotiate(&parts.headers);
-    let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
-        Ok(upgrade) => upgrade,
-        Err(rejection) => return rejection.into_response(),
-    };
-    let Some((protocol, name)) = negotiated else {
-        return Refusal::new(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "unable to upgrade: none of the requested subprotocols is supported; supported: {}",
-                ChannelProtocol::REMOTECOMMAND.join(", ")
-            ),
-        )
-        .into_response();
-    };
-    let mut upgrade = upgrade
-        .max_message_size(websocket::MAX_MESSAGE)
-        .max_frame_size(websocket::MAX_MESSAGE);
-    if let Some(name) = name {
-        upgrade.set_selected_protocol(name);
-    }
-    upgrade.on_upgrade(move |socket| websocket::serve_exec(socket, protocol, context, exec_request))
+    upgrade_to_websocket(
+        &mut parts,
+        &ChannelProtocol::REMOTECOMMAND,
+        move |socket, name| {
+            let protocol = name
+                .as_deref()
+                .and_then(ChannelProtocol::from_name)
+                .unwrap_or(ChannelProtocol::V1);
+            websocket::serve_exec(socket, protocol, context, exec_request)
+        },
+    )
+    .await
 }
 
 type UpgradedIo = hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>;
@@ -219,6 +212,17 @@ where
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
+/// SPDY in WebSocket binary messages, as kubectl 1.31 and later ask for.
+const TUNNELLED_SPDY: &str = "SPDY/3.1+portforward.k8s.io";
+
+/// The subprotocols of port-forward over WebSocket.
+const PORT_FORWARD_WEBSOCKET: [&str; 4] = [
+    TUNNELLED_SPDY,
+    "v4.channel.k8s.io",
+    "v4.base64.channel.k8s.io",
+    "portforward.k8s.io",
+];
+
 async fn port_forward_handler(
     State(streaming): State<Streaming>,
     Path((namespace, pod)): Path<(String, String)>,
@@ -239,11 +243,42 @@ async fn port_forward_handler(
             spdy::portforward::serve(io, label, ports)
         });
     }
-    Refusal::new(
-        StatusCode::BAD_REQUEST,
-        "port-forward needs a connection upgrade (Upgrade: SPDY/3.1)",
+    if !is_upgrade_to(&parts.headers, "websocket") {
+        return Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "port-forward needs a connection upgrade (Upgrade: websocket or SPDY/3.1)",
+        )
+        .into_response();
+    }
+    let tunnelled = parts
+        .headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|v| v.contains(TUNNELLED_SPDY)));
+    if ports.is_empty() && !tunnelled {
+        return Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "query parameter \"ports\" is required",
+        )
+        .into_response();
+    }
+    upgrade_to_websocket(
+        &mut parts,
+        &PORT_FORWARD_WEBSOCKET,
+        move |socket, name| async move {
+            match name.as_deref() {
+                Some(TUNNELLED_SPDY) => {
+                    spdy::portforward::serve(tunnel::byte_stream(socket), label, ports).await
+                }
+                Some("v4.base64.channel.k8s.io") => {
+                    websocket_portforward::serve(socket, ChannelProtocol::V4Base64, label, ports)
+                        .await
+                }
+                _ => websocket_portforward::serve(socket, ChannelProtocol::V4, label, ports).await,
+            }
+        },
     )
-    .into_response()
+    .await
 }
 
 /// Every value of a header that may be repeated or comma-joined, in order.
@@ -259,25 +294,53 @@ fn header_list(headers: &HeaderMap, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// The first subprotocol the client offers that is served (in the
-/// client's order, which axum's extractor does not keep); a client that
-/// offers none gets `channel.k8s.io`, as the kubelet does.
-fn negotiate(headers: &HeaderMap) -> Option<(ChannelProtocol, Option<HeaderValue>)> {
-    let mut offered = headers
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .map(str::trim)
-        .filter(|name| !name.is_empty())
-        .peekable();
-    if offered.peek().is_none() {
-        return Some((ChannelProtocol::V1, None));
+/// The first subprotocol the client offers that is in `supported` (in
+/// the client's order, which axum's extractor does not keep): `None` if
+/// none is, `Some(None)` if the client offered none.
+fn negotiate(headers: &HeaderMap, supported: &[&str]) -> Option<Option<String>> {
+    let offered = header_list(headers, header::SEC_WEBSOCKET_PROTOCOL.as_str());
+    if offered.is_empty() {
+        return Some(None);
     }
-    offered.find_map(|name| {
-        let protocol = ChannelProtocol::from_name(name)?;
-        Some((protocol, HeaderValue::from_str(name).ok()))
-    })
+    offered
+        .into_iter()
+        .find(|name| supported.contains(&name.as_str()))
+        .map(Some)
+}
+
+/// Accepts a WebSocket upgrade with the negotiated subprotocol and bounded
+/// messages, or refuses it.
+async fn upgrade_to_websocket<F, Fut>(
+    parts: &mut axum::http::request::Parts,
+    supported: &[&str],
+    serve: F,
+) -> Response
+where
+    F: FnOnce(axum::extract::ws::WebSocket, Option<String>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let negotiated = negotiate(&parts.headers, supported);
+    let upgrade = match WebSocketUpgrade::from_request_parts(parts, &()).await {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let Some(name) = negotiated else {
+        return Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "unable to upgrade: none of the requested subprotocols is supported; supported: {}",
+                supported.join(", ")
+            ),
+        )
+        .into_response();
+    };
+    let mut upgrade = upgrade
+        .max_message_size(websocket::MAX_MESSAGE)
+        .max_frame_size(websocket::MAX_MESSAGE);
+    if let Some(value) = name.as_deref().and_then(|n| HeaderValue::from_str(n).ok()) {
+        upgrade.set_selected_protocol(value);
+    }
+    upgrade.on_upgrade(move |socket| serve(socket, name))
 }
 
 fn is_upgrade_to(headers: &HeaderMap, protocol: &str) -> bool {
@@ -364,8 +427,9 @@ mod tests {
 
     #[test]
     fn the_clients_first_served_subprotocol_is_chosen() {
+        let supported = ChannelProtocol::REMOTECOMMAND;
         let mut headers = HeaderMap::new();
-        assert_eq!(negotiate(&headers), Some((ChannelProtocol::V1, None)));
+        assert_eq!(negotiate(&headers, &supported), Some(None));
         headers.append(
             header::SEC_WEBSOCKET_PROTOCOL,
             HeaderValue::from_static("v9.channel.k8s.io, v4.channel.k8s.io"),
@@ -374,15 +438,16 @@ mod tests {
             header::SEC_WEBSOCKET_PROTOCOL,
             HeaderValue::from_static("v5.channel.k8s.io"),
         );
-        let (protocol, name) = negotiate(&headers).unwrap();
-        assert_eq!(protocol, ChannelProtocol::V4);
-        assert_eq!(name.unwrap(), "v4.channel.k8s.io");
+        assert_eq!(
+            negotiate(&headers, &supported),
+            Some(Some("v4.channel.k8s.io".to_string()))
+        );
         let mut unknown = HeaderMap::new();
         unknown.insert(
             header::SEC_WEBSOCKET_PROTOCOL,
             HeaderValue::from_static("x"),
         );
-        assert_eq!(negotiate(&unknown), None);
+        assert_eq!(negotiate(&unknown, &supported), None);
     }
 
     #[test]
