@@ -58,12 +58,16 @@ impl ContainerFinder for Containers {
 struct Kubelet {
     address: std::net::SocketAddr,
     handle: ContainerHandle,
-    _root: tempfile::TempDir,
+    root: tempfile::TempDir,
     workdir: tempfile::TempDir,
 }
 
 impl Kubelet {
     async fn start() -> Kubelet {
+        Self::start_running(&["sleep", "300"]).await
+    }
+
+    async fn start_running(argv: &[&str]) -> Kubelet {
         let root = tempfile::tempdir().unwrap();
         let workdir = tempfile::tempdir().unwrap();
         let shim = vec![env!("CARGO_BIN_EXE_kubelet-shim").into()];
@@ -76,7 +80,7 @@ impl Kubelet {
                 container: "app".into(),
                 attempt: 0,
             },
-            argv: vec!["sleep".into(), "300".into()],
+            argv: argv.iter().map(|a| a.to_string()).collect(),
             env: vec![
                 ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
                 ("GREETING".into(), "hello".into()),
@@ -98,7 +102,7 @@ impl Kubelet {
         Kubelet {
             address,
             handle,
-            _root: root,
+            root,
             workdir,
         }
     }
@@ -745,6 +749,70 @@ mod port_forward {
         assert_eq!(refused(&bad_port, "v4.channel.k8s.io").await.0, 400);
         let no_pod = format!("ws://{}/portForward/default/db?ports=80", kubelet.address);
         assert_eq!(refused(&no_pod, "v4.channel.k8s.io").await.0, 404);
+        kubelet.stop().await;
+    }
+}
+
+mod attach {
+    //! Attach streams the container's output from now on.
+
+    use super::*;
+
+    #[tokio::test]
+    async fn attach_streams_new_output_on_its_own_channels_until_the_container_ends() {
+        let script = "i=0; while [ $i -lt 600 ]; do echo out$i; echo err$i >&2; i=$((i+1)); sleep 0.05; done";
+        let kubelet = Kubelet::start_running(&["sh", "-c", script]).await;
+        // Attach once the first lines are logged: they are not replayed.
+        let log = kubelet.root.path().join("pods/default_web_uid-1/app/0.log");
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while !std::fs::read_to_string(&log).is_ok_and(|text| text.contains(" out1\n")) {
+            assert!(tokio::time::Instant::now() < deadline, "nothing logged");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let url = format!(
+            "ws://{}/attach/default/web/app?stdout=true&stderr=true",
+            kubelet.address
+        );
+        let (mut socket, chosen) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+        assert_eq!(chosen, "v5.channel.k8s.io");
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        while !(stdout.ends_with(b"\n") && stderr.ends_with(b"\n") && stdout.len() > 10) {
+            let message = tokio::time::timeout(PATIENCE, socket.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            let Message::Binary(bytes) = message else {
+                continue;
+            };
+            match bytes.first() {
+                Some(1) => stdout.extend_from_slice(&bytes[1..]),
+                Some(2) => stderr.extend_from_slice(&bytes[1..]),
+                other => panic!("unexpected channel {other:?}"),
+            }
+        }
+        let stdout = String::from_utf8(stdout).unwrap();
+        let stderr = String::from_utf8(stderr).unwrap();
+        assert!(stdout.lines().all(|l| l.starts_with("out")), "{stdout}");
+        assert!(stderr.lines().all(|l| l.starts_with("err")), "{stderr}");
+        assert!(!stdout.starts_with("out0\n"), "{stdout}");
+        // The container ending ends the session with Success.
+        kubelet.handle.stop(Duration::from_secs(5)).await;
+        let rest = read_all(&mut socket).await;
+        assert_eq!(rest.status()["status"], "Success");
+    }
+
+    #[tokio::test]
+    async fn attach_with_stdin_is_refused_as_the_runtime_keeps_none() {
+        let kubelet = Kubelet::start().await;
+        let url = format!(
+            "ws://{}/attach/default/web/app?stdin=true&stdout=true",
+            kubelet.address
+        );
+        let (code, body) = refused(&url, "v5.channel.k8s.io").await;
+        assert_eq!(code, 400);
+        assert!(body.contains("without stdin"), "{body}");
         kubelet.stop().await;
     }
 }

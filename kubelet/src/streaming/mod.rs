@@ -5,10 +5,12 @@
 //! in WebSocket for port-forward) and over SPDY/3.1. Requests that cannot be served are
 //! refused with a plain-text error before any upgrade.
 
+mod attach;
 mod channel;
 mod exec;
 mod portforward;
 mod pty;
+mod session;
 pub mod spdy;
 mod status;
 mod tunnel;
@@ -28,6 +30,7 @@ pub use channel::{ChannelProtocol, TerminalSize};
 pub use exec::ExecRequest;
 pub use status::ExecOutcome;
 
+use self::session::Session;
 use crate::runtime::{ContainerHandle, ProcessRuntime};
 
 /// Finds the running container a stream is for.
@@ -91,6 +94,10 @@ pub fn router<S: Clone + Send + Sync + 'static>(
             get(exec_handler).post(exec_handler),
         )
         .route(
+            "/attach/{namespace}/{pod}/{container}",
+            get(attach_handler).post(attach_handler),
+        )
+        .route(
             "/portForward/{namespace}/{pod}",
             get(port_forward_handler).post(port_forward_handler),
         )
@@ -103,7 +110,7 @@ async fn exec_handler(
     Query(query): Query<Vec<(String, String)>>,
     request: Request,
 ) -> Response {
-    let exec_request = match exec_request(&query) {
+    let exec_request = match stream_request(&query, true) {
         Ok(exec_request) => exec_request,
         Err(refusal) => return refusal.into_response(),
     };
@@ -124,6 +131,53 @@ async fn exec_handler(
             .into_response()
         }
     };
+    let session = Session::Exec {
+        context,
+        request: exec_request,
+    };
+    serve_session(request, session).await
+}
+
+async fn attach_handler(
+    State(streaming): State<Streaming>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    Query(query): Query<Vec<(String, String)>>,
+    request: Request,
+) -> Response {
+    let attach_request = match stream_request(&query, false) {
+        Ok(attach_request) => attach_request,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let handle = match streaming
+        .finder
+        .running_container(&namespace, &pod, &container)
+    {
+        Ok(handle) => handle,
+        Err(refusal) => return refusal.into_response(),
+    };
+    if attach_request.stdin || attach_request.tty {
+        return Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "container {container} in pod {pod} was started without stdin or a terminal; attach can only stream its output (omit -i and -t)"
+            ),
+        )
+        .into_response();
+    }
+    let log_path = streaming
+        .runtime
+        .container_logs(handle.id())
+        .path(handle.id().attempt);
+    let session = Session::Attach {
+        handle,
+        log_path,
+        request: attach_request,
+    };
+    serve_session(request, session).await
+}
+
+/// Upgrades to SPDY or WebSocket, as the client asks, and runs `session`.
+async fn serve_session(request: Request, session: Session) -> Response {
     let (mut parts, _body) = request.into_parts();
     if is_upgrade_to(&parts.headers, "SPDY/3.1") {
         return upgrade_to_spdy(&mut parts, &spdy::REMOTECOMMAND, move |io, name| {
@@ -131,13 +185,13 @@ async fn exec_handler(
                 .as_deref()
                 .and_then(spdy::RemoteCommandVersion::from_name)
                 .unwrap_or(spdy::RemoteCommandVersion(1));
-            spdy::serve_exec(io, version, context, exec_request)
+            spdy::serve_exec(io, version, session)
         });
     }
     if !is_upgrade_to(&parts.headers, "websocket") {
         return Refusal::new(
             StatusCode::BAD_REQUEST,
-            "exec needs a connection upgrade (Upgrade: websocket or SPDY/3.1)",
+            "streaming needs a connection upgrade (Upgrade: websocket or SPDY/3.1)",
         )
         .into_response();
     }
@@ -149,7 +203,7 @@ async fn exec_handler(
                 .as_deref()
                 .and_then(ChannelProtocol::from_name)
                 .unwrap_or(ChannelProtocol::V1);
-            websocket::serve_exec(socket, protocol, context, exec_request)
+            websocket::serve_exec(socket, protocol, session)
         },
     )
     .await
@@ -353,9 +407,10 @@ fn is_upgrade_to(headers: &HeaderMap, protocol: &str) -> bool {
         })
 }
 
-/// The exec query as the apiserver forwards it: `command` repeated, the
-/// stream flags as Go's `strconv.ParseBool` reads them.
-fn exec_request(query: &[(String, String)]) -> Result<ExecRequest, Refusal> {
+/// The exec or attach query as the apiserver forwards it: `command`
+/// repeated (exec only), the stream flags as Go's `strconv.ParseBool`
+/// reads them.
+fn stream_request(query: &[(String, String)], exec: bool) -> Result<ExecRequest, Refusal> {
     let bad = |message: String| Refusal::new(StatusCode::BAD_REQUEST, message);
     let flag = |name: &str| -> Result<bool, Refusal> {
         match query.iter().rev().find(|(k, _)| k == name) {
@@ -370,7 +425,7 @@ fn exec_request(query: &[(String, String)]) -> Result<ExecRequest, Refusal> {
         .filter(|(k, _)| k == "command")
         .map(|(_, v)| v.clone())
         .collect();
-    if command.is_empty() {
+    if exec && command.is_empty() {
         return Err(bad(
             "you must specify at least one command for the container".into(),
         ));
@@ -413,13 +468,16 @@ mod tests {
 
     #[test]
     fn exec_queries_keep_every_command_word_in_order() {
-        let request = exec_request(&query(&[
-            ("command", "sh"),
-            ("command", "-c"),
-            ("command", "echo hi"),
-            ("stdout", "true"),
-            ("stderr", "1"),
-        ]))
+        let request = stream_request(
+            &query(&[
+                ("command", "sh"),
+                ("command", "-c"),
+                ("command", "echo hi"),
+                ("stdout", "true"),
+                ("stderr", "1"),
+            ]),
+            true,
+        )
         .unwrap();
         assert_eq!(request.command, ["sh", "-c", "echo hi"]);
         assert!(request.stdout && request.stderr && !request.stdin && !request.tty);
@@ -452,26 +510,32 @@ mod tests {
 
     #[test]
     fn a_terminal_has_no_stderr() {
-        let request = exec_request(&query(&[
-            ("command", "sh"),
-            ("stdin", "true"),
-            ("stderr", "true"),
-            ("tty", "true"),
-        ]))
+        let request = stream_request(
+            &query(&[
+                ("command", "sh"),
+                ("stdin", "true"),
+                ("stderr", "true"),
+                ("tty", "true"),
+            ]),
+            true,
+        )
         .unwrap();
         assert!(request.tty && request.stdin && !request.stderr);
     }
 
     #[test]
     fn exec_queries_without_command_streams_or_with_bad_flags_are_refused() {
-        let no_command = exec_request(&query(&[("stdout", "true")])).unwrap_err();
+        let no_command = stream_request(&query(&[("stdout", "true")]), true).unwrap_err();
         assert_eq!(no_command.code, StatusCode::BAD_REQUEST);
-        let no_streams = exec_request(&query(&[("command", "ls")])).unwrap_err();
+        let no_streams = stream_request(&query(&[("command", "ls")]), true).unwrap_err();
         assert!(
             no_streams.message.contains("at least 1 of stdin"),
             "{no_streams:?}"
         );
-        let bad_flag = exec_request(&query(&[("command", "ls"), ("stdout", "yes")])).unwrap_err();
+        let bad_flag =
+            stream_request(&query(&[("command", "ls"), ("stdout", "yes")]), true).unwrap_err();
+        let attach = stream_request(&query(&[("stdout", "true")]), false).unwrap();
+        assert!(attach.command.is_empty() && attach.stdout);
         assert!(bad_flag.message.contains("stdout=\"yes\""), "{bad_flag:?}");
     }
 }

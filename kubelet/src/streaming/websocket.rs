@@ -7,21 +7,17 @@ use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 
 use super::channel::{self, ChannelProtocol, Frame, TerminalSize};
-use super::exec::{self, ClientEvent, ExecRequest, OutputStream};
-use crate::runtime::ExecContext;
+use super::exec::{ClientEvent, OutputStream};
+use super::session::Session;
 
 /// The most messages queued between the socket and the session each way.
 const QUEUE: usize = 8;
 /// The largest message a client may send; larger ones end the connection.
 pub const MAX_MESSAGE: usize = 1024 * 1024;
 
-/// Runs one exec session on an upgraded socket.
-pub async fn serve_exec(
-    socket: WebSocket,
-    protocol: ChannelProtocol,
-    context: ExecContext,
-    request: ExecRequest,
-) {
+/// Runs one exec or attach session on an upgraded socket.
+pub async fn serve_exec(socket: WebSocket, protocol: ChannelProtocol, session: Session) {
+    let request = session.request();
     let (mut sink, stream) = socket.split();
     // As the kubelet does: an empty message on the lowest channel written,
     // so the client knows the streams are open.
@@ -38,7 +34,7 @@ pub async fn serve_exec(
     let (input_tx, input_rx) = mpsc::channel(QUEUE);
     let reading = tokio::spawn(read_client(stream, protocol, input_tx));
     let (output_tx, mut output_rx) = mpsc::channel(QUEUE);
-    let session = exec::run(&context, &request, input_rx, output_tx);
+    let running = session.run(input_rx, output_tx);
     let writing = async {
         while let Some((stream, data)) = output_rx.recv().await {
             let channel = match stream {
@@ -51,7 +47,7 @@ pub async fn serve_exec(
         }
         true
     };
-    let (outcome, open) = tokio::join!(session, writing);
+    let (outcome, open) = tokio::join!(running, writing);
     if open {
         let end = if protocol.writes_status() {
             Some(outcome.status(&request.command).to_string())
