@@ -433,3 +433,80 @@ async fn kubectl_port_forward_over_spdy() {
 async fn kubectl_port_forward_over_websocket() {
     kubectl_port_forward_carries_several_connections(true).await;
 }
+
+/// `kubectl exec -it` on a pseudo-terminal (util-linux `script` gives it
+/// one): the command sees a terminal, reads what is typed, and its exit
+/// code is kubectl's.
+async fn kubectl_exec_on_a_terminal(websockets: bool) {
+    let Some(kubectl) = kubectl() else {
+        eprintln!("no kubectl; skipped");
+        return;
+    };
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("no script(1) to give kubectl a terminal; skipped");
+        return;
+    }
+    let cluster = Cluster::start().await;
+    let inner = format!(
+        "{kubectl} --kubeconfig {} exec -it web -c app -- sh -c '[ -t 0 ] && echo tty-yes; read x; echo got-$x; exit 5'",
+        cluster.kubeconfig.display()
+    );
+    let mut child = tokio::process::Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .env(
+            "KUBECTL_REMOTE_COMMAND_WEBSOCKETS",
+            if websockets { "true" } else { "false" },
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    // Type only once the command runs on its terminal.
+    while !String::from_utf8_lossy(&seen).contains("tty-yes") {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 1024];
+        let n = tokio::time::timeout(PATIENCE, stdout.read(&mut buf))
+            .await
+            .expect("kubectl prints")
+            .unwrap();
+        assert!(n > 0, "ended early: {:?}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    stdin.write_all(b"abc\r").await.unwrap();
+    let mut rest = Vec::new();
+    {
+        use tokio::io::AsyncReadExt;
+        tokio::time::timeout(PATIENCE, stdout.read_to_end(&mut rest))
+            .await
+            .expect("kubectl ends")
+            .unwrap();
+    }
+    seen.extend_from_slice(&rest);
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let output = String::from_utf8_lossy(&seen);
+    assert!(output.contains("got-abc"), "{output:?}");
+    assert_eq!(status.code(), Some(5), "{output:?}");
+    cluster.handle.stop(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn kubectl_exec_it_over_websocket() {
+    kubectl_exec_on_a_terminal(true).await;
+}
+
+#[tokio::test]
+async fn kubectl_exec_it_over_spdy() {
+    kubectl_exec_on_a_terminal(false).await;
+}
