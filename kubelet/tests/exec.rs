@@ -68,6 +68,10 @@ impl Kubelet {
     }
 
     async fn start_running(argv: &[&str]) -> Kubelet {
+        Self::start_with(argv, streaming::DEFAULT_IDLE_TIMEOUT).await
+    }
+
+    async fn start_with(argv: &[&str], idle_timeout: Duration) -> Kubelet {
         let root = tempfile::tempdir().unwrap();
         let workdir = tempfile::tempdir().unwrap();
         let shim = vec![env!("CARGO_BIN_EXE_kubelet-shim").into()];
@@ -90,7 +94,11 @@ impl Kubelet {
         };
         let handle = runtime.start(spec).await.unwrap();
         let containers = HashMap::from([(("web".into(), "app".into()), handle.clone())]);
-        let router = streaming::router::<()>(Arc::new(Containers(containers)), runtime);
+        let router = streaming::router_with_idle_timeout::<()>(
+            Arc::new(Containers(containers)),
+            runtime,
+            idle_timeout,
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         tokio::spawn(skiff_kubelet::server::serve(
@@ -393,6 +401,39 @@ async fn a_client_that_goes_away_ends_the_command() {
     let pid = wait_for_file(&marker).await;
     socket.close(None).await.unwrap();
     drop(socket);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while process_runs(pid) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pid {pid} still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    kubelet.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_and_its_command_stopped() {
+    let kubelet = Kubelet::start_with(&["sleep", "300"], Duration::from_millis(500)).await;
+    let marker = kubelet.workdir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 300", marker.display());
+    let url = kubelet.exec_url("app", &["sh", "-c", &script], "stdout=true");
+    let (mut socket, _) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+    let pid = wait_for_file(&marker).await;
+    // The server closes the socket: the stream ends without a Status.
+    let ended = tokio::time::timeout(PATIENCE, async {
+        loop {
+            match socket.next().await {
+                Some(Ok(Message::Binary(bytes))) if bytes.len() > 1 => {
+                    panic!("unexpected output {bytes:?}")
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => return,
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the idle connection stays open");
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while process_runs(pid) {
         assert!(

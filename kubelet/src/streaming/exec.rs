@@ -71,6 +71,9 @@ pub async fn run(
         resizer,
     } = started;
     let group = child.id();
+    // Whatever ends this session early (its client, the idle timeout)
+    // stops what the command started.
+    let mut stopper = GroupKiller(group);
     let (exited_tx, exited) = watch::channel(false);
     let mut pumps = tokio::task::JoinSet::new();
     for (reader, stream) in [
@@ -87,13 +90,15 @@ pub async fn run(
     let status = tokio::select! {
         status = child.wait() => status,
         _ = gone => {
-            kill_group(group);
+            drop(stopper);
             feeding.abort();
             pumps.abort_all();
             let _ = child.wait().await;
             return ExecOutcome::Failed { message: "the client went away".into() };
         }
     };
+    // Exited by itself: what it left in the background may go on.
+    stopper.0 = None;
     let _ = exited_tx.send(true);
     while pumps.join_next().await.is_some() {}
     feeding.abort();
@@ -311,12 +316,16 @@ async fn feed(
     let _ = gone.send(());
 }
 
-/// SIGKILL to the session's process group.
-fn kill_group(pid: Option<u32>) {
-    if let Some(pgid) = pid.and_then(|pid| libc::pid_t::try_from(pid).ok()) {
-        // SAFETY: kill(2) takes plain integers; a group that is gone is ESRCH.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
+/// SIGKILLs the session's process group when dropped, unless disarmed.
+struct GroupKiller(Option<u32>);
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.and_then(|pid| libc::pid_t::try_from(pid).ok()) {
+            // SAFETY: kill(2) takes plain integers; a gone group is ESRCH.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
         }
     }
 }

@@ -8,6 +8,7 @@
 mod attach;
 mod channel;
 mod exec;
+mod idle;
 mod portforward;
 mod pty;
 mod session;
@@ -18,6 +19,7 @@ mod websocket;
 mod websocket_portforward;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{FromRequestParts, Path, Query, Request, State};
@@ -30,6 +32,7 @@ pub use channel::{ChannelProtocol, TerminalSize};
 pub use exec::ExecRequest;
 pub use status::ExecOutcome;
 
+use self::idle::{Activity, Watched};
 use self::session::Session;
 use crate::runtime::{ContainerHandle, ProcessRuntime};
 
@@ -77,16 +80,29 @@ impl IntoResponse for Refusal {
     }
 }
 
+pub use idle::DEFAULT_IDLE_TIMEOUT;
+
 #[derive(Clone)]
 struct Streaming {
     finder: Arc<dyn ContainerFinder>,
     runtime: Arc<ProcessRuntime>,
+    idle_timeout: Duration,
 }
 
-/// The streaming routes, to merge into the kubelet's router.
+/// The streaming routes, to merge into the kubelet's router, with the
+/// default idle timeout.
 pub fn router<S: Clone + Send + Sync + 'static>(
     finder: Arc<dyn ContainerFinder>,
     runtime: Arc<ProcessRuntime>,
+) -> Router<S> {
+    router_with_idle_timeout(finder, runtime, DEFAULT_IDLE_TIMEOUT)
+}
+
+/// The streaming routes; a connection idle for `idle_timeout` is closed.
+pub fn router_with_idle_timeout<S: Clone + Send + Sync + 'static>(
+    finder: Arc<dyn ContainerFinder>,
+    runtime: Arc<ProcessRuntime>,
+    idle_timeout: Duration,
 ) -> Router<S> {
     Router::new()
         .route(
@@ -101,7 +117,11 @@ pub fn router<S: Clone + Send + Sync + 'static>(
             "/portForward/{namespace}/{pod}",
             get(port_forward_handler).post(port_forward_handler),
         )
-        .with_state(Streaming { finder, runtime })
+        .with_state(Streaming {
+            finder,
+            runtime,
+            idle_timeout,
+        })
 }
 
 async fn exec_handler(
@@ -135,7 +155,7 @@ async fn exec_handler(
         context,
         request: exec_request,
     };
-    serve_session(request, session).await
+    serve_session(request, session, streaming.idle_timeout).await
 }
 
 async fn attach_handler(
@@ -173,20 +193,25 @@ async fn attach_handler(
         log_path,
         request: attach_request,
     };
-    serve_session(request, session).await
+    serve_session(request, session, streaming.idle_timeout).await
 }
 
 /// Upgrades to SPDY or WebSocket, as the client asks, and runs `session`.
-async fn serve_session(request: Request, session: Session) -> Response {
+async fn serve_session(request: Request, session: Session, idle_timeout: Duration) -> Response {
     let (mut parts, _body) = request.into_parts();
     if is_upgrade_to(&parts.headers, "SPDY/3.1") {
-        return upgrade_to_spdy(&mut parts, &spdy::REMOTECOMMAND, move |io, name| {
-            let version = name
-                .as_deref()
-                .and_then(spdy::RemoteCommandVersion::from_name)
-                .unwrap_or(spdy::RemoteCommandVersion(1));
-            spdy::serve_exec(io, version, session)
-        });
+        return upgrade_to_spdy(
+            &mut parts,
+            &spdy::REMOTECOMMAND,
+            idle_timeout,
+            move |io, name| {
+                let version = name
+                    .as_deref()
+                    .and_then(spdy::RemoteCommandVersion::from_name)
+                    .unwrap_or(spdy::RemoteCommandVersion(1));
+                spdy::serve_exec(io, version, session)
+            },
+        );
     }
     if !is_upgrade_to(&parts.headers, "websocket") {
         return Refusal::new(
@@ -203,7 +228,7 @@ async fn serve_session(request: Request, session: Session) -> Response {
                 .as_deref()
                 .and_then(ChannelProtocol::from_name)
                 .unwrap_or(ChannelProtocol::V1);
-            websocket::serve_exec(socket, protocol, session)
+            websocket::serve_exec(socket, protocol, session, idle_timeout)
         },
     )
     .await
@@ -217,10 +242,11 @@ type UpgradedIo = hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>;
 fn upgrade_to_spdy<F, Fut>(
     parts: &mut axum::http::request::Parts,
     supported: &[&str],
+    idle_timeout: Duration,
     serve: F,
 ) -> Response
 where
-    F: FnOnce(UpgradedIo, Option<String>) -> Fut + Send + 'static,
+    F: FnOnce(Watched<UpgradedIo>, Option<String>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let offered = header_list(&parts.headers, "x-stream-protocol-version");
@@ -250,7 +276,16 @@ where
     let chosen = name.clone();
     tokio::spawn(async move {
         match on_upgrade.await {
-            Ok(upgraded) => serve(hyper_util::rt::TokioIo::new(upgraded), chosen).await,
+            Ok(upgraded) => {
+                let activity = Activity::new();
+                let io = Watched::new(hyper_util::rt::TokioIo::new(upgraded), activity.clone());
+                tokio::select! {
+                    () = serve(io, chosen) => {}
+                    () = activity.idle_for(idle_timeout) => {
+                        tracing::info!(?idle_timeout, "closing an idle streaming connection");
+                    }
+                }
+            }
             Err(err) => tracing::debug!(%err, "a SPDY upgrade failed"),
         }
     });
@@ -293,9 +328,13 @@ async fn port_forward_handler(
     let (mut parts, _body) = request.into_parts();
     let label = format!("{namespace}/{pod}");
     if is_upgrade_to(&parts.headers, "SPDY/3.1") {
-        return upgrade_to_spdy(&mut parts, &[spdy::portforward::PROTOCOL], move |io, _| {
-            spdy::portforward::serve(io, label, ports)
-        });
+        let idle_timeout = streaming.idle_timeout;
+        return upgrade_to_spdy(
+            &mut parts,
+            &[spdy::portforward::PROTOCOL],
+            idle_timeout,
+            move |io, _| spdy::portforward::serve(io, label, ports),
+        );
     }
     if !is_upgrade_to(&parts.headers, "websocket") {
         return Refusal::new(
@@ -316,20 +355,27 @@ async fn port_forward_handler(
         )
         .into_response();
     }
+    let idle_timeout = streaming.idle_timeout;
     upgrade_to_websocket(
         &mut parts,
         &PORT_FORWARD_WEBSOCKET,
         move |socket, name| async move {
-            match name.as_deref() {
+            let protocol = match name.as_deref() {
                 Some(TUNNELLED_SPDY) => {
-                    spdy::portforward::serve(tunnel::byte_stream(socket), label, ports).await
+                    let activity = Activity::new();
+                    let io = Watched::new(tunnel::byte_stream(socket), activity.clone());
+                    tokio::select! {
+                        () = spdy::portforward::serve(io, label, ports) => {}
+                        () = activity.idle_for(idle_timeout) => {
+                            tracing::info!(?idle_timeout, "closing an idle port-forward connection");
+                        }
+                    }
+                    return;
                 }
-                Some("v4.base64.channel.k8s.io") => {
-                    websocket_portforward::serve(socket, ChannelProtocol::V4Base64, label, ports)
-                        .await
-                }
-                _ => websocket_portforward::serve(socket, ChannelProtocol::V4, label, ports).await,
-            }
+                Some("v4.base64.channel.k8s.io") => ChannelProtocol::V4Base64,
+                _ => ChannelProtocol::V4,
+            };
+            websocket_portforward::serve(socket, protocol, label, ports, idle_timeout).await
         },
     )
     .await

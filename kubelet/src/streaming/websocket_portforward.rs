@@ -3,6 +3,8 @@
 //! with the port as two little-endian bytes; one connection per port, and
 //! the socket closes once every connection has ended.
 
+use std::time::Duration;
+
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -10,13 +12,21 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::channel::{ChannelProtocol, Frame};
+use super::idle::Activity;
 use super::portforward::{self, Forwarded};
 
 /// Messages queued each way per port.
 const QUEUE: usize = 8;
 
 /// Forwards `ports` of `pod` over an upgraded socket.
-pub async fn serve(socket: WebSocket, protocol: ChannelProtocol, pod: String, ports: Vec<u16>) {
+pub async fn serve(
+    socket: WebSocket,
+    protocol: ChannelProtocol,
+    pod: String,
+    ports: Vec<u16>,
+    idle_timeout: Duration,
+) {
+    let activity = Activity::new();
     let (mut sink, mut stream) = socket.split();
     for (i, port) in ports.iter().enumerate() {
         for channel in [data_channel(i), data_channel(i) + 1] {
@@ -50,6 +60,7 @@ pub async fn serve(socket: WebSocket, protocol: ChannelProtocol, pod: String, po
     drop(down_tx);
     let reading = async {
         while let Some(Ok(message)) = stream.next().await {
+            activity.touch();
             let payload = match message {
                 Message::Binary(bytes) => bytes,
                 Message::Text(text) => Bytes::from(text),
@@ -80,6 +91,7 @@ pub async fn serve(socket: WebSocket, protocol: ChannelProtocol, pod: String, po
             if sink.send(message).await.is_err() {
                 return;
             }
+            activity.touch();
         }
         let _ = sink
             .send(Message::Close(Some(CloseFrame {
@@ -92,6 +104,9 @@ pub async fn serve(socket: WebSocket, protocol: ChannelProtocol, pod: String, po
     tokio::select! {
         () = reading => {}
         () = writing => {}
+        () = activity.idle_for(idle_timeout) => {
+            tracing::info!(?idle_timeout, "closing an idle port-forward connection");
+        }
     }
     forwarders.abort_all();
 }
