@@ -510,3 +510,81 @@ async fn kubectl_exec_it_over_websocket() {
 async fn kubectl_exec_it_over_spdy() {
     kubectl_exec_on_a_terminal(false).await;
 }
+
+/// `kubectl cp` both ways: `tar` run through exec, with stdin (and its
+/// close) into the pod and stdout out of it.
+async fn kubectl_cp_both_ways(websockets: bool) {
+    let Some(kubectl) = kubectl() else {
+        eprintln!("no kubectl; skipped");
+        return;
+    };
+    let cluster = Cluster::start().await;
+    // The process runtime's containers see the host's filesystem.
+    let pod_dir = tempfile::tempdir().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let content: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(pod_dir.path().join("from-pod.txt"), &content).unwrap();
+    std::fs::write(local.path().join("to-pod.txt"), "uploaded\n").unwrap();
+    let run = |args: Vec<String>| {
+        let kubectl = kubectl.clone();
+        let kubeconfig = cluster.kubeconfig.clone();
+        async move {
+            let output = tokio::process::Command::new(&kubectl)
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(&args)
+                .env(
+                    "KUBECTL_REMOTE_COMMAND_WEBSOCKETS",
+                    if websockets { "true" } else { "false" },
+                )
+                .stdin(Stdio::null())
+                .output();
+            let output = tokio::time::timeout(PATIENCE, output)
+                .await
+                .expect("kubectl cp ends")
+                .unwrap();
+            assert!(
+                output.status.success(),
+                "kubectl {args:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    };
+    let pod_path = |name: &str| format!("web:{}", pod_dir.path().join(name).display());
+    let local_path = |name: &str| local.path().join(name).display().to_string();
+    run(vec![
+        "cp".into(),
+        "-c".into(),
+        "app".into(),
+        pod_path("from-pod.txt"),
+        local_path("copied.txt"),
+    ])
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(local.path().join("copied.txt")).unwrap(),
+        content
+    );
+    run(vec![
+        "cp".into(),
+        "-c".into(),
+        "app".into(),
+        local_path("to-pod.txt"),
+        pod_path("uploaded.txt"),
+    ])
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(pod_dir.path().join("uploaded.txt")).unwrap(),
+        "uploaded\n"
+    );
+    cluster.handle.stop(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn kubectl_cp_over_websocket() {
+    kubectl_cp_both_ways(true).await;
+}
+
+#[tokio::test]
+async fn kubectl_cp_over_spdy() {
+    kubectl_cp_both_ways(false).await;
+}
