@@ -72,6 +72,14 @@ impl Kubelet {
     }
 
     async fn start_with(argv: &[&str], idle_timeout: Duration) -> Kubelet {
+        Self::start_serving(argv, idle_timeout, None).await
+    }
+
+    async fn start_serving(
+        argv: &[&str],
+        idle_timeout: Duration,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> Kubelet {
         let root = tempfile::tempdir().unwrap();
         let workdir = tempfile::tempdir().unwrap();
         let shim = vec![env!("CARGO_BIN_EXE_kubelet-shim").into()];
@@ -104,7 +112,7 @@ impl Kubelet {
         tokio::spawn(skiff_kubelet::server::serve(
             listener,
             router,
-            None,
+            tls,
             std::future::pending(),
         ));
         Kubelet {
@@ -529,9 +537,17 @@ mod spdy {
         path_and_query: &str,
         protocols: &[&str],
     ) -> (String, tokio::net::TcpStream) {
-        let mut stream = tokio::net::TcpStream::connect(kubelet.address)
+        let stream = tokio::net::TcpStream::connect(kubelet.address)
             .await
             .unwrap();
+        upgrade_on(stream, path_and_query, protocols).await
+    }
+
+    async fn upgrade_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+        mut stream: S,
+        path_and_query: &str,
+        protocols: &[&str],
+    ) -> (String, S) {
         let mut request = format!(
             "POST {path_and_query} HTTP/1.1\r\nHost: kubelet\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n"
         );
@@ -565,12 +581,12 @@ mod spdy {
     /// Opens `kinds` as streams 1, 3, 5…, sends `stdin` (then its end) if
     /// a stdin stream is among them, and reads what comes back by stream
     /// type until the server ends the connection.
-    async fn session(
-        stream: tokio::net::TcpStream,
+    async fn session<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+        stream: S,
         kinds: &[&str],
         stdin: &[u8],
     ) -> HashMap<String, Vec<u8>> {
-        let (read, mut write) = stream.into_split();
+        let (read, mut write) = tokio::io::split(stream);
         let mut writer = FrameWriter::new();
         let mut ids = HashMap::new();
         for (i, kind) in kinds.iter().enumerate() {
@@ -661,6 +677,53 @@ mod spdy {
             received.get("error").is_none_or(Vec::is_empty),
             "{received:?}"
         );
+        kubelet.stop().await;
+    }
+
+    /// The kubelet's port is HTTPS: the upgrade works through TLS too.
+    #[tokio::test]
+    async fn exec_over_spdy_through_the_kubelets_tls() {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let certified = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let key =
+            rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![certified.cert.der().clone()], key)
+            .unwrap();
+        let kubelet = Kubelet::start_serving(
+            &["sleep", "300"],
+            streaming::DEFAULT_IDLE_TIMEOUT,
+            Some(Arc::new(server)),
+        )
+        .await;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(certified.cert.der().clone()).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(kubelet.address)
+            .await
+            .unwrap();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(client))
+            .connect("localhost".try_into().unwrap(), tcp)
+            .await
+            .unwrap();
+        let (head, stream) = upgrade_on(
+            tls,
+            &path(&["echo", "secure"], "stdout=true"),
+            &["v4.channel.k8s.io"],
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        let received = session(stream, &["error", "stdout"], b"").await;
+        assert_eq!(received["stdout"], b"secure\n");
+        let status: Value = serde_json::from_slice(&received["error"]).unwrap();
+        assert_eq!(status["status"], "Success");
         kubelet.stop().await;
     }
 
