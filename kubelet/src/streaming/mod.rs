@@ -1,9 +1,10 @@
 //! The kubelet's streaming endpoints, which the apiserver's `pods/exec`,
 //! `pods/attach` and `pods/portforward` proxy to unchanged:
-//! `/exec/{namespace}/{pod}/{container}` and `/portForward/{namespace}/{pod}`
-//! over WebSocket (the `*.channel.k8s.io` subprotocols, and SPDY tunnelled
-//! in WebSocket for port-forward) and over SPDY/3.1. Requests that cannot be served are
-//! refused with a plain-text error before any upgrade.
+//! `/exec/{namespace}/{pod}/{container}`, `/attach/…` (output only) and
+//! `/portForward/{namespace}/{pod}`, over WebSocket (the `*.channel.k8s.io`
+//! subprotocols; for port-forward also SPDY tunnelled in WebSocket) and
+//! over SPDY/3.1. Requests that cannot be served are refused with a
+//! plain-text error before any upgrade.
 
 mod attach;
 mod channel;
