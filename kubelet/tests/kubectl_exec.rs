@@ -2,7 +2,8 @@
 //! a stand-in apiserver that serves the pod and forwards `pods/exec` as
 //! the apiserver does: over WebSocket (kubectl's default since 1.30) and
 //! over SPDY/3.1 (`KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false`, as kubectl
-//! before 1.30). Skipped when no kubectl is installed, unless CI=true.
+//! before 1.30), with every kubectl version found beside the dispatcher.
+//! Skipped when no kubectl is installed, unless CI=true.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -55,19 +56,79 @@ impl ContainerFinder for OnePod {
     }
 }
 
-fn kubectl() -> Option<String> {
-    let path = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
-    let found = std::process::Command::new(&path)
-        .arg("version")
-        .arg("--client")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found && std::env::var("CI").as_deref() == Ok("true") {
+/// One kubectl to test with, and its minor version.
+struct Kubectl {
+    path: String,
+    minor: u32,
+}
+
+impl Kubectl {
+    /// kubectl speaks WebSocket for exec (on asking) since 1.29.
+    fn exec_websockets(&self) -> bool {
+        self.minor >= 29
+    }
+
+    /// kubectl tunnels port-forward through WebSocket (on asking) since 1.30.
+    fn port_forward_websockets(&self) -> bool {
+        self.minor >= 30
+    }
+}
+
+/// `$KUBECTL`, or `kubectl` on the PATH and every `kubectl.1.NN` beside
+/// the file it resolves to (the dispatcher's versions). None: skipped,
+/// unless CI=true.
+fn kubectls() -> Vec<Kubectl> {
+    let mut paths = Vec::new();
+    if let Ok(path) = std::env::var("KUBECTL") {
+        paths.push(std::path::PathBuf::from(path));
+    } else if let Some(found) = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("kubectl"))
+            .find(|candidate| candidate.is_file())
+    }) {
+        let resolved = std::fs::canonicalize(&found).unwrap_or(found.clone());
+        paths.push(found);
+        if let Some(Ok(siblings)) = resolved.parent().map(std::fs::read_dir) {
+            let mut versions: Vec<_> = siblings
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("kubectl.1."))
+                })
+                .collect();
+            versions.sort();
+            paths.extend(versions);
+        }
+    }
+    let found: Vec<Kubectl> = paths
+        .into_iter()
+        .filter_map(|path| {
+            let output = std::process::Command::new(&path)
+                .args(["version", "--client", "-o", "json"])
+                .stderr(Stdio::null())
+                .output()
+                .ok()?;
+            let version: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+            let minor = version["clientVersion"]["minor"]
+                .as_str()?
+                .trim_end_matches('+')
+                .parse()
+                .ok()?;
+            Some(Kubectl {
+                path: path.display().to_string(),
+                minor,
+            })
+        })
+        .collect();
+    if found.is_empty() && std::env::var("CI").as_deref() == Ok("true") {
         panic!("no kubectl to test with under CI");
     }
-    found.then_some(path)
+    if found.is_empty() {
+        eprintln!("no kubectl; skipped");
+    }
+    found
 }
 
 struct Cluster {
@@ -276,56 +337,77 @@ fn serde_urlencoded_pairs(query: &str) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn kubectl_exec_exit_codes_and_stdin_over_websocket_and_spdy() {
-    let Some(kubectl) = kubectl() else {
-        eprintln!("no kubectl; skipped");
-        return;
-    };
+    for kubectl in kubectls() {
+        exec_exit_codes_and_stdin(&kubectl).await;
+    }
+}
+
+async fn exec_exit_codes_and_stdin(kubectl: &Kubectl) {
+    let minor = kubectl.minor;
     let cluster = Cluster::start().await;
     let mut failures = HashMap::new();
-    for websockets in [true, false] {
+    let protocols: &[bool] = if kubectl.exec_websockets() {
+        &[true, false]
+    } else {
+        &[false]
+    };
+    let kubectl = kubectl.path.as_str();
+    for &websockets in protocols {
         let (code, stdout, stderr) = cluster
             .exec(
-                &kubectl,
+                kubectl,
                 websockets,
                 &["web", "-c", "app", "--", "echo", "hi"],
                 None,
             )
             .await;
         if (code, stdout.as_str()) != (0, "hi\n") {
-            failures.insert(format!("echo ws={websockets}"), (code, stdout, stderr));
+            failures.insert(
+                format!("1.{minor} echo ws={websockets}"),
+                (code, stdout, stderr),
+            );
         }
         let (code, stdout, stderr) = cluster
             .exec(
-                &kubectl,
+                kubectl,
                 websockets,
                 &["web", "-c", "app", "--", "sh", "-c", "exit 3"],
                 None,
             )
             .await;
         if code != 3 {
-            failures.insert(format!("exit 3 ws={websockets}"), (code, stdout, stderr));
+            failures.insert(
+                format!("1.{minor} exit 3 ws={websockets}"),
+                (code, stdout, stderr),
+            );
         }
         let (code, stdout, stderr) = cluster
             .exec(
-                &kubectl,
+                kubectl,
                 websockets,
                 &["-i", "web", "-c", "app", "--", "cat"],
                 Some(b"piped\n"),
             )
             .await;
         if (code, stdout.as_str()) != (0, "piped\n") {
-            failures.insert(format!("cat ws={websockets}"), (code, stdout, stderr));
+            failures.insert(
+                format!("1.{minor} cat ws={websockets}"),
+                (code, stdout, stderr),
+            );
         }
         let (code, stdout, stderr) = cluster
             .exec(
-                &kubectl,
+                kubectl,
                 websockets,
                 &["web", "-c", "app", "--", "no-such-program-xyz"],
                 None,
             )
             .await;
         if code == 0 || !stderr.contains("executable file not found") {
-            failures.insert(format!("missing ws={websockets}"), (code, stdout, stderr));
+            failures.insert(
+                format!("1.{minor} missing ws={websockets}"),
+                (code, stdout, stderr),
+            );
         }
     }
     cluster.handle.stop(Duration::from_secs(5)).await;
@@ -333,13 +415,13 @@ async fn kubectl_exec_exit_codes_and_stdin_over_websocket_and_spdy() {
     let upgrades = cluster.upgrades.lock().unwrap().clone();
     assert_eq!(
         upgrades.iter().filter(|u| *u == "websocket").count(),
-        4,
-        "{upgrades:?}"
+        if protocols.len() == 2 { 4 } else { 0 },
+        "kubectl 1.{minor}: {upgrades:?}"
     );
     assert_eq!(
         upgrades.iter().filter(|u| *u == "spdy/3.1").count(),
         4,
-        "{upgrades:?}"
+        "kubectl 1.{minor}: {upgrades:?}"
     );
 }
 
@@ -362,11 +444,7 @@ async fn upper_case_server() -> u16 {
     port
 }
 
-async fn kubectl_port_forward_carries_several_connections(websockets: bool) {
-    let Some(kubectl) = kubectl() else {
-        eprintln!("no kubectl; skipped");
-        return;
-    };
+async fn kubectl_port_forward_carries_several_connections(kubectl: &str, websockets: bool) {
     let cluster = Cluster::start().await;
     let pod_port = upper_case_server().await;
     let mut child = tokio::process::Command::new(&kubectl)
@@ -425,23 +503,23 @@ async fn kubectl_port_forward_carries_several_connections(websockets: bool) {
 
 #[tokio::test]
 async fn kubectl_port_forward_over_spdy() {
-    kubectl_port_forward_carries_several_connections(false).await;
+    for kubectl in kubectls() {
+        kubectl_port_forward_carries_several_connections(&kubectl.path, false).await;
+    }
 }
 
 /// kubectl 1.31 and later tunnel SPDY through a WebSocket.
 #[tokio::test]
 async fn kubectl_port_forward_over_websocket() {
-    kubectl_port_forward_carries_several_connections(true).await;
+    for kubectl in kubectls().iter().filter(|k| k.port_forward_websockets()) {
+        kubectl_port_forward_carries_several_connections(&kubectl.path, true).await;
+    }
 }
 
 /// `kubectl exec -it` on a pseudo-terminal (util-linux `script` gives it
 /// one): the command sees a terminal, reads what is typed, and its exit
 /// code is kubectl's.
-async fn kubectl_exec_on_a_terminal(websockets: bool) {
-    let Some(kubectl) = kubectl() else {
-        eprintln!("no kubectl; skipped");
-        return;
-    };
+async fn kubectl_exec_on_a_terminal(kubectl: &str, websockets: bool) {
     if std::process::Command::new("script")
         .arg("--version")
         .output()
@@ -503,21 +581,21 @@ async fn kubectl_exec_on_a_terminal(websockets: bool) {
 
 #[tokio::test]
 async fn kubectl_exec_it_over_websocket() {
-    kubectl_exec_on_a_terminal(true).await;
+    for kubectl in kubectls().iter().filter(|k| k.exec_websockets()) {
+        kubectl_exec_on_a_terminal(&kubectl.path, true).await;
+    }
 }
 
 #[tokio::test]
 async fn kubectl_exec_it_over_spdy() {
-    kubectl_exec_on_a_terminal(false).await;
+    for kubectl in kubectls() {
+        kubectl_exec_on_a_terminal(&kubectl.path, false).await;
+    }
 }
 
 /// `kubectl cp` both ways: `tar` run through exec, with stdin (and its
 /// close) into the pod and stdout out of it.
-async fn kubectl_cp_both_ways(websockets: bool) {
-    let Some(kubectl) = kubectl() else {
-        eprintln!("no kubectl; skipped");
-        return;
-    };
+async fn kubectl_cp_both_ways(kubectl: &str, websockets: bool) {
     let cluster = Cluster::start().await;
     // The process runtime's containers see the host's filesystem.
     let pod_dir = tempfile::tempdir().unwrap();
@@ -526,7 +604,7 @@ async fn kubectl_cp_both_ways(websockets: bool) {
     std::fs::write(pod_dir.path().join("from-pod.txt"), &content).unwrap();
     std::fs::write(local.path().join("to-pod.txt"), "uploaded\n").unwrap();
     let run = |args: Vec<String>| {
-        let kubectl = kubectl.clone();
+        let kubectl = kubectl.to_string();
         let kubeconfig = cluster.kubeconfig.clone();
         async move {
             let output = tokio::process::Command::new(&kubectl)
@@ -581,10 +659,14 @@ async fn kubectl_cp_both_ways(websockets: bool) {
 
 #[tokio::test]
 async fn kubectl_cp_over_websocket() {
-    kubectl_cp_both_ways(true).await;
+    for kubectl in kubectls().iter().filter(|k| k.exec_websockets()) {
+        kubectl_cp_both_ways(&kubectl.path, true).await;
+    }
 }
 
 #[tokio::test]
 async fn kubectl_cp_over_spdy() {
-    kubectl_cp_both_ways(false).await;
+    for kubectl in kubectls() {
+        kubectl_cp_both_ways(&kubectl.path, false).await;
+    }
 }
