@@ -447,7 +447,7 @@ async fn upper_case_server() -> u16 {
 async fn kubectl_port_forward_carries_several_connections(kubectl: &str, websockets: bool) {
     let cluster = Cluster::start().await;
     let pod_port = upper_case_server().await;
-    let mut child = tokio::process::Command::new(&kubectl)
+    let mut child = tokio::process::Command::new(kubectl)
         .arg("--kubeconfig")
         .arg(&cluster.kubeconfig)
         .args(["port-forward", "web", &format!(":{pod_port}")])
