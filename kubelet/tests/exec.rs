@@ -279,6 +279,32 @@ async fn the_command_runs_with_the_containers_env_and_working_dir() {
 }
 
 #[tokio::test]
+async fn the_command_joins_the_containers_cgroup() {
+    let kubelet = Kubelet::start().await;
+    let skiff_kubelet::runtime::LimitsEnforcement::Applied { cgroup } =
+        kubelet.handle.limits().clone()
+    else {
+        eprintln!("this host gives containers no cgroup; skipped");
+        kubelet.stop().await;
+        return;
+    };
+    let url = kubelet.exec_url("app", &["cat", "/proc/self/cgroup"], "stdout=true");
+    let (mut socket, _) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+    let received = read_all(&mut socket).await;
+    let own = String::from_utf8_lossy(&received.stdout);
+    let path = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or_else(|| panic!("no cgroup v2 line: {own:?}"));
+    assert!(
+        cgroup.ends_with(path.trim_start_matches('/')),
+        "exec ran in {path}, the container is in {}",
+        cgroup.display()
+    );
+    kubelet.stop().await;
+}
+
+#[tokio::test]
 async fn stdin_is_echoed_by_cat_and_ends_on_the_v5_close_signal() {
     let kubelet = Kubelet::start().await;
     let url = kubelet.exec_url("app", &["cat"], "stdin=true&stdout=true&stderr=true");

@@ -329,3 +329,53 @@ impl Drop for GroupKiller {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context(cgroup: Option<std::path::PathBuf>) -> ExecContext {
+        ExecContext {
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            working_dir: "/".into(),
+            cgroup,
+        }
+    }
+
+    async fn run_true(context: &ExecContext) -> ExecOutcome {
+        let request = ExecRequest {
+            command: vec!["true".into()],
+            stdout: true,
+            ..Default::default()
+        };
+        let (_input_tx, input) = mpsc::channel(1);
+        let (output, mut output_rx) = mpsc::channel(1);
+        let draining = tokio::spawn(async move { while output_rx.recv().await.is_some() {} });
+        let outcome = run(context, &request, input, output).await;
+        draining.await.unwrap();
+        outcome
+    }
+
+    #[tokio::test]
+    async fn the_command_enters_the_containers_cgroup_before_it_runs() {
+        // A stand-in cgroup: joining writes "0" to its cgroup.procs.
+        let cgroup = tempfile::tempdir().unwrap();
+        std::fs::write(cgroup.path().join("cgroup.procs"), "").unwrap();
+        let outcome = run_true(&context(Some(cgroup.path().to_path_buf()))).await;
+        assert_eq!(outcome, ExecOutcome::Exited { code: 0 });
+        let written = std::fs::read_to_string(cgroup.path().join("cgroup.procs")).unwrap();
+        assert_eq!(written, "0");
+    }
+
+    #[tokio::test]
+    async fn a_cgroup_that_is_gone_fails_the_exec() {
+        let gone = tempfile::tempdir().unwrap().path().join("gone");
+        let ExecOutcome::Failed { message } = run_true(&context(Some(gone))).await else {
+            panic!("ran outside its cgroup");
+        };
+        assert!(
+            message.starts_with("cannot enter the container's cgroup"),
+            "{message}"
+        );
+    }
+}
