@@ -140,6 +140,10 @@ struct Cluster {
 
 impl Cluster {
     async fn start() -> Cluster {
+        Self::start_running(&["sleep", "300"]).await
+    }
+
+    async fn start_running(argv: &[&str]) -> Cluster {
         let root = tempfile::tempdir().unwrap();
         let shim = vec![env!("CARGO_BIN_EXE_kubelet-shim").into()];
         let runtime = Arc::new(ProcessRuntime::new(RuntimeConfig::new(root.path(), shim)));
@@ -152,7 +156,7 @@ impl Cluster {
                     container: "app".into(),
                     attempt: 0,
                 },
-                argv: vec!["sleep".into(), "300".into()],
+                argv: argv.iter().map(|a| a.to_string()).collect(),
                 env: vec![("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into())],
                 working_dir: "/".into(),
                 limits: Limits::default(),
@@ -172,6 +176,10 @@ impl Cluster {
             )
             .route(
                 "/api/v1/namespaces/{namespace}/pods/{pod}/portforward",
+                get(forward).post(forward),
+            )
+            .route(
+                "/api/v1/namespaces/{namespace}/pods/{pod}/attach",
                 get(forward).post(forward),
             )
             .with_state(Forwarding {
@@ -306,6 +314,8 @@ async fn forward(
         .unwrap_or_else(|| "app".into());
     let target = if request.uri().path().ends_with("/portforward") {
         format!("/portForward/{namespace}/{name}?{query}")
+    } else if request.uri().path().ends_with("/attach") {
+        format!("/attach/{namespace}/{name}/{container}?{query}")
     } else {
         format!("/exec/{namespace}/{name}/{container}?{query}")
     };
@@ -668,5 +678,63 @@ async fn kubectl_cp_over_websocket() {
 async fn kubectl_cp_over_spdy() {
     for kubectl in kubectls() {
         kubectl_cp_both_ways(&kubectl.path, false).await;
+    }
+}
+
+/// `kubectl attach` streams the container's output as it comes.
+async fn kubectl_attach_streams_output(kubectl: &str, websockets: bool) {
+    let script = "i=0; while [ $i -lt 2000 ]; do echo tick$i; i=$((i+1)); sleep 0.05; done";
+    let cluster = Cluster::start_running(&["sh", "-c", script]).await;
+    let mut child = tokio::process::Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig)
+        .args(["attach", "web", "-c", "app"])
+        .env(
+            "KUBECTL_REMOTE_COMMAND_WEBSOCKETS",
+            if websockets { "true" } else { "false" },
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    while seen.matches("tick").count() < 3 {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 1024];
+        let n = tokio::time::timeout(PATIENCE, stdout.read(&mut buf))
+            .await
+            .expect("kubectl attach prints the container's output")
+            .unwrap();
+        if n == 0 {
+            let mut stderr = String::new();
+            let _ = tokio::io::AsyncReadExt::read_to_string(
+                &mut child.stderr.take().unwrap(),
+                &mut stderr,
+            )
+            .await;
+            panic!("kubectl attach ended: {seen:?} {stderr}");
+        }
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(seen.lines().all(|l| l.starts_with("tick")), "{seen:?}");
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    cluster.handle.stop(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn kubectl_attach_over_websocket() {
+    for kubectl in kubectls().iter().filter(|k| k.exec_websockets()) {
+        kubectl_attach_streams_output(&kubectl.path, true).await;
+    }
+}
+
+#[tokio::test]
+async fn kubectl_attach_over_spdy() {
+    for kubectl in kubectls() {
+        kubectl_attach_streams_output(&kubectl.path, false).await;
     }
 }
