@@ -72,13 +72,14 @@ impl Kubelet {
     }
 
     async fn start_with(argv: &[&str], idle_timeout: Duration) -> Kubelet {
-        Self::start_serving(argv, idle_timeout, None).await
+        Self::start_serving(argv, idle_timeout, None, false).await
     }
 
     async fn start_serving(
         argv: &[&str],
         idle_timeout: Duration,
         tls: Option<Arc<rustls::ServerConfig>>,
+        stdin: bool,
     ) -> Kubelet {
         let root = tempfile::tempdir().unwrap();
         let workdir = tempfile::tempdir().unwrap();
@@ -99,6 +100,7 @@ impl Kubelet {
             ],
             working_dir: workdir.path().to_path_buf(),
             limits: Limits::default(),
+            stdin,
         };
         let handle = runtime.start(spec).await.unwrap();
         let containers = HashMap::from([(("web".into(), "app".into()), handle.clone())]);
@@ -723,6 +725,7 @@ mod spdy {
             &["sleep", "300"],
             streaming::DEFAULT_IDLE_TIMEOUT,
             Some(Arc::new(server)),
+            false,
         )
         .await;
         let mut roots = rustls::RootCertStore::empty();
@@ -934,7 +937,42 @@ mod attach {
     }
 
     #[tokio::test]
-    async fn attach_with_stdin_is_refused_as_the_runtime_keeps_none() {
+    async fn attach_writes_stdin_to_a_container_started_with_stdin() {
+        let kubelet =
+            Kubelet::start_serving(&["cat"], streaming::DEFAULT_IDLE_TIMEOUT, None, true).await;
+        let url = format!(
+            "ws://{}/attach/default/web/app?stdin=true&stdout=true&stderr=true",
+            kubelet.address
+        );
+        let mut stdout = Vec::new();
+        for word in ["hello", "again"] {
+            // Each attach is a new client of the same stdin.
+            let (mut socket, _) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+            let line = format!("\x00{word}\n");
+            socket
+                .send(Message::binary(line.into_bytes()))
+                .await
+                .unwrap();
+            stdout.clear();
+            while stdout != format!("{word}\n").as_bytes() {
+                let message = tokio::time::timeout(PATIENCE, socket.next())
+                    .await
+                    .expect("cat's output comes back")
+                    .unwrap()
+                    .unwrap();
+                if let Message::Binary(bytes) = message {
+                    if bytes.first() == Some(&1) {
+                        stdout.extend_from_slice(&bytes[1..]);
+                    }
+                }
+            }
+            socket.close(None).await.unwrap();
+        }
+        kubelet.stop().await;
+    }
+
+    #[tokio::test]
+    async fn attach_with_stdin_to_a_container_without_stdin_is_refused() {
         let kubelet = Kubelet::start().await;
         let url = format!(
             "ws://{}/attach/default/web/app?stdin=true&stdout=true",

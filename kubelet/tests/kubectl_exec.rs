@@ -160,6 +160,7 @@ impl Cluster {
                 env: vec![("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into())],
                 working_dir: "/".into(),
                 limits: Limits::default(),
+                stdin: false,
             })
             .await
             .unwrap();

@@ -1,14 +1,14 @@
-//! Attach to a running container's output: its log file followed from
-//! now, each record on the stream it came from, until the container
-//! exits. The process runtime starts containers without stdin, so attach
-//! streams output only; asking for stdin or a terminal is refused.
+//! Attach to a running container: its log file followed from now, each
+//! record on the stream it came from, until the container exits; and, for
+//! a container started with `stdin`, the client's stdin written to it
+//! through its shim's socket. The runtime gives containers no terminal.
 
 use std::io::SeekFrom;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::exec::{ClientEvent, ExecRequest, OutputStream};
@@ -25,7 +25,8 @@ const MAX_LINE: usize = 64 * 1024;
 /// Streams the container's new output until it exits or the client leaves.
 pub async fn run(
     handle: &ContainerHandle,
-    log_path: &PathBuf,
+    log_path: &Path,
+    stdin_socket: Option<&Path>,
     request: &ExecRequest,
     mut input: mpsc::Receiver<ClientEvent>,
     output: mpsc::Sender<(OutputStream, Bytes)>,
@@ -43,6 +44,17 @@ pub async fn run(
             message: format!("cannot read the output of {}: {err}", handle.id()),
         };
     }
+    let mut stdin = match stdin_socket.filter(|_| request.stdin) {
+        Some(socket) => match tokio::net::UnixStream::connect(socket).await {
+            Ok(stream) => Some(stream),
+            Err(err) => {
+                return ExecOutcome::Failed {
+                    message: format!("cannot attach to the stdin of {}: {err}", handle.id()),
+                }
+            }
+        },
+        None => None,
+    };
     let mut line = Vec::new();
     let mut buf = vec![0u8; 32 * 1024];
     loop {
@@ -75,11 +87,20 @@ pub async fn run(
             return ExecOutcome::Exited { code: 0 };
         }
         tokio::select! {
-            event = input.recv() => {
-                if event.is_none() {
-                    return ExecOutcome::Failed { message: "the client went away".into() };
+            event = input.recv() => match event {
+                None => return ExecOutcome::Failed { message: "the client went away".into() },
+                Some(ClientEvent::Stdin(data)) => {
+                    if let Some(writer) = stdin.as_mut() {
+                        if writer.write_all(&data).await.is_err() {
+                            stdin = None;
+                        }
+                    }
                 }
-            }
+                // The container's stdin stays open for the next client,
+                // as without stdinOnce.
+                Some(ClientEvent::StdinClosed) => stdin = None,
+                Some(ClientEvent::Resize { .. }) => {}
+            },
             () = tokio::time::sleep(POLL) => {}
         }
     }

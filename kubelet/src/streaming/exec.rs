@@ -339,6 +339,7 @@ mod tests {
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             working_dir: "/".into(),
             cgroup,
+            stdin_socket: None,
         }
     }
 

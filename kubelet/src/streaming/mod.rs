@@ -35,7 +35,7 @@ pub use status::ExecOutcome;
 
 use self::idle::{Activity, Watched};
 use self::session::Session;
-use crate::runtime::{ContainerHandle, ProcessRuntime};
+use crate::runtime::{ContainerHandle, ExecContext, ProcessRuntime};
 
 /// Finds the running container a stream is for.
 pub trait ContainerFinder: Send + Sync + 'static {
@@ -176,15 +176,41 @@ async fn attach_handler(
         Ok(handle) => handle,
         Err(refusal) => return refusal.into_response(),
     };
-    if attach_request.stdin || attach_request.tty {
+    if attach_request.tty {
         return Refusal::new(
             StatusCode::BAD_REQUEST,
             format!(
-                "container {container} in pod {pod} was started without stdin or a terminal; attach can only stream its output (omit -i and -t)"
+                "container {container} in pod {pod} has no terminal to attach to: this runtime starts containers without one (omit -t)"
             ),
         )
         .into_response();
     }
+    let stdin_socket = if attach_request.stdin {
+        match streaming.runtime.exec_context(handle.id()) {
+            Ok(ExecContext {
+                stdin_socket: Some(socket),
+                ..
+            }) => Some(socket),
+            Ok(_) => {
+                return Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "container {container} in pod {pod} was started without stdin; attach can only stream its output (omit -i, or set stdin: true on the container)"
+                    ),
+                )
+                .into_response()
+            }
+            Err(err) => {
+                return Refusal::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("cannot attach to container {container}: {err}"),
+                )
+                .into_response()
+            }
+        }
+    } else {
+        None
+    };
     let log_path = streaming
         .runtime
         .container_logs(handle.id())
@@ -192,6 +218,7 @@ async fn attach_handler(
     let session = Session::Attach {
         handle,
         log_path,
+        stdin_socket,
         request: attach_request,
     };
     serve_session(request, session, streaming.idle_timeout).await

@@ -19,6 +19,8 @@ pub enum Session {
     Attach {
         handle: ContainerHandle,
         log_path: PathBuf,
+        /// Where the container's stdin is written, when the client sends it.
+        stdin_socket: Option<PathBuf>,
         request: ExecRequest,
     },
 }
@@ -42,8 +44,19 @@ impl Session {
             Session::Attach {
                 handle,
                 log_path,
+                stdin_socket,
                 request,
-            } => attach::run(handle, log_path, request, input, output).await,
+            } => {
+                attach::run(
+                    handle,
+                    log_path,
+                    stdin_socket.as_deref(),
+                    request,
+                    input,
+                    output,
+                )
+                .await
+            }
         }
     }
 }
