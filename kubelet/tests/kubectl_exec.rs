@@ -144,6 +144,10 @@ impl Cluster {
     }
 
     async fn start_running(argv: &[&str]) -> Cluster {
+        Self::start_with(argv, false).await
+    }
+
+    async fn start_with(argv: &[&str], stdin: bool) -> Cluster {
         let root = tempfile::tempdir().unwrap();
         let shim = vec![env!("CARGO_BIN_EXE_kubelet-shim").into()];
         let runtime = Arc::new(ProcessRuntime::new(RuntimeConfig::new(root.path(), shim)));
@@ -160,7 +164,7 @@ impl Cluster {
                 env: vec![("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into())],
                 working_dir: "/".into(),
                 limits: Limits::default(),
-                stdin: false,
+                stdin,
             })
             .await
             .unwrap();
@@ -287,7 +291,7 @@ async fn pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "uid": "uid-1"},
-        "spec": {"containers": [{"name": "app", "image": "none"}]},
+        "spec": {"containers": [{"name": "app", "image": "none", "stdin": true}]},
         "status": {"phase": "Running"},
     }))
     .into_response()
@@ -737,5 +741,60 @@ async fn kubectl_attach_over_websocket() {
 async fn kubectl_attach_over_spdy() {
     for kubectl in kubectls() {
         kubectl_attach_streams_output(&kubectl.path, false).await;
+    }
+}
+
+/// `kubectl attach -i` writes to the stdin of a container started with it.
+async fn kubectl_attach_writes_stdin(kubectl: &str, websockets: bool) {
+    let cluster = Cluster::start_with(&["cat"], true).await;
+    let mut child = tokio::process::Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig)
+        .args(["attach", "-i", "web", "-c", "app"])
+        .env(
+            "KUBECTL_REMOTE_COMMAND_WEBSOCKETS",
+            if websockets { "true" } else { "false" },
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    // Until attach is connected what is typed may go nowhere; type again.
+    let mut typed = 0;
+    while !seen.contains("piped\n") {
+        use tokio::io::AsyncReadExt;
+        if typed < 50 {
+            stdin.write_all(b"piped\n").await.unwrap();
+            typed += 1;
+        }
+        let mut buf = [0u8; 1024];
+        match tokio::time::timeout(Duration::from_millis(200), stdout.read(&mut buf)).await {
+            Ok(Ok(0)) => panic!("kubectl attach ended: {seen:?}"),
+            Ok(Ok(n)) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Ok(Err(err)) => panic!("{err}"),
+            Err(_) => assert!(typed < 50, "nothing came back: {seen:?}"),
+        }
+    }
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    cluster.handle.stop(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn kubectl_attach_i_over_websocket() {
+    for kubectl in kubectls().iter().filter(|k| k.exec_websockets()) {
+        kubectl_attach_writes_stdin(&kubectl.path, true).await;
+    }
+}
+
+#[tokio::test]
+async fn kubectl_attach_i_over_spdy() {
+    for kubectl in kubectls() {
+        kubectl_attach_writes_stdin(&kubectl.path, false).await;
     }
 }
