@@ -6,9 +6,10 @@ use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixListener;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -41,6 +42,11 @@ pub struct ShimSpec {
     pub exit_status_path: PathBuf,
     /// The container's cgroup, entered before exec.
     pub cgroup: Option<PathBuf>,
+    /// For a container with `stdin`: a Unix socket whose connections'
+    /// bytes go to the container's stdin (attach); else stdin is
+    /// `/dev/null`.
+    #[serde(default)]
+    pub stdin_socket: Option<PathBuf>,
 }
 
 /// The one line the shim writes to its stdout, telling the runtime whether
@@ -140,7 +146,9 @@ fn parse_spec(path: &Path) -> Result<ShimSpec, ShimError> {
 /// Runs the container to its end; reports the start (or why it failed) on
 /// stdout, then records the exit status.
 fn run(spec: &ShimSpec) -> Result<(), ShimError> {
-    let started = start_container(spec);
+    // Bound before the start is reported, so attach finds it at once.
+    let stdin_listener = spec.stdin_socket.as_deref().and_then(bind_stdin_socket);
+    let started = start_container(spec, stdin_listener.is_some());
     let (mut child, log) = match started {
         Ok(started) => started,
         Err(err) => {
@@ -159,6 +167,9 @@ fn run(spec: &ShimSpec) -> Result<(), ShimError> {
         started_at: Timestamp::now(),
     }));
     detach_stdout();
+    if let (Some(listener), Some(stdin)) = (stdin_listener, child.stdin.take()) {
+        std::thread::spawn(move || serve_stdin(listener, stdin));
+    }
     let oom_kills_before = spec
         .cgroup
         .as_deref()
@@ -178,10 +189,57 @@ fn run(spec: &ShimSpec) -> Result<(), ShimError> {
     if let Some(cgroup) = &spec.cgroup {
         cgroup::remove(cgroup);
     }
+    if let Some(socket) = &spec.stdin_socket {
+        let _ = std::fs::remove_file(socket);
+    }
     Ok(())
 }
 
-fn start_container(spec: &ShimSpec) -> Result<(Child, Arc<Mutex<File>>), ShimError> {
+/// The socket attach writes the container's stdin through; without it
+/// (a path too long for a socket, say) stdin is `/dev/null`.
+fn bind_stdin_socket(path: &Path) -> Option<UnixListener> {
+    let _ = std::fs::remove_file(path);
+    match UnixListener::bind(path) {
+        Ok(listener) => Some(listener),
+        Err(err) => {
+            eprintln!(
+                "kubelet-shim: cannot listen on {} for stdin: {err}",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// Copies what each attached client sends into the container's stdin, one
+/// client at a time; the container's stdin stays open between clients.
+fn serve_stdin(listener: UnixListener, stdin: ChildStdin) {
+    let stdin = Arc::new(Mutex::new(stdin));
+    for connection in listener.incoming() {
+        let Ok(mut connection) = connection else {
+            continue;
+        };
+        let stdin = stdin.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 32 * 1024];
+            loop {
+                match connection.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if stdin.lock().write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn start_container(
+    spec: &ShimSpec,
+    keep_stdin: bool,
+) -> Result<(Child, Arc<Mutex<File>>), ShimError> {
     let log = OpenOptions::new()
         .create(true)
         .append(true)
@@ -194,7 +252,7 @@ fn start_container(spec: &ShimSpec) -> Result<(Child, Arc<Mutex<File>>), ShimErr
         Some(cgroup) => Some(open_cgroup_procs(cgroup)?),
         None => None,
     };
-    let mut command = container_command(spec);
+    let mut command = container_command(spec, keep_stdin);
     let cgroup_fd = cgroup_procs.as_ref().map(|f| f.as_raw_fd());
     // SAFETY: the closure only calls setpgid(2) and write(2), which are
     // async-signal-safe, on an fd opened before the fork.
@@ -208,7 +266,7 @@ fn start_container(spec: &ShimSpec) -> Result<(Child, Arc<Mutex<File>>), ShimErr
     Ok((child, Arc::new(Mutex::new(log))))
 }
 
-fn container_command(spec: &ShimSpec) -> Command {
+fn container_command(spec: &ShimSpec, keep_stdin: bool) -> Command {
     let mut command = Command::new(&spec.program);
     command
         .arg0(&spec.argv[0])
@@ -216,7 +274,11 @@ fn container_command(spec: &ShimSpec) -> Command {
         .env_clear()
         .envs(spec.env.iter().map(|(name, value)| (name, value)))
         .current_dir(&spec.working_dir)
-        .stdin(Stdio::null())
+        .stdin(if keep_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     command
@@ -434,6 +496,7 @@ mod tests {
             log_path: dir.path().join("0.log"),
             exit_status_path: dir.path().join("exit.json"),
             cgroup: None,
+            stdin_socket: None,
         };
         std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
         assert!(matches!(

@@ -58,12 +58,29 @@ impl ContainerFinder for Containers {
 struct Kubelet {
     address: std::net::SocketAddr,
     handle: ContainerHandle,
-    _root: tempfile::TempDir,
+    root: tempfile::TempDir,
     workdir: tempfile::TempDir,
 }
 
 impl Kubelet {
     async fn start() -> Kubelet {
+        Self::start_running(&["sleep", "300"]).await
+    }
+
+    async fn start_running(argv: &[&str]) -> Kubelet {
+        Self::start_with(argv, streaming::DEFAULT_IDLE_TIMEOUT).await
+    }
+
+    async fn start_with(argv: &[&str], idle_timeout: Duration) -> Kubelet {
+        Self::start_serving(argv, idle_timeout, None, false).await
+    }
+
+    async fn start_serving(
+        argv: &[&str],
+        idle_timeout: Duration,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        stdin: bool,
+    ) -> Kubelet {
         let root = tempfile::tempdir().unwrap();
         let workdir = tempfile::tempdir().unwrap();
         let shim = vec![env!("CARGO_BIN_EXE_kubelet-shim").into()];
@@ -76,29 +93,34 @@ impl Kubelet {
                 container: "app".into(),
                 attempt: 0,
             },
-            argv: vec!["sleep".into(), "300".into()],
+            argv: argv.iter().map(|a| a.to_string()).collect(),
             env: vec![
                 ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
                 ("GREETING".into(), "hello".into()),
             ],
             working_dir: workdir.path().to_path_buf(),
             limits: Limits::default(),
+            stdin,
         };
         let handle = runtime.start(spec).await.unwrap();
         let containers = HashMap::from([(("web".into(), "app".into()), handle.clone())]);
-        let router = streaming::router::<()>(Arc::new(Containers(containers)), runtime);
+        let router = streaming::router_with_idle_timeout::<()>(
+            Arc::new(Containers(containers)),
+            runtime,
+            idle_timeout,
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         tokio::spawn(skiff_kubelet::server::serve(
             listener,
             router,
-            None,
+            tls,
             std::future::pending(),
         ));
         Kubelet {
             address,
             handle,
-            _root: root,
+            root,
             workdir,
         }
     }
@@ -259,6 +281,32 @@ async fn the_command_runs_with_the_containers_env_and_working_dir() {
 }
 
 #[tokio::test]
+async fn the_command_joins_the_containers_cgroup() {
+    let kubelet = Kubelet::start().await;
+    let skiff_kubelet::runtime::LimitsEnforcement::Applied { cgroup } =
+        kubelet.handle.limits().clone()
+    else {
+        eprintln!("this host gives containers no cgroup; skipped");
+        kubelet.stop().await;
+        return;
+    };
+    let url = kubelet.exec_url("app", &["cat", "/proc/self/cgroup"], "stdout=true");
+    let (mut socket, _) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+    let received = read_all(&mut socket).await;
+    let own = String::from_utf8_lossy(&received.stdout);
+    let path = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or_else(|| panic!("no cgroup v2 line: {own:?}"));
+    assert!(
+        cgroup.ends_with(path.trim_start_matches('/')),
+        "exec ran in {path}, the container is in {}",
+        cgroup.display()
+    );
+    kubelet.stop().await;
+}
+
+#[tokio::test]
 async fn stdin_is_echoed_by_cat_and_ends_on_the_v5_close_signal() {
     let kubelet = Kubelet::start().await;
     let url = kubelet.exec_url("app", &["cat"], "stdin=true&stdout=true&stderr=true");
@@ -400,6 +448,39 @@ async fn a_client_that_goes_away_ends_the_command() {
     kubelet.stop().await;
 }
 
+#[tokio::test]
+async fn an_idle_connection_is_closed_and_its_command_stopped() {
+    let kubelet = Kubelet::start_with(&["sleep", "300"], Duration::from_millis(500)).await;
+    let marker = kubelet.workdir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 300", marker.display());
+    let url = kubelet.exec_url("app", &["sh", "-c", &script], "stdout=true");
+    let (mut socket, _) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+    let pid = wait_for_file(&marker).await;
+    // The server closes the socket: the stream ends without a Status.
+    let ended = tokio::time::timeout(PATIENCE, async {
+        loop {
+            match socket.next().await {
+                Some(Ok(Message::Binary(bytes))) if bytes.len() > 1 => {
+                    panic!("unexpected output {bytes:?}")
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => return,
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the idle connection stays open");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while process_runs(pid) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pid {pid} still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    kubelet.stop().await;
+}
+
 async fn wait_for_file(path: &Path) -> u32 {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
@@ -484,9 +565,17 @@ mod spdy {
         path_and_query: &str,
         protocols: &[&str],
     ) -> (String, tokio::net::TcpStream) {
-        let mut stream = tokio::net::TcpStream::connect(kubelet.address)
+        let stream = tokio::net::TcpStream::connect(kubelet.address)
             .await
             .unwrap();
+        upgrade_on(stream, path_and_query, protocols).await
+    }
+
+    async fn upgrade_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+        mut stream: S,
+        path_and_query: &str,
+        protocols: &[&str],
+    ) -> (String, S) {
         let mut request = format!(
             "POST {path_and_query} HTTP/1.1\r\nHost: kubelet\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n"
         );
@@ -520,12 +609,12 @@ mod spdy {
     /// Opens `kinds` as streams 1, 3, 5…, sends `stdin` (then its end) if
     /// a stdin stream is among them, and reads what comes back by stream
     /// type until the server ends the connection.
-    async fn session(
-        stream: tokio::net::TcpStream,
+    async fn session<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+        stream: S,
         kinds: &[&str],
         stdin: &[u8],
     ) -> HashMap<String, Vec<u8>> {
-        let (read, mut write) = stream.into_split();
+        let (read, mut write) = tokio::io::split(stream);
         let mut writer = FrameWriter::new();
         let mut ids = HashMap::new();
         for (i, kind) in kinds.iter().enumerate() {
@@ -619,6 +708,54 @@ mod spdy {
         kubelet.stop().await;
     }
 
+    /// The kubelet's port is HTTPS: the upgrade works through TLS too.
+    #[tokio::test]
+    async fn exec_over_spdy_through_the_kubelets_tls() {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let certified = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let key =
+            rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![certified.cert.der().clone()], key)
+            .unwrap();
+        let kubelet = Kubelet::start_serving(
+            &["sleep", "300"],
+            streaming::DEFAULT_IDLE_TIMEOUT,
+            Some(Arc::new(server)),
+            false,
+        )
+        .await;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(certified.cert.der().clone()).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(kubelet.address)
+            .await
+            .unwrap();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(client))
+            .connect("localhost".try_into().unwrap(), tcp)
+            .await
+            .unwrap();
+        let (head, stream) = upgrade_on(
+            tls,
+            &path(&["echo", "secure"], "stdout=true"),
+            &["v4.channel.k8s.io"],
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        let received = session(stream, &["error", "stdout"], b"").await;
+        assert_eq!(received["stdout"], b"secure\n");
+        let status: Value = serde_json::from_slice(&received["error"]).unwrap();
+        assert_eq!(status["status"], "Success");
+        kubelet.stop().await;
+    }
+
     #[tokio::test]
     async fn an_unknown_spdy_protocol_is_forbidden() {
         let kubelet = Kubelet::start().await;
@@ -629,6 +766,221 @@ mod spdy {
         )
         .await;
         assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+        kubelet.stop().await;
+    }
+}
+
+mod port_forward {
+    //! Port-forward over WebSocket's channel protocol.
+
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A stand-in for a pod's port that answers every read at once,
+    /// upper-cased.
+    async fn upper_case_echo() -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = socket.read(&mut buf).await {
+                        if n == 0
+                            || socket
+                                .write_all(&buf[..n].to_ascii_uppercase())
+                                .await
+                                .is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    async fn next_binary(socket: &mut Socket) -> Vec<u8> {
+        loop {
+            let message = tokio::time::timeout(PATIENCE, socket.next())
+                .await
+                .expect("a message")
+                .expect("the socket is open")
+                .unwrap();
+            if let Message::Binary(bytes) = message {
+                return bytes.to_vec();
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn each_port_has_a_data_and_an_error_channel_opened_with_the_port() {
+        let kubelet = Kubelet::start().await;
+        let open = upper_case_echo().await;
+        let closed = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let url = format!(
+            "ws://{}/portForward/default/web?ports={open}&ports={closed}",
+            kubelet.address
+        );
+        let (mut socket, chosen) = connect(&url, "v4.channel.k8s.io").await.unwrap();
+        assert_eq!(chosen, "v4.channel.k8s.io");
+        let mut opened = Vec::new();
+        for _ in 0..4 {
+            opened.push(next_binary(&mut socket).await);
+        }
+        let mut expected = Vec::new();
+        for (i, port) in [open, closed].into_iter().enumerate() {
+            for channel in [2 * i as u8, 2 * i as u8 + 1] {
+                let mut message = vec![channel];
+                message.extend_from_slice(&port.to_le_bytes());
+                expected.push(message);
+            }
+        }
+        assert_eq!(opened, expected);
+        // The closed port says why on its error channel (3).
+        let error = next_binary(&mut socket).await;
+        assert_eq!(error[0], 3, "{error:?}");
+        let text = String::from_utf8_lossy(&error[1..]);
+        assert!(
+            text.starts_with(&format!(
+                "error forwarding port {closed} to pod default/web"
+            )),
+            "{text}"
+        );
+        socket
+            .send(Message::binary(b"\x00hello".to_vec()))
+            .await
+            .unwrap();
+        // Unknown channels and stray bytes change nothing.
+        socket
+            .send(Message::binary(b"\x09junk".to_vec()))
+            .await
+            .unwrap();
+        socket.send(Message::binary(Vec::new())).await.unwrap();
+        let mut answer = Vec::new();
+        while answer != b"HELLO" {
+            let message = next_binary(&mut socket).await;
+            assert_eq!(message[0], 0, "{message:?}");
+            answer.extend_from_slice(&message[1..]);
+        }
+        kubelet.stop().await;
+    }
+
+    #[tokio::test]
+    async fn port_forward_without_ports_or_pod_is_refused() {
+        let kubelet = Kubelet::start().await;
+        let no_ports = format!("ws://{}/portForward/default/web", kubelet.address);
+        assert_eq!(refused(&no_ports, "v4.channel.k8s.io").await.0, 400);
+        let bad_port = format!(
+            "ws://{}/portForward/default/web?ports=http",
+            kubelet.address
+        );
+        assert_eq!(refused(&bad_port, "v4.channel.k8s.io").await.0, 400);
+        let no_pod = format!("ws://{}/portForward/default/db?ports=80", kubelet.address);
+        assert_eq!(refused(&no_pod, "v4.channel.k8s.io").await.0, 404);
+        kubelet.stop().await;
+    }
+}
+
+mod attach {
+    //! Attach streams the container's output from now on.
+
+    use super::*;
+
+    #[tokio::test]
+    async fn attach_streams_new_output_on_its_own_channels_until_the_container_ends() {
+        let script = "i=0; while [ $i -lt 600 ]; do echo out$i; echo err$i >&2; i=$((i+1)); sleep 0.05; done";
+        let kubelet = Kubelet::start_running(&["sh", "-c", script]).await;
+        // Attach once the first lines are logged: they are not replayed.
+        let log = kubelet.root.path().join("pods/default_web_uid-1/app/0.log");
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while !std::fs::read_to_string(&log).is_ok_and(|text| text.contains(" out1\n")) {
+            assert!(tokio::time::Instant::now() < deadline, "nothing logged");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let url = format!(
+            "ws://{}/attach/default/web/app?stdout=true&stderr=true",
+            kubelet.address
+        );
+        let (mut socket, chosen) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+        assert_eq!(chosen, "v5.channel.k8s.io");
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        while !(stdout.ends_with(b"\n") && stderr.ends_with(b"\n") && stdout.len() > 10) {
+            let message = tokio::time::timeout(PATIENCE, socket.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            let Message::Binary(bytes) = message else {
+                continue;
+            };
+            match bytes.first() {
+                Some(1) => stdout.extend_from_slice(&bytes[1..]),
+                Some(2) => stderr.extend_from_slice(&bytes[1..]),
+                other => panic!("unexpected channel {other:?}"),
+            }
+        }
+        let stdout = String::from_utf8(stdout).unwrap();
+        let stderr = String::from_utf8(stderr).unwrap();
+        assert!(stdout.lines().all(|l| l.starts_with("out")), "{stdout}");
+        assert!(stderr.lines().all(|l| l.starts_with("err")), "{stderr}");
+        assert!(!stdout.starts_with("out0\n"), "{stdout}");
+        // The container ending ends the session with Success.
+        kubelet.handle.stop(Duration::from_secs(5)).await;
+        let rest = read_all(&mut socket).await;
+        assert_eq!(rest.status()["status"], "Success");
+    }
+
+    #[tokio::test]
+    async fn attach_writes_stdin_to_a_container_started_with_stdin() {
+        let kubelet =
+            Kubelet::start_serving(&["cat"], streaming::DEFAULT_IDLE_TIMEOUT, None, true).await;
+        let url = format!(
+            "ws://{}/attach/default/web/app?stdin=true&stdout=true&stderr=true",
+            kubelet.address
+        );
+        let mut stdout = Vec::new();
+        for word in ["hello", "again"] {
+            // Each attach is a new client of the same stdin.
+            let (mut socket, _) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+            let line = format!("\x00{word}\n");
+            socket
+                .send(Message::binary(line.into_bytes()))
+                .await
+                .unwrap();
+            stdout.clear();
+            while stdout != format!("{word}\n").as_bytes() {
+                let message = tokio::time::timeout(PATIENCE, socket.next())
+                    .await
+                    .expect("cat's output comes back")
+                    .unwrap()
+                    .unwrap();
+                if let Message::Binary(bytes) = message {
+                    if bytes.first() == Some(&1) {
+                        stdout.extend_from_slice(&bytes[1..]);
+                    }
+                }
+            }
+            socket.close(None).await.unwrap();
+        }
+        kubelet.stop().await;
+    }
+
+    #[tokio::test]
+    async fn attach_with_stdin_to_a_container_without_stdin_is_refused() {
+        let kubelet = Kubelet::start().await;
+        let url = format!(
+            "ws://{}/attach/default/web/app?stdin=true&stdout=true",
+            kubelet.address
+        );
+        let (code, body) = refused(&url, "v5.channel.k8s.io").await;
+        assert_eq!(code, 400);
+        assert!(body.contains("without stdin"), "{body}");
         kubelet.stop().await;
     }
 }

@@ -34,6 +34,7 @@ fn spec(container: &str, attempt: u32, argv: &[&str]) -> ContainerSpec {
         env: vec![("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into())],
         working_dir: PathBuf::from("/"),
         limits: Limits::default(),
+        stdin: false,
     }
 }
 

@@ -212,6 +212,7 @@ impl ContainerRunner {
             env: launch.env.clone(),
             working_dir: launch.working_dir.clone(),
             limits: launch.limits,
+            stdin: self.container.stdin.unwrap_or(false),
         };
         match self.context.runtime.start(spec).await {
             Ok(handle) => {

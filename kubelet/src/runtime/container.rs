@@ -48,6 +48,9 @@ pub struct ContainerSpec {
     pub env: Vec<(String, String)>,
     pub working_dir: PathBuf,
     pub limits: Limits,
+    /// The container's `stdin`: kept open for attach rather than
+    /// `/dev/null`.
+    pub stdin: bool,
 }
 
 /// How a container ended, as its `state.terminated` reports it.

@@ -16,6 +16,8 @@ pub struct ExecContext {
     pub working_dir: PathBuf,
     /// The container's cgroup, which the command joins, if it has one.
     pub cgroup: Option<PathBuf>,
+    /// Where attach writes the container's stdin, if it keeps one.
+    pub stdin_socket: Option<PathBuf>,
 }
 
 impl ExecContext {
@@ -40,6 +42,7 @@ impl ProcessRuntime {
             env: spec.env,
             working_dir: spec.working_dir,
             cgroup: spec.cgroup,
+            stdin_socket: spec.stdin_socket,
         })
     }
 }

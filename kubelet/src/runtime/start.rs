@@ -276,6 +276,7 @@ fn shim_spec_of(
             LimitsEnforcement::Applied { cgroup } => Some(cgroup.clone()),
             LimitsEnforcement::Skipped { .. } => None,
         },
+        stdin_socket: spec.stdin.then(|| dir.stdin_socket_path()),
     }
 }
 

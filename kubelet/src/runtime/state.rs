@@ -80,6 +80,11 @@ impl ContainerDir {
         self.path.join("exit.json")
     }
 
+    /// The socket attach writes a container's stdin through.
+    pub fn stdin_socket_path(&self) -> PathBuf {
+        self.path.join("stdin.sock")
+    }
+
     /// The shim's own diagnostics (its stderr).
     pub fn shim_log_path(&self) -> PathBuf {
         self.path.join("shim.log")

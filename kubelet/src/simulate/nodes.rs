@@ -107,6 +107,11 @@ pub fn simulated_node(
     node_config.capacity = config.capacity;
     node_config.eviction_hard = EvictionThresholds::none();
     node_config.runtime_version = format!("skiff-sim://{}", env!("CARGO_PKG_VERSION"));
+    // No kubelet port: logs, exec, attach and port-forward have nothing
+    // to reach, and port 0 says so (the apiserver answers that the node
+    // has no kubelet to stream from) rather than pointing at a port
+    // where nothing of this node listens.
+    node_config.kubelet_port = 0;
     let mut built = build_node(&node_config, &simulated_host(node, boot_id));
     if let Some(spec) = built.spec.as_mut() {
         spec.pod_cidr = Some(node.pod_cidr());
@@ -287,6 +292,8 @@ mod tests {
         let info = status.node_info.as_ref().unwrap();
         assert!(info.container_runtime_version.starts_with("skiff-sim://"));
         assert_eq!(info.system_uuid.len(), 36);
+        let endpoint = status.daemon_endpoints.as_ref().unwrap();
+        assert_eq!(endpoint.kubelet_endpoint.as_ref().unwrap().port, 0);
         assert_eq!(
             node.spec.as_ref().unwrap().pod_cidr.as_deref(),
             Some("10.0.3.0/24")

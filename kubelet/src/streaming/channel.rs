@@ -67,7 +67,9 @@ impl ChannelProtocol {
     /// goes in a text message.
     pub fn encode(self, channel: u8, payload: &[u8]) -> (bool, Bytes) {
         if self.is_base64() {
-            let mut text = vec![b'0' + channel % 10];
+            // Past channel 9 the "digit" is the next byte up, as the
+            // kubelet writes it (port-forward has two channels a port).
+            let mut text = vec![b'0'.wrapping_add(channel)];
             text.extend_from_slice(
                 base64::engine::general_purpose::STANDARD
                     .encode(payload)
@@ -91,7 +93,6 @@ impl ChannelProtocol {
         if self.is_base64() {
             let channel = first
                 .checked_sub(b'0')
-                .filter(|c| *c <= 9)
                 .ok_or(FrameError::BadChannel(first))?;
             let payload = base64::engine::general_purpose::STANDARD
                 .decode(rest)
@@ -127,7 +128,7 @@ pub enum Frame {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
-    #[error("channel {0:?} is not a digit")]
+    #[error("channel byte {0:?} is below '0'")]
     BadChannel(u8),
     #[error("the payload is not base64")]
     BadBase64,
@@ -177,8 +178,17 @@ mod tests {
             })
         );
         assert_eq!(
-            ChannelProtocol::Base64.decode(b"x"),
-            Err(FrameError::BadChannel(b'x'))
+            ChannelProtocol::Base64.decode(b"!"),
+            Err(FrameError::BadChannel(b'!'))
+        );
+        let (_, eleventh) = ChannelProtocol::V4Base64.encode(11, b"");
+        assert_eq!(&eleventh[..], b";");
+        assert_eq!(
+            ChannelProtocol::V4Base64.decode(b";").unwrap(),
+            Some(Frame::Data {
+                channel: 11,
+                payload: Bytes::new()
+            })
         );
         assert_eq!(
             ChannelProtocol::Base64.decode(b"0!!!"),

@@ -71,6 +71,9 @@ pub async fn run(
         resizer,
     } = started;
     let group = child.id();
+    // Whatever ends this session early (its client, the idle timeout)
+    // stops what the command started.
+    let mut stopper = GroupKiller(group);
     let (exited_tx, exited) = watch::channel(false);
     let mut pumps = tokio::task::JoinSet::new();
     for (reader, stream) in [
@@ -87,13 +90,15 @@ pub async fn run(
     let status = tokio::select! {
         status = child.wait() => status,
         _ = gone => {
-            kill_group(group);
+            drop(stopper);
             feeding.abort();
             pumps.abort_all();
             let _ = child.wait().await;
             return ExecOutcome::Failed { message: "the client went away".into() };
         }
     };
+    // Exited by itself: what it left in the background may go on.
+    stopper.0 = None;
     let _ = exited_tx.send(true);
     while pumps.join_next().await.is_some() {}
     feeding.abort();
@@ -311,12 +316,67 @@ async fn feed(
     let _ = gone.send(());
 }
 
-/// SIGKILL to the session's process group.
-fn kill_group(pid: Option<u32>) {
-    if let Some(pgid) = pid.and_then(|pid| libc::pid_t::try_from(pid).ok()) {
-        // SAFETY: kill(2) takes plain integers; a group that is gone is ESRCH.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
+/// SIGKILLs the session's process group when dropped, unless disarmed.
+struct GroupKiller(Option<u32>);
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.and_then(|pid| libc::pid_t::try_from(pid).ok()) {
+            // SAFETY: kill(2) takes plain integers; a gone group is ESRCH.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context(cgroup: Option<std::path::PathBuf>) -> ExecContext {
+        ExecContext {
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            working_dir: "/".into(),
+            cgroup,
+            stdin_socket: None,
+        }
+    }
+
+    async fn run_true(context: &ExecContext) -> ExecOutcome {
+        let request = ExecRequest {
+            command: vec!["true".into()],
+            stdout: true,
+            ..Default::default()
+        };
+        let (_input_tx, input) = mpsc::channel(1);
+        let (output, mut output_rx) = mpsc::channel(1);
+        let draining = tokio::spawn(async move { while output_rx.recv().await.is_some() {} });
+        let outcome = run(context, &request, input, output).await;
+        draining.await.unwrap();
+        outcome
+    }
+
+    #[tokio::test]
+    async fn the_command_enters_the_containers_cgroup_before_it_runs() {
+        // A stand-in cgroup: joining writes "0" to its cgroup.procs.
+        let cgroup = tempfile::tempdir().unwrap();
+        std::fs::write(cgroup.path().join("cgroup.procs"), "").unwrap();
+        let outcome = run_true(&context(Some(cgroup.path().to_path_buf()))).await;
+        assert_eq!(outcome, ExecOutcome::Exited { code: 0 });
+        let written = std::fs::read_to_string(cgroup.path().join("cgroup.procs")).unwrap();
+        assert_eq!(written, "0");
+    }
+
+    #[tokio::test]
+    async fn a_cgroup_that_is_gone_fails_the_exec() {
+        let gone = tempfile::tempdir().unwrap().path().join("gone");
+        let ExecOutcome::Failed { message } = run_true(&context(Some(gone))).await else {
+            panic!("ran outside its cgroup");
+        };
+        assert!(
+            message.starts_with("cannot enter the container's cgroup"),
+            "{message}"
+        );
     }
 }

@@ -1,18 +1,26 @@
 //! The kubelet's streaming endpoints, which the apiserver's `pods/exec`,
 //! `pods/attach` and `pods/portforward` proxy to unchanged:
-//! `/exec/{namespace}/{pod}/{container}` over WebSocket (the
-//! `*.channel.k8s.io` subprotocols) and SPDY/3.1. Requests that cannot be served are
-//! refused with a plain-text error before any upgrade.
+//! `/exec/{namespace}/{pod}/{container}`, `/attach/…` (output only) and
+//! `/portForward/{namespace}/{pod}`, over WebSocket (the `*.channel.k8s.io`
+//! subprotocols; for port-forward also SPDY tunnelled in WebSocket) and
+//! over SPDY/3.1. Requests that cannot be served are refused with a
+//! plain-text error before any upgrade.
 
+mod attach;
 mod channel;
 mod exec;
+mod idle;
 mod portforward;
 mod pty;
+mod session;
 pub mod spdy;
 mod status;
+mod tunnel;
 mod websocket;
+mod websocket_portforward;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{FromRequestParts, Path, Query, Request, State};
@@ -25,7 +33,9 @@ pub use channel::{ChannelProtocol, TerminalSize};
 pub use exec::ExecRequest;
 pub use status::ExecOutcome;
 
-use crate::runtime::{ContainerHandle, ProcessRuntime};
+use self::idle::{Activity, Watched};
+use self::session::Session;
+use crate::runtime::{ContainerHandle, ExecContext, ProcessRuntime};
 
 /// Finds the running container a stream is for.
 pub trait ContainerFinder: Send + Sync + 'static {
@@ -71,16 +81,29 @@ impl IntoResponse for Refusal {
     }
 }
 
+pub use idle::DEFAULT_IDLE_TIMEOUT;
+
 #[derive(Clone)]
 struct Streaming {
     finder: Arc<dyn ContainerFinder>,
     runtime: Arc<ProcessRuntime>,
+    idle_timeout: Duration,
 }
 
-/// The streaming routes, to merge into the kubelet's router.
+/// The streaming routes, to merge into the kubelet's router, with the
+/// default idle timeout.
 pub fn router<S: Clone + Send + Sync + 'static>(
     finder: Arc<dyn ContainerFinder>,
     runtime: Arc<ProcessRuntime>,
+) -> Router<S> {
+    router_with_idle_timeout(finder, runtime, DEFAULT_IDLE_TIMEOUT)
+}
+
+/// The streaming routes; a connection idle for `idle_timeout` is closed.
+pub fn router_with_idle_timeout<S: Clone + Send + Sync + 'static>(
+    finder: Arc<dyn ContainerFinder>,
+    runtime: Arc<ProcessRuntime>,
+    idle_timeout: Duration,
 ) -> Router<S> {
     Router::new()
         .route(
@@ -88,10 +111,18 @@ pub fn router<S: Clone + Send + Sync + 'static>(
             get(exec_handler).post(exec_handler),
         )
         .route(
+            "/attach/{namespace}/{pod}/{container}",
+            get(attach_handler).post(attach_handler),
+        )
+        .route(
             "/portForward/{namespace}/{pod}",
             get(port_forward_handler).post(port_forward_handler),
         )
-        .with_state(Streaming { finder, runtime })
+        .with_state(Streaming {
+            finder,
+            runtime,
+            idle_timeout,
+        })
 }
 
 async fn exec_handler(
@@ -100,7 +131,7 @@ async fn exec_handler(
     Query(query): Query<Vec<(String, String)>>,
     request: Request,
 ) -> Response {
-    let exec_request = match exec_request(&query) {
+    let exec_request = match stream_request(&query, true) {
         Ok(exec_request) => exec_request,
         Err(refusal) => return refusal.into_response(),
     };
@@ -121,45 +152,114 @@ async fn exec_handler(
             .into_response()
         }
     };
+    let session = Session::Exec {
+        context,
+        request: exec_request,
+    };
+    serve_session(request, session, streaming.idle_timeout).await
+}
+
+async fn attach_handler(
+    State(streaming): State<Streaming>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    Query(query): Query<Vec<(String, String)>>,
+    request: Request,
+) -> Response {
+    let attach_request = match stream_request(&query, false) {
+        Ok(attach_request) => attach_request,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let handle = match streaming
+        .finder
+        .running_container(&namespace, &pod, &container)
+    {
+        Ok(handle) => handle,
+        Err(refusal) => return refusal.into_response(),
+    };
+    if attach_request.tty {
+        return Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "container {container} in pod {pod} has no terminal to attach to: this runtime starts containers without one (omit -t)"
+            ),
+        )
+        .into_response();
+    }
+    let stdin_socket = if attach_request.stdin {
+        match streaming.runtime.exec_context(handle.id()) {
+            Ok(ExecContext {
+                stdin_socket: Some(socket),
+                ..
+            }) => Some(socket),
+            Ok(_) => {
+                return Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "container {container} in pod {pod} was started without stdin; attach can only stream its output (omit -i, or set stdin: true on the container)"
+                    ),
+                )
+                .into_response()
+            }
+            Err(err) => {
+                return Refusal::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("cannot attach to container {container}: {err}"),
+                )
+                .into_response()
+            }
+        }
+    } else {
+        None
+    };
+    let log_path = streaming
+        .runtime
+        .container_logs(handle.id())
+        .path(handle.id().attempt);
+    let session = Session::Attach {
+        handle,
+        log_path,
+        stdin_socket,
+        request: attach_request,
+    };
+    serve_session(request, session, streaming.idle_timeout).await
+}
+
+/// Upgrades to SPDY or WebSocket, as the client asks, and runs `session`.
+async fn serve_session(request: Request, session: Session, idle_timeout: Duration) -> Response {
     let (mut parts, _body) = request.into_parts();
     if is_upgrade_to(&parts.headers, "SPDY/3.1") {
-        return upgrade_to_spdy(&mut parts, &spdy::REMOTECOMMAND, move |io, name| {
-            let version = name
-                .as_deref()
-                .and_then(spdy::RemoteCommandVersion::from_name)
-                .unwrap_or(spdy::RemoteCommandVersion(1));
-            spdy::serve_exec(io, version, context, exec_request)
-        });
+        return upgrade_to_spdy(
+            &mut parts,
+            &spdy::REMOTECOMMAND,
+            idle_timeout,
+            move |io, name| {
+                let version = name
+                    .as_deref()
+                    .and_then(spdy::RemoteCommandVersion::from_name)
+                    .unwrap_or(spdy::RemoteCommandVersion(1));
+                spdy::serve_exec(io, version, session)
+            },
+        );
     }
     if !is_upgrade_to(&parts.headers, "websocket") {
         return Refusal::new(
             StatusCode::BAD_REQUEST,
-            "exec needs a connection upgrade (Upgrade: websocket or SPDY/3.1)",
+            "streaming needs a connection upgrade (Upgrade: websocket or SPDY/3.1)",
         )
         .into_response();
     }
-    let negotiated = negotiate(&parts.headers);
-    let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
-        Ok(upgrade) => upgrade,
-        Err(rejection) => return rejection.into_response(),
-    };
-    let Some((protocol, name)) = negotiated else {
-        return Refusal::new(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "unable to upgrade: none of the requested subprotocols is supported; supported: {}",
-                ChannelProtocol::REMOTECOMMAND.join(", ")
-            ),
-        )
-        .into_response();
-    };
-    let mut upgrade = upgrade
-        .max_message_size(websocket::MAX_MESSAGE)
-        .max_frame_size(websocket::MAX_MESSAGE);
-    if let Some(name) = name {
-        upgrade.set_selected_protocol(name);
-    }
-    upgrade.on_upgrade(move |socket| websocket::serve_exec(socket, protocol, context, exec_request))
+    upgrade_to_websocket(
+        &mut parts,
+        &ChannelProtocol::REMOTECOMMAND,
+        move |socket, name| {
+            let protocol = name
+                .as_deref()
+                .and_then(ChannelProtocol::from_name)
+                .unwrap_or(ChannelProtocol::V1);
+            websocket::serve_exec(socket, protocol, session, idle_timeout)
+        },
+    )
+    .await
 }
 
 type UpgradedIo = hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>;
@@ -170,10 +270,11 @@ type UpgradedIo = hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>;
 fn upgrade_to_spdy<F, Fut>(
     parts: &mut axum::http::request::Parts,
     supported: &[&str],
+    idle_timeout: Duration,
     serve: F,
 ) -> Response
 where
-    F: FnOnce(UpgradedIo, Option<String>) -> Fut + Send + 'static,
+    F: FnOnce(Watched<UpgradedIo>, Option<String>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let offered = header_list(&parts.headers, "x-stream-protocol-version");
@@ -203,7 +304,16 @@ where
     let chosen = name.clone();
     tokio::spawn(async move {
         match on_upgrade.await {
-            Ok(upgraded) => serve(hyper_util::rt::TokioIo::new(upgraded), chosen).await,
+            Ok(upgraded) => {
+                let activity = Activity::new();
+                let io = Watched::new(hyper_util::rt::TokioIo::new(upgraded), activity.clone());
+                tokio::select! {
+                    () = serve(io, chosen) => {}
+                    () = activity.idle_for(idle_timeout) => {
+                        tracing::info!(?idle_timeout, "closing an idle streaming connection");
+                    }
+                }
+            }
             Err(err) => tracing::debug!(%err, "a SPDY upgrade failed"),
         }
     });
@@ -218,6 +328,17 @@ where
         .body(axum::body::Body::empty())
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
+
+/// SPDY in WebSocket binary messages, as kubectl 1.31 and later ask for.
+const TUNNELLED_SPDY: &str = "SPDY/3.1+portforward.k8s.io";
+
+/// The subprotocols of port-forward over WebSocket.
+const PORT_FORWARD_WEBSOCKET: [&str; 4] = [
+    TUNNELLED_SPDY,
+    "v4.channel.k8s.io",
+    "v4.base64.channel.k8s.io",
+    "portforward.k8s.io",
+];
 
 async fn port_forward_handler(
     State(streaming): State<Streaming>,
@@ -235,15 +356,57 @@ async fn port_forward_handler(
     let (mut parts, _body) = request.into_parts();
     let label = format!("{namespace}/{pod}");
     if is_upgrade_to(&parts.headers, "SPDY/3.1") {
-        return upgrade_to_spdy(&mut parts, &[spdy::portforward::PROTOCOL], move |io, _| {
-            spdy::portforward::serve(io, label, ports)
-        });
+        let idle_timeout = streaming.idle_timeout;
+        return upgrade_to_spdy(
+            &mut parts,
+            &[spdy::portforward::PROTOCOL],
+            idle_timeout,
+            move |io, _| spdy::portforward::serve(io, label, ports),
+        );
     }
-    Refusal::new(
-        StatusCode::BAD_REQUEST,
-        "port-forward needs a connection upgrade (Upgrade: SPDY/3.1)",
+    if !is_upgrade_to(&parts.headers, "websocket") {
+        return Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "port-forward needs a connection upgrade (Upgrade: websocket or SPDY/3.1)",
+        )
+        .into_response();
+    }
+    let tunnelled = parts
+        .headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|v| v.contains(TUNNELLED_SPDY)));
+    if ports.is_empty() && !tunnelled {
+        return Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "query parameter \"ports\" is required",
+        )
+        .into_response();
+    }
+    let idle_timeout = streaming.idle_timeout;
+    upgrade_to_websocket(
+        &mut parts,
+        &PORT_FORWARD_WEBSOCKET,
+        move |socket, name| async move {
+            let protocol = match name.as_deref() {
+                Some(TUNNELLED_SPDY) => {
+                    let activity = Activity::new();
+                    let io = Watched::new(tunnel::byte_stream(socket), activity.clone());
+                    tokio::select! {
+                        () = spdy::portforward::serve(io, label, ports) => {}
+                        () = activity.idle_for(idle_timeout) => {
+                            tracing::info!(?idle_timeout, "closing an idle port-forward connection");
+                        }
+                    }
+                    return;
+                }
+                Some("v4.base64.channel.k8s.io") => ChannelProtocol::V4Base64,
+                _ => ChannelProtocol::V4,
+            };
+            websocket_portforward::serve(socket, protocol, label, ports, idle_timeout).await
+        },
     )
-    .into_response()
+    .await
 }
 
 /// Every value of a header that may be repeated or comma-joined, in order.
@@ -259,25 +422,53 @@ fn header_list(headers: &HeaderMap, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// The first subprotocol the client offers that is served (in the
-/// client's order, which axum's extractor does not keep); a client that
-/// offers none gets `channel.k8s.io`, as the kubelet does.
-fn negotiate(headers: &HeaderMap) -> Option<(ChannelProtocol, Option<HeaderValue>)> {
-    let mut offered = headers
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .map(str::trim)
-        .filter(|name| !name.is_empty())
-        .peekable();
-    if offered.peek().is_none() {
-        return Some((ChannelProtocol::V1, None));
+/// The first subprotocol the client offers that is in `supported` (in
+/// the client's order, which axum's extractor does not keep): `None` if
+/// none is, `Some(None)` if the client offered none.
+fn negotiate(headers: &HeaderMap, supported: &[&str]) -> Option<Option<String>> {
+    let offered = header_list(headers, header::SEC_WEBSOCKET_PROTOCOL.as_str());
+    if offered.is_empty() {
+        return Some(None);
     }
-    offered.find_map(|name| {
-        let protocol = ChannelProtocol::from_name(name)?;
-        Some((protocol, HeaderValue::from_str(name).ok()))
-    })
+    offered
+        .into_iter()
+        .find(|name| supported.contains(&name.as_str()))
+        .map(Some)
+}
+
+/// Accepts a WebSocket upgrade with the negotiated subprotocol and bounded
+/// messages, or refuses it.
+async fn upgrade_to_websocket<F, Fut>(
+    parts: &mut axum::http::request::Parts,
+    supported: &[&str],
+    serve: F,
+) -> Response
+where
+    F: FnOnce(axum::extract::ws::WebSocket, Option<String>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let negotiated = negotiate(&parts.headers, supported);
+    let upgrade = match WebSocketUpgrade::from_request_parts(parts, &()).await {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let Some(name) = negotiated else {
+        return Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "unable to upgrade: none of the requested subprotocols is supported; supported: {}",
+                supported.join(", ")
+            ),
+        )
+        .into_response();
+    };
+    let mut upgrade = upgrade
+        .max_message_size(websocket::MAX_MESSAGE)
+        .max_frame_size(websocket::MAX_MESSAGE);
+    if let Some(value) = name.as_deref().and_then(|n| HeaderValue::from_str(n).ok()) {
+        upgrade.set_selected_protocol(value);
+    }
+    upgrade.on_upgrade(move |socket| serve(socket, name))
 }
 
 fn is_upgrade_to(headers: &HeaderMap, protocol: &str) -> bool {
@@ -290,9 +481,10 @@ fn is_upgrade_to(headers: &HeaderMap, protocol: &str) -> bool {
         })
 }
 
-/// The exec query as the apiserver forwards it: `command` repeated, the
-/// stream flags as Go's `strconv.ParseBool` reads them.
-fn exec_request(query: &[(String, String)]) -> Result<ExecRequest, Refusal> {
+/// The exec or attach query as the apiserver forwards it: `command`
+/// repeated (exec only), the stream flags as Go's `strconv.ParseBool`
+/// reads them.
+fn stream_request(query: &[(String, String)], exec: bool) -> Result<ExecRequest, Refusal> {
     let bad = |message: String| Refusal::new(StatusCode::BAD_REQUEST, message);
     let flag = |name: &str| -> Result<bool, Refusal> {
         match query.iter().rev().find(|(k, _)| k == name) {
@@ -307,7 +499,7 @@ fn exec_request(query: &[(String, String)]) -> Result<ExecRequest, Refusal> {
         .filter(|(k, _)| k == "command")
         .map(|(_, v)| v.clone())
         .collect();
-    if command.is_empty() {
+    if exec && command.is_empty() {
         return Err(bad(
             "you must specify at least one command for the container".into(),
         ));
@@ -350,13 +542,16 @@ mod tests {
 
     #[test]
     fn exec_queries_keep_every_command_word_in_order() {
-        let request = exec_request(&query(&[
-            ("command", "sh"),
-            ("command", "-c"),
-            ("command", "echo hi"),
-            ("stdout", "true"),
-            ("stderr", "1"),
-        ]))
+        let request = stream_request(
+            &query(&[
+                ("command", "sh"),
+                ("command", "-c"),
+                ("command", "echo hi"),
+                ("stdout", "true"),
+                ("stderr", "1"),
+            ]),
+            true,
+        )
         .unwrap();
         assert_eq!(request.command, ["sh", "-c", "echo hi"]);
         assert!(request.stdout && request.stderr && !request.stdin && !request.tty);
@@ -364,8 +559,9 @@ mod tests {
 
     #[test]
     fn the_clients_first_served_subprotocol_is_chosen() {
+        let supported = ChannelProtocol::REMOTECOMMAND;
         let mut headers = HeaderMap::new();
-        assert_eq!(negotiate(&headers), Some((ChannelProtocol::V1, None)));
+        assert_eq!(negotiate(&headers, &supported), Some(None));
         headers.append(
             header::SEC_WEBSOCKET_PROTOCOL,
             HeaderValue::from_static("v9.channel.k8s.io, v4.channel.k8s.io"),
@@ -374,39 +570,46 @@ mod tests {
             header::SEC_WEBSOCKET_PROTOCOL,
             HeaderValue::from_static("v5.channel.k8s.io"),
         );
-        let (protocol, name) = negotiate(&headers).unwrap();
-        assert_eq!(protocol, ChannelProtocol::V4);
-        assert_eq!(name.unwrap(), "v4.channel.k8s.io");
+        assert_eq!(
+            negotiate(&headers, &supported),
+            Some(Some("v4.channel.k8s.io".to_string()))
+        );
         let mut unknown = HeaderMap::new();
         unknown.insert(
             header::SEC_WEBSOCKET_PROTOCOL,
             HeaderValue::from_static("x"),
         );
-        assert_eq!(negotiate(&unknown), None);
+        assert_eq!(negotiate(&unknown, &supported), None);
     }
 
     #[test]
     fn a_terminal_has_no_stderr() {
-        let request = exec_request(&query(&[
-            ("command", "sh"),
-            ("stdin", "true"),
-            ("stderr", "true"),
-            ("tty", "true"),
-        ]))
+        let request = stream_request(
+            &query(&[
+                ("command", "sh"),
+                ("stdin", "true"),
+                ("stderr", "true"),
+                ("tty", "true"),
+            ]),
+            true,
+        )
         .unwrap();
         assert!(request.tty && request.stdin && !request.stderr);
     }
 
     #[test]
     fn exec_queries_without_command_streams_or_with_bad_flags_are_refused() {
-        let no_command = exec_request(&query(&[("stdout", "true")])).unwrap_err();
+        let no_command = stream_request(&query(&[("stdout", "true")]), true).unwrap_err();
         assert_eq!(no_command.code, StatusCode::BAD_REQUEST);
-        let no_streams = exec_request(&query(&[("command", "ls")])).unwrap_err();
+        let no_streams = stream_request(&query(&[("command", "ls")]), true).unwrap_err();
         assert!(
             no_streams.message.contains("at least 1 of stdin"),
             "{no_streams:?}"
         );
-        let bad_flag = exec_request(&query(&[("command", "ls"), ("stdout", "yes")])).unwrap_err();
+        let bad_flag =
+            stream_request(&query(&[("command", "ls"), ("stdout", "yes")]), true).unwrap_err();
+        let attach = stream_request(&query(&[("stdout", "true")]), false).unwrap();
+        assert!(attach.command.is_empty() && attach.stdout);
         assert!(bad_flag.message.contains("stdout=\"yes\""), "{bad_flag:?}");
     }
 }

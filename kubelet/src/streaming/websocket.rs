@@ -1,27 +1,32 @@
 //! Exec over WebSocket: the channel protocol's messages to and from an
 //! exec session, then the session's end on the error channel and a close.
 
+use std::time::Duration;
+
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 
 use super::channel::{self, ChannelProtocol, Frame, TerminalSize};
-use super::exec::{self, ClientEvent, ExecRequest, OutputStream};
-use crate::runtime::ExecContext;
+use super::exec::{ClientEvent, OutputStream};
+use super::idle::Activity;
+use super::session::Session;
 
 /// The most messages queued between the socket and the session each way.
 const QUEUE: usize = 8;
 /// The largest message a client may send; larger ones end the connection.
 pub const MAX_MESSAGE: usize = 1024 * 1024;
 
-/// Runs one exec session on an upgraded socket.
+/// Runs one exec or attach session on an upgraded socket.
 pub async fn serve_exec(
     socket: WebSocket,
     protocol: ChannelProtocol,
-    context: ExecContext,
-    request: ExecRequest,
+    session: Session,
+    idle_timeout: Duration,
 ) {
+    let activity = Activity::new();
+    let request = session.request();
     let (mut sink, stream) = socket.split();
     // As the kubelet does: an empty message on the lowest channel written,
     // so the client knows the streams are open.
@@ -36,9 +41,9 @@ pub async fn serve_exec(
         return;
     }
     let (input_tx, input_rx) = mpsc::channel(QUEUE);
-    let reading = tokio::spawn(read_client(stream, protocol, input_tx));
+    let reading = tokio::spawn(read_client(stream, protocol, input_tx, activity.clone()));
     let (output_tx, mut output_rx) = mpsc::channel(QUEUE);
-    let session = exec::run(&context, &request, input_rx, output_tx);
+    let running = session.run(input_rx, output_tx);
     let writing = async {
         while let Some((stream, data)) = output_rx.recv().await {
             let channel = match stream {
@@ -48,10 +53,18 @@ pub async fn serve_exec(
             if sink.send(message(protocol, channel, &data)).await.is_err() {
                 return false;
             }
+            activity.touch();
         }
         true
     };
-    let (outcome, open) = tokio::join!(session, writing);
+    let (outcome, open) = tokio::select! {
+        ended = async { tokio::join!(running, writing) } => ended,
+        () = activity.idle_for(idle_timeout) => {
+            tracing::info!(?idle_timeout, "closing an idle streaming connection");
+            reading.abort();
+            return;
+        }
+    };
     if open {
         let end = if protocol.writes_status() {
             Some(outcome.status(&request.command).to_string())
@@ -90,8 +103,10 @@ async fn read_client(
     mut stream: futures::stream::SplitStream<WebSocket>,
     protocol: ChannelProtocol,
     input: mpsc::Sender<ClientEvent>,
+    activity: Activity,
 ) {
     while let Some(Ok(message)) = stream.next().await {
+        activity.touch();
         let payload = match message {
             Message::Binary(bytes) => bytes,
             Message::Text(text) => Bytes::from(text),

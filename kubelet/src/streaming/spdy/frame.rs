@@ -216,7 +216,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Inflates one header block in the connection's zlib context and
     /// parses its pairs.
     fn decompress(&mut self, block: &[u8]) -> Result<Headers, FrameError> {
-        let mut out = Vec::with_capacity(block.len() * 4);
+        let mut out =
+            Vec::with_capacity(block.len().saturating_mul(4).clamp(256, MAX_HEADER_BLOCK));
         let mut input = block;
         loop {
             if out.len() == out.capacity() {
@@ -225,7 +226,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                         "more than {MAX_HEADER_BLOCK} bytes of headers"
                     )));
                 }
-                out.reserve(out.len().max(256));
+                out.reserve(out.len().min(MAX_HEADER_BLOCK - out.len()).max(1));
             }
             let before = self.headers.total_in();
             let produced_before = out.len();
@@ -510,6 +511,19 @@ mod tests {
         assert!(matches!(
             FrameReader::new(&short_rst[..]).next().await,
             Err(FrameError::Short { .. })
+        ));
+        // A header block that inflates to far more than a header block
+        // holds: an error, not that much memory.
+        let mut bomb_writer = FrameWriter::new();
+        let bomb = bomb_writer.encode(&Frame::SynReply {
+            stream_id: 1,
+            fin: false,
+            headers: vec![("x".into(), "y".repeat(MAX_HEADER_BLOCK * 4))],
+        });
+        assert!(bomb.len() < MAX_PAYLOAD);
+        assert!(matches!(
+            FrameReader::new(&bomb[..]).next().await,
+            Err(FrameError::Compression(_))
         ));
         let garbage_headers = [0x80, 3, 0, 2, 0, 0, 0, 8, 0, 0, 0, 1, 1, 2, 3, 4];
         assert!(FrameReader::new(&garbage_headers[..]).next().await.is_err());

@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 
 use self::frame::{Frame, FrameReader, FrameWriter, Headers};
 use super::channel::TerminalSize;
-use super::exec::{self, ClientEvent, ExecRequest, OutputStream};
-use crate::runtime::ExecContext;
+use super::exec::{ClientEvent, ExecRequest, OutputStream};
+use super::session::Session;
 
 /// How long the client has to open every stream it asked for.
 const STREAMS_TIMEOUT: Duration = Duration::from_secs(60);
@@ -80,20 +80,16 @@ impl StreamType {
     }
 }
 
-/// Runs one exec session on an upgraded SPDY connection.
-pub async fn serve_exec<IO>(
-    io: IO,
-    version: RemoteCommandVersion,
-    context: ExecContext,
-    request: ExecRequest,
-) where
+/// Runs one exec or attach session on an upgraded SPDY connection.
+pub async fn serve_exec<IO>(io: IO, version: RemoteCommandVersion, session: Session)
+where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (read, write) = tokio::io::split(io);
     let mut reader = FrameReader::new(read);
     let (frames_tx, frames_rx) = mpsc::channel(QUEUE);
     let writing = tokio::spawn(write_frames(write, frames_rx));
-    let expected = expected_streams(&request, version);
+    let expected = expected_streams(session.request(), version);
     let streams = match tokio::time::timeout(
         STREAMS_TIMEOUT,
         accept_streams(&mut reader, &frames_tx, &expected),
@@ -116,7 +112,8 @@ pub async fn serve_exec<IO>(
         frames_tx.clone(),
     ));
     let (output_tx, mut output_rx) = mpsc::channel::<(OutputStream, Bytes)>(QUEUE);
-    let session = exec::run(&context, &request, input_rx, output_tx);
+    let request = session.request();
+    let running = session.run(input_rx, output_tx);
     let forwarding = async {
         while let Some((stream, data)) = output_rx.recv().await {
             let kind = match stream {
@@ -136,7 +133,7 @@ pub async fn serve_exec<IO>(
             }
         }
     };
-    let (outcome, ()) = tokio::join!(session, forwarding);
+    let (outcome, ()) = tokio::join!(running, forwarding);
     let end = if version.0 >= 4 {
         Some(outcome.status(&request.command).to_string())
     } else {
