@@ -43,6 +43,12 @@ pub async fn authority_of(
                 "cannot {doing}: its node \"{node}\" is not registered"
             ))
         })?;
+    if node_object["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 0 {
+        // A simulated node: nothing of it listens.
+        return Err(ApiError::bad_request(format!(
+            "cannot {doing}: node \"{node}\" runs no kubelet to stream from (it advertises kubelet port 0)"
+        )));
+    }
     node_authority(&node_object).ok_or_else(|| {
         ApiError::unavailable(format!("cannot {doing}: node \"{node}\" has no address"))
     })

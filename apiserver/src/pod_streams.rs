@@ -321,7 +321,18 @@ mod relay_tests {
                               "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}}}}),
         )
         .await;
-        for (name, node) in [("p", json!("n1")), ("pending", json!(null))] {
+        post(
+            "/api/v1/nodes",
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "simulated"},
+                   "status": {"addresses": [{"type": "InternalIP", "address": "10.0.3.1"}],
+                              "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}}}}),
+        )
+        .await;
+        for (name, node) in [
+            ("p", json!("n1")),
+            ("pending", json!(null)),
+            ("sim", json!("simulated")),
+        ] {
             post(
                 "/api/v1/namespaces/default/pods",
                 json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
@@ -431,6 +442,12 @@ mod relay_tests {
                 UPGRADE,
                 "405",
                 "does not allow this method",
+            ),
+            (
+                "GET /api/v1/namespaces/default/pods/sim/exec?command=ls",
+                UPGRADE,
+                "400",
+                "node \\\"simulated\\\" runs no kubelet to stream from",
             ),
             (
                 "GET /api/v1/namespaces/default/pods/p/exec?command=ls",

@@ -47,6 +47,9 @@ pub struct KubeletConfig {
     pub stop_timeout: Duration,
     /// How often, under pressure, another pod is evicted.
     pub eviction_interval: Duration,
+    /// An exec, attach or port-forward connection that carries nothing
+    /// for this long is closed (`--streaming-connection-idle-timeout`).
+    pub streaming_idle_timeout: Duration,
     /// TLS for the kubelet's port; it decides whose certificates get in.
     /// `None`: plain HTTP.
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
@@ -143,7 +146,11 @@ pub async fn run(
         config.node.eviction_hard,
         config.eviction_interval,
     )));
-    let server = crate::server::router(manager.clone(), runtime.clone());
+    let server = crate::server::router(
+        manager.clone(),
+        runtime.clone(),
+        config.streaming_idle_timeout,
+    );
     let serving = tokio::spawn(crate::server::serve(
         listener,
         server,

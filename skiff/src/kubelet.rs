@@ -66,6 +66,10 @@ pub struct NodeArgs {
     /// Under memory or disk pressure, one pod is evicted per this interval.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub eviction_interval: Duration,
+    /// An exec, attach or port-forward connection idle this long is
+    /// closed, as the kubelet's flag of the same name.
+    #[arg(long, default_value = "4h", value_parser = parse_duration)]
+    pub streaming_connection_idle_timeout: Duration,
     /// Leave the pods' processes running when the kubelet stops (as the
     /// real kubelet does; the next start adopts them) instead of stopping
     /// them within their grace periods.
@@ -186,6 +190,7 @@ pub fn kubelet_config(args: &NodeArgs, root_dir: &Path) -> Result<KubeletConfig>
         stop_pods_on_exit: !args.keep_pods_on_exit,
         stop_timeout: Duration::from_secs(35),
         eviction_interval: args.eviction_interval,
+        streaming_idle_timeout: args.streaming_connection_idle_timeout,
         tls: None,
     })
 }

@@ -26,10 +26,18 @@ struct Kubelet {
     runtime: Arc<ProcessRuntime>,
 }
 
-pub fn router(pods: Arc<PodManager>, runtime: Arc<ProcessRuntime>) -> Router {
+pub fn router(
+    pods: Arc<PodManager>,
+    runtime: Arc<ProcessRuntime>,
+    streaming_idle_timeout: std::time::Duration,
+) -> Router {
     let finder: Arc<dyn ContainerFinder> = Arc::new(NodePods(pods.clone()));
     Router::new()
-        .merge(streaming::router(finder, runtime.clone()))
+        .merge(streaming::router_with_idle_timeout(
+            finder,
+            runtime.clone(),
+            streaming_idle_timeout,
+        ))
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/containerLogs/{namespace}/{pod}/{container}",
