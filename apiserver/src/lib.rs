@@ -33,6 +33,7 @@ pub mod patch;
 pub mod pod_logs;
 pub mod pod_streams;
 pub mod protobuf;
+mod refusal_bodies;
 pub mod registry;
 pub mod reply;
 pub mod request_info;

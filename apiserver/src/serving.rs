@@ -264,7 +264,10 @@ fn serve_connection<S>(
         ))
     };
     let connection = builder(TokioExecutor::new(), settings)
-        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+        .serve_connection_with_upgrades(
+            TokioIo::new(crate::refusal_bodies::RefusalBodies::new(stream)),
+            service,
+        )
         .into_owned();
     let connection = graceful.watch(connection);
     tokio::spawn(async move {
@@ -921,6 +924,60 @@ mod connection_tests {
                 long_path.len()
             )
         );
+        // Past hyper's own limits (a 65 534-byte target, 2 048 fields, its
+        // buffer): its answers carry a Status too.
+        for (line, extra, code, reason) in [
+            (
+                format!("GET /ok?q={} HTTP/1.1", "a".repeat(70_000)),
+                String::new(),
+                414,
+                "RequestURITooLong",
+            ),
+            (
+                "GET /ok HTTP/1.1".to_string(),
+                (0..3000)
+                    .map(|i| format!("x-f{i}: v\r\n"))
+                    .collect::<String>(),
+                431,
+                "RequestHeaderFieldsTooLarge",
+            ),
+            (
+                "GET /ok HTTP/1.1".to_string(),
+                format!("x-big: {}\r\n", "v".repeat(1_200_000)),
+                431,
+                "RequestHeaderFieldsTooLarge",
+            ),
+            (
+                "GET /ok HTTP/9.9".to_string(),
+                String::new(),
+                400,
+                "BadRequest",
+            ),
+        ] {
+            let mut raw = tokio::net::TcpStream::connect(address).await.unwrap();
+            let head = format!("{line}\r\nhost: x\r\n{extra}\r\n");
+            let _ = tokio::io::AsyncWriteExt::write_all(&mut raw, head.as_bytes()).await;
+            let mut answer = Vec::new();
+            let _ = tokio::io::AsyncReadExt::read_to_end(&mut raw, &mut answer).await;
+            let answer = String::from_utf8_lossy(&answer);
+            assert!(answer.starts_with(&format!("HTTP/1.1 {code} ")), "{answer}");
+            let body = answer
+                .split_once("\r\n\r\n")
+                .map(|(_, b)| b)
+                .unwrap_or_default();
+            let status: serde_json::Value =
+                serde_json::from_str(body).unwrap_or_else(|e| panic!("{code}: {e}: {answer}"));
+            assert_eq!(
+                (
+                    status["kind"].as_str(),
+                    status["code"].as_u64(),
+                    status["reason"].as_str()
+                ),
+                (Some("Status"), Some(code), Some(reason)),
+                "{answer}"
+            );
+        }
+
         let mut one = http1::<Body>(address).await;
         let (code, body) = read(one.send_request(big_headers(request("/ok"))).await.unwrap()).await;
         assert_eq!(code, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
