@@ -508,8 +508,7 @@ impl WatchStream {
         let read = async {
             loop {
                 if self.pending.len() >= 4 {
-                    let length =
-                        u32::from_be_bytes(self.pending[..4].try_into()?) as usize;
+                    let length = u32::from_be_bytes(self.pending[..4].try_into()?) as usize;
                     if self.pending.len() >= 4 + length {
                         let frame = self.pending[4..4 + length].to_vec();
                         self.pending.drain(..4 + length);

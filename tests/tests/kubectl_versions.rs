@@ -357,7 +357,14 @@ fn workload_commands(kubectl: &Kubectl, minor: u32, ns: &str) -> Result<()> {
     let n = ["-n", ns];
     let steps: &[(&[&str], &str)] = &[
         (
-            &["expose", "deployment", "made", "--name=exposed", "--port=80", "--target-port=8080"],
+            &[
+                "expose",
+                "deployment",
+                "made",
+                "--name=exposed",
+                "--port=80",
+                "--target-port=8080",
+            ],
             "service/exposed exposed",
         ),
         (
@@ -369,13 +376,29 @@ fn workload_commands(kubectl: &Kubectl, minor: u32, ns: &str) -> Result<()> {
             "deployment.apps/made env updated",
         ),
         (
-            &["set", "resources", "deployment", "made", "--limits=cpu=200m,memory=256Mi", "--requests=cpu=100m"],
+            &[
+                "set",
+                "resources",
+                "deployment",
+                "made",
+                "--limits=cpu=200m,memory=256Mi",
+                "--requests=cpu=100m",
+            ],
             "deployment.apps/made resource requirements updated",
         ),
-        (&["label", "deployment", "made", "tier=front"], "deployment.apps/made labeled"),
+        (
+            &["label", "deployment", "made", "tier=front"],
+            "deployment.apps/made labeled",
+        ),
         // kubectl before 1.28 says "annotate".
-        (&["annotate", "deployment", "made", "note=hi"], "deployment.apps/made annotate"),
-        (&["rollout", "restart", "deployment", "made"], "deployment.apps/made restarted"),
+        (
+            &["annotate", "deployment", "made", "note=hi"],
+            "deployment.apps/made annotate",
+        ),
+        (
+            &["rollout", "restart", "deployment", "made"],
+            "deployment.apps/made restarted",
+        ),
     ];
     for (args, expected) in steps {
         let args = [&n[..], *args].concat();
@@ -387,7 +410,17 @@ fn workload_commands(kubectl: &Kubectl, minor: u32, ns: &str) -> Result<()> {
         );
     }
     let get = |path: &str| {
-        kubectl.ok(&[&n[..], &["get", "deployment", "made", "-o", &format!("jsonpath={path}")]].concat())
+        kubectl.ok(&[
+            &n[..],
+            &[
+                "get",
+                "deployment",
+                "made",
+                "-o",
+                &format!("jsonpath={path}"),
+            ],
+        ]
+        .concat())
     };
     let container = "{.spec.template.spec.containers[0]";
     let read = [
@@ -402,14 +435,46 @@ fn workload_commands(kubectl: &Kubectl, minor: u32, ns: &str) -> Result<()> {
         read == ["nginx:1.27", "fast", "256Mi", "100m", "front", "hi"],
         "kubectl.1.{minor}: the deployment reads {read:?}"
     );
-    let restarted = get("{.spec.template.metadata.annotations.kubectl\\.kubernetes\\.io/restartedAt}")?;
-    ensure!(!restarted.is_empty(), "kubectl.1.{minor}: rollout restart left no restartedAt");
-    let port = kubectl.ok(&[&n[..], &["get", "service", "exposed", "-o", "jsonpath={.spec.selector.app} {.spec.ports[0].targetPort}"]].concat())?;
-    ensure!(port == "made 8080", "kubectl.1.{minor}: exposed service {port}");
-    // HorizontalPodAutoscaler is not served: a clear 404, nothing else.
-    let refused = kubectl.fails(&[&n[..], &["autoscale", "deployment", "made", "--min=1", "--max=3", "--cpu-percent=80"]].concat())?;
+    let restarted =
+        get("{.spec.template.metadata.annotations.kubectl\\.kubernetes\\.io/restartedAt}")?;
     ensure!(
-        refused.contains("Error from server (NotFound): the server could not find the requested resource"),
+        !restarted.is_empty(),
+        "kubectl.1.{minor}: rollout restart left no restartedAt"
+    );
+    let port = kubectl.ok(&[
+        &n[..],
+        &[
+            "get",
+            "service",
+            "exposed",
+            "-o",
+            "jsonpath={.spec.selector.app} {.spec.ports[0].targetPort}",
+        ],
+    ]
+    .concat())?;
+    ensure!(
+        port == "made 8080",
+        "kubectl.1.{minor}: exposed service {port}"
+    );
+    // HorizontalPodAutoscaler is not served: a clear 404, nothing else.
+    let refused = kubectl.fails(
+        &[
+            &n[..],
+            &[
+                "autoscale",
+                "deployment",
+                "made",
+                "--min=1",
+                "--max=3",
+                "--cpu-percent=80",
+            ],
+        ]
+        .concat(),
+    )?;
+    ensure!(
+        refused.contains(
+            "Error from server (NotFound): the server could not find the requested resource"
+        ),
         "kubectl.1.{minor} autoscale: {refused}"
     );
     Ok(())
@@ -428,11 +493,21 @@ fn node_commands(kubectl: &Kubectl, minor: u32) -> Result<()> {
     )?;
     kubectl.ok(&["apply", "-f", "node.yaml"])?;
     let steps: Vec<(Vec<&str>, String)> = vec![
-        (vec!["taint", "node", &node, "dedicated=ops:NoSchedule"], format!("node/{node} tainted")),
+        (
+            vec!["taint", "node", &node, "dedicated=ops:NoSchedule"],
+            format!("node/{node} tainted"),
+        ),
         (vec!["cordon", &node], format!("node/{node} cordoned")),
         // No kubelet runs on it, so the pod goes at once or never.
         (
-            vec!["drain", &node, "--ignore-daemonsets", "--force", "--grace-period=0", "--timeout=30s"],
+            vec![
+                "drain",
+                &node,
+                "--ignore-daemonsets",
+                "--force",
+                "--grace-period=0",
+                "--timeout=30s",
+            ],
             format!("node/{node} drained"),
         ),
         (vec!["uncordon", &node], format!("node/{node} uncordoned")),
@@ -445,13 +520,22 @@ fn node_commands(kubectl: &Kubectl, minor: u32) -> Result<()> {
             args.join(" ")
         );
         if args[0] == "drain" {
-            ensure!(out.contains(&format!("pod/on-node evicted")), "kubectl.1.{minor} drain: {out}");
+            ensure!(
+                out.contains(&format!("pod/on-node evicted")),
+                "kubectl.1.{minor} drain: {out}"
+            );
         }
     }
     let taints = kubectl.ok(&["get", "node", &node, "-o", "jsonpath={.spec.taints[0].key}={.spec.taints[0].value}:{.spec.taints[0].effect} {.spec.unschedulable}"])?;
-    ensure!(taints == "dedicated=ops:NoSchedule ", "kubectl.1.{minor}: node reads {taints:?}");
+    ensure!(
+        taints == "dedicated=ops:NoSchedule ",
+        "kubectl.1.{minor}: node reads {taints:?}"
+    );
     let gone = kubectl.run(&["get", "pod", "on-node", "-n", &ns])?;
-    ensure!(gone.code == Some(1), "kubectl.1.{minor}: the drained pod is still there");
+    ensure!(
+        gone.code == Some(1),
+        "kubectl.1.{minor}: the drained pod is still there"
+    );
     Ok(())
 }
 
@@ -482,10 +566,23 @@ async fn watch_step(kubectl: &Kubectl, minor: u32) -> Result<()> {
     let ns = format!("v1-{minor}");
     let mut watch = kubectl.spawn(&["get", "configmaps", "-n", &ns, "-w"])?;
     wait_for_row(&watch, minor, "settings").await?;
-    let header = watch.lines()[0].split_whitespace().collect::<Vec<_>>().join(" ");
-    ensure!(header == "NAME DATA AGE", "kubectl.1.{minor} get -w: {header}");
+    let header = watch.lines()[0]
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    ensure!(
+        header == "NAME DATA AGE",
+        "kubectl.1.{minor} get -w: {header}"
+    );
     ensure!(!shows(&watch, "watched"));
-    kubectl.ok(&["create", "configmap", "watched", "-n", &ns, "--from-literal=x=y"])?;
+    kubectl.ok(&[
+        "create",
+        "configmap",
+        "watched",
+        "-n",
+        &ns,
+        "--from-literal=x=y",
+    ])?;
     wait_for_row(&watch, minor, "watched").await?;
     ensure!(watch.running()?, "kubectl.1.{minor} get -w still watches");
     Ok(())

@@ -280,7 +280,6 @@ impl Cluster {
     }
 }
 
-
 /// A member process that is gone, with everything it printed.
 struct FinishedProcess {
     member: usize,

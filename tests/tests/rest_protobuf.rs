@@ -108,8 +108,7 @@ async fn objects_lists_errors_and_subresources_in_protobuf() -> Result<()> {
     let reply = proto
         .request("POST", CONFIG_MAPS, Some(PROTOBUF), Some(&body))
         .await?;
-    let (api_version, kind, created): (_, _, ConfigMap) =
-        expect_protobuf(&reply, 201, "create")?;
+    let (api_version, kind, created): (_, _, ConfigMap) = expect_protobuf(&reply, 201, "create")?;
     assert_eq!((api_version.as_str(), kind.as_str()), ("v1", "ConfigMap"));
     let meta = created.metadata.clone().unwrap_or_default();
     assert_eq!(meta.name.as_deref(), Some("p1"));
@@ -128,10 +127,17 @@ async fn objects_lists_errors_and_subresources_in_protobuf() -> Result<()> {
     let (_, _, got): (_, _, ConfigMap) = expect_protobuf(&reply, 200, "get")?;
     assert_eq!(got, created);
     let reply = proto
-        .request("POST", CONFIG_MAPS, Some(PROTOBUF), Some(&envelope("v1", "ConfigMap", &config_map("p2", "slow"))))
+        .request(
+            "POST",
+            CONFIG_MAPS,
+            Some(PROTOBUF),
+            Some(&envelope("v1", "ConfigMap", &config_map("p2", "slow"))),
+        )
         .await?;
     expect_protobuf::<ConfigMap>(&reply, 201, "second create")?;
-    let reply = proto.get(&format!("{CONFIG_MAPS}?labelSelector=suite%3Dprotobuf")).await?;
+    let reply = proto
+        .get(&format!("{CONFIG_MAPS}?labelSelector=suite%3Dprotobuf"))
+        .await?;
     let (_, kind, list): (_, _, ConfigMapList) = expect_protobuf(&reply, 200, "list")?;
     assert_eq!(kind, "ConfigMapList");
     let names: Vec<_> = list
@@ -150,7 +156,11 @@ async fn objects_lists_errors_and_subresources_in_protobuf() -> Result<()> {
     let (api_version, kind, status): (_, _, Status) = expect_protobuf(&reply, 404, "get missing")?;
     assert_eq!((api_version.as_str(), kind.as_str()), ("v1", "Status"));
     assert_eq!(
-        (status.code, status.reason.as_deref(), status.status.as_deref()),
+        (
+            status.code,
+            status.reason.as_deref(),
+            status.status.as_deref()
+        ),
         (Some(404), Some("NotFound"), Some("Failure"))
     );
     assert_eq!(
@@ -158,14 +168,24 @@ async fn objects_lists_errors_and_subresources_in_protobuf() -> Result<()> {
         Some("configmaps \"missing\" not found")
     );
     let reply = proto
-        .request("POST", CONFIG_MAPS, Some(PROTOBUF), Some(&envelope("v1", "ConfigMap", &config_map("p1", "other"))))
+        .request(
+            "POST",
+            CONFIG_MAPS,
+            Some(PROTOBUF),
+            Some(&envelope("v1", "ConfigMap", &config_map("p1", "other"))),
+        )
         .await?;
     let (_, _, status): (_, _, Status) = expect_protobuf(&reply, 409, "duplicate create")?;
     assert_eq!(status.reason.as_deref(), Some("AlreadyExists"));
     let mut invalid = config_map("Not_A_Name", "x");
     invalid.data.insert("bad key!".into(), "v".into());
     let reply = proto
-        .request("POST", CONFIG_MAPS, Some(PROTOBUF), Some(&envelope("v1", "ConfigMap", &invalid)))
+        .request(
+            "POST",
+            CONFIG_MAPS,
+            Some(PROTOBUF),
+            Some(&envelope("v1", "ConfigMap", &invalid)),
+        )
         .await?;
     let (_, _, status): (_, _, Status) = expect_protobuf(&reply, 422, "invalid create")?;
     assert_eq!(status.reason.as_deref(), Some("Invalid"));
@@ -202,13 +222,21 @@ async fn objects_lists_errors_and_subresources_in_protobuf() -> Result<()> {
     assert_eq!(api_version, "apps/v1");
     let spec = got.spec.unwrap_or_default();
     assert_eq!(spec.replicas, Some(2));
-    let container = &spec.template.unwrap_or_default().spec.unwrap_or_default().containers[0];
+    let container = &spec
+        .template
+        .unwrap_or_default()
+        .spec
+        .unwrap_or_default()
+        .containers[0];
     assert_eq!(container.image.as_deref(), Some("nginx:1.27"));
     let reply = proto
         .get("/apis/apps/v1/namespaces/default/deployments/web/scale")
         .await?;
     let (api_version, kind, scale): (_, _, Scale) = expect_protobuf(&reply, 200, "get scale")?;
-    assert_eq!((api_version.as_str(), kind.as_str()), ("autoscaling/v1", "Scale"));
+    assert_eq!(
+        (api_version.as_str(), kind.as_str()),
+        ("autoscaling/v1", "Scale")
+    );
     assert_eq!(scale.spec.and_then(|s| s.replicas), Some(2));
     let mut scale_up = scale.clone();
     scale_up.spec = Some(k8s_pb::api::autoscaling::v1::ScaleSpec { replicas: Some(3) });
@@ -266,7 +294,10 @@ async fn the_accept_header_chooses_the_form_and_refusals_change_nothing() -> Res
     // Nothing offered is accepted: 406, and the write is not done.
     let reply = http
         .accepting("text/plain")
-        .post(CONFIG_MAPS, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "refused"}}))
+        .post(
+            CONFIG_MAPS,
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "refused"}}),
+        )
         .await?;
     let status = reply.json()?;
     assert_eq!(
@@ -292,7 +323,10 @@ async fn the_accept_header_chooses_the_form_and_refusals_change_nothing() -> Res
         },
     });
     let reply = http
-        .post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd)
+        .post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &crd,
+        )
         .await?;
     ensure!(reply.status == 201, "crd: {}", reply.text());
     let gadgets = "/apis/example.com/v1/namespaces/default/gadgets";
@@ -346,11 +380,18 @@ async fn watches_stream_protobuf_frames() -> Result<()> {
         .context("list resourceVersion")?
         .to_string();
     let mut watch = proto
-        .watch(&format!("{CONFIG_MAPS}?watch=true&resourceVersion={rv}&allowWatchBookmarks=true"))
+        .watch(&format!(
+            "{CONFIG_MAPS}?watch=true&resourceVersion={rv}&allowWatchBookmarks=true"
+        ))
         .await?;
 
     let reply = proto
-        .request("POST", CONFIG_MAPS, Some(PROTOBUF), Some(&envelope("v1", "ConfigMap", &config_map("w", "one"))))
+        .request(
+            "POST",
+            CONFIG_MAPS,
+            Some(PROTOBUF),
+            Some(&envelope("v1", "ConfigMap", &config_map("w", "one"))),
+        )
         .await?;
     expect_protobuf::<ConfigMap>(&reply, 201, "create")?;
     let reply = http
@@ -378,7 +419,10 @@ async fn watches_stream_protobuf_frames() -> Result<()> {
         }
         let raw = event.object.and_then(|o| o.raw).unwrap_or_default();
         let (api_version, object_kind, object): (_, _, ConfigMap) = unwrap(&raw)?;
-        assert_eq!((api_version.as_str(), object_kind.as_str()), ("v1", "ConfigMap"));
+        assert_eq!(
+            (api_version.as_str(), object_kind.as_str()),
+            ("v1", "ConfigMap")
+        );
         let mode = object.data.get("mode").cloned().unwrap_or_default();
         seen.push((kind, mode));
     }
@@ -394,7 +438,9 @@ async fn watches_stream_protobuf_frames() -> Result<()> {
     // A watch from a compacted or impossible revision answers with a
     // protobuf Status.
     let reply = proto
-        .get(&format!("{CONFIG_MAPS}?watch=true&resourceVersion=not-a-number"))
+        .get(&format!(
+            "{CONFIG_MAPS}?watch=true&resourceVersion=not-a-number"
+        ))
         .await?;
     let (_, kind, status): (_, _, Status) = expect_protobuf(&reply, 400, "bad watch")?;
     assert_eq!((kind.as_str(), status.code), ("Status", Some(400)));
