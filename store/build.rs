@@ -14,7 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let descriptors = protox::compile(PROTOS, ["proto"])?;
     tonic_prost_build::configure()
-        // prost's codec but for TxnRequest, which nests deeper than prost reads.
+        // prost's codec but for TxnRequest, refused unread past the store's depth.
         .codec_path("crate::grpc::codec::EtcdCodec")
         .build_server(true)
         .build_client(true)

@@ -12,6 +12,15 @@ use crate::mvcc::KeyRange;
 pub const MAX_REQUEST_BYTES: usize = 1536 * 1024;
 /// etcd's default `--max-txn-ops`.
 pub const MAX_TXN_OPS: usize = 128;
+/// How many txns deep a request may nest, the outermost counting as one.
+/// etcd bounds nesting only by its op budget (129 levels with 128 ops),
+/// but its answer nests two messages a level (`ResponseOp`, `TxnResponse`)
+/// and three more at the bottom (an op's response, its header or
+/// key-value): 2 × 49 + 1 = 99 levels, which every protobuf decoder with
+/// the usual recursion limit of 100 (prost, C++, Java, Python) still
+/// reads. One more level and the client could not read the answer to the
+/// write it made, so it is refused as etcd refuses a txn past its budget.
+pub const MAX_TXN_DEPTH: usize = 49;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
@@ -84,7 +93,8 @@ pub fn check_delete_range(req: &DeleteRangeRequest) -> Result<()> {
     Ok(())
 }
 
-/// Limits, empty keys and duplicate keys of a txn, nested txns included.
+/// Limits (operations and depth), empty keys and duplicate keys of a txn,
+/// nested txns included.
 pub fn check_txn(req: &TxnRequest, max_ops: usize) -> Result<()> {
     check_txn_ops(req, max_ops)?;
     let _ = branch_writes(&req.success)?;
@@ -95,12 +105,18 @@ pub fn check_txn(req: &TxnRequest, max_ops: usize) -> Result<()> {
 /// etcd's budget: a txn may hold `max_ops` compares and as many operations
 /// in each branch; a txn nested in it gets what its parent left over
 /// (`max_ops` less the parent's largest list), so nesting ends at most
-/// `max_ops` levels down. The error names the configured limit.
+/// `max_ops` levels down. The error names the configured limit. Nesting
+/// also ends [`MAX_TXN_DEPTH`] levels down, whatever the budget left.
 fn check_txn_ops(req: &TxnRequest, max_ops: usize) -> Result<()> {
-    check_txn_budget(req, max_ops, max_ops)
+    check_txn_budget(req, max_ops, max_ops, 1)
 }
 
-fn check_txn_budget(req: &TxnRequest, budget: usize, max_ops: usize) -> Result<()> {
+fn check_txn_budget(req: &TxnRequest, budget: usize, max_ops: usize, depth: usize) -> Result<()> {
+    if depth > MAX_TXN_DEPTH {
+        return Err(StoreError::TxnTooDeep {
+            limit: MAX_TXN_DEPTH,
+        });
+    }
     let ops = req
         .compare
         .len()
@@ -117,7 +133,7 @@ fn check_txn_budget(req: &TxnRequest, budget: usize, max_ops: usize) -> Result<(
             RequestOp::Range(r) => check_range(r)?,
             RequestOp::Put(p) => check_put(p)?,
             RequestOp::DeleteRange(d) => check_delete_range(d)?,
-            RequestOp::Txn(t) => check_txn_budget(t, budget - ops, max_ops)?,
+            RequestOp::Txn(t) => check_txn_budget(t, budget - ops, max_ops, depth + 1)?,
         }
     }
     Ok(())
@@ -285,11 +301,48 @@ mod tests {
             })
             .collect();
         assert!(too_many(&compared));
-        // One operation a level: 128 levels fit, the 129th has no budget
-        // left but may still be an empty txn.
-        assert!(!too_many(&nested(128, txn(vec![put("leaf")], vec![]))));
-        assert!(!too_many(&nested(129, txn(vec![], vec![]))));
-        assert!(too_many(&nested(129, txn(vec![put("leaf")], vec![]))));
+        // The budget shrinks level by level: 50 operations fit at the
+        // top (128) and below it (78), not a third time (28 left).
+        let wide = |levels: usize| {
+            (0..levels).fold(txn(puts("leaf", 50), vec![]), |inner, level| {
+                let mut ops = puts(&format!("l{level}-"), 49);
+                ops.push(RequestOp::Txn(inner));
+                txn(ops, vec![])
+            })
+        };
+        assert!(!too_many(&wide(1)));
+        assert!(too_many(&wide(2)));
+    }
+
+    #[test]
+    fn nesting_ends_at_the_depth_a_client_can_read_the_answer_of() {
+        let deep = |levels: usize| {
+            check_txn(
+                &nested(levels, txn(vec![put("leaf")], vec![put("other")])),
+                MAX_TXN_OPS,
+            )
+        };
+        assert!(deep(MAX_TXN_DEPTH).is_ok());
+        // etcd's budget would allow 128 levels of one operation each.
+        for levels in [MAX_TXN_DEPTH + 1, 128, 129] {
+            assert!(
+                matches!(
+                    deep(levels),
+                    Err(StoreError::TxnTooDeep {
+                        limit: MAX_TXN_DEPTH
+                    })
+                ),
+                "{levels} levels"
+            );
+        }
+        // Deep in the failure branch counts the same.
+        let mut in_failure = nested(MAX_TXN_DEPTH, txn(vec![], vec![]));
+        in_failure.failure = std::mem::take(&mut in_failure.success);
+        let outer = txn(vec![], vec![RequestOp::Txn(in_failure)]);
+        assert!(matches!(
+            check_txn(&outer, MAX_TXN_OPS),
+            Err(StoreError::TxnTooDeep { .. })
+        ));
     }
 
     #[test]

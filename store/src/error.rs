@@ -17,6 +17,10 @@ pub enum StoreError {
     LeaseProvided,
     #[error("etcdserver: too many operations in txn request (the limit is {limit})")]
     TooManyOps { limit: usize },
+    #[error(
+        "etcdserver: too many operations in txn request (txns nested deeper than {limit} levels)"
+    )]
+    TxnTooDeep { limit: usize },
     #[error("etcdserver: duplicate key given in txn request")]
     DuplicateKey,
     #[error("etcdserver: request is too large ({size} bytes; the limit is {limit})")]

@@ -435,3 +435,90 @@ async fn wait_for_equal_hashes(all: &Etcdctl, revision: i64) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// (when the put was acknowledged, how long it took) of every small put.
+type Acks = Arc<std::sync::Mutex<Vec<(Instant, Duration)>>>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_go_on_while_a_large_snapshot_streams() -> Result<()> {
+    use skiff_store::grpc::pb::etcdserverpb::{kv_client::KvClient, PutRequest};
+    let Some(binaries) = etcd_or_skip("writes_go_on_while_a_large_snapshot_streams") else {
+        return Ok(());
+    };
+    let cluster = StoreCluster::single().await?;
+    let member = &cluster.members[0];
+    let mut kv = KvClient::new(store_client::connect(member.client).await?);
+    // 64 MiB of state, in values of 1 MiB.
+    for i in 0..64 {
+        kv.put(PutRequest {
+            key: format!("/big/{i:02}").into_bytes(),
+            value: vec![b'x'; 1 << 20],
+            ..Default::default()
+        })
+        .await?;
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let acks: Acks = Arc::default();
+    let writer = tokio::spawn({
+        let (stop, acks, mut kv) = (Arc::clone(&stop), Arc::clone(&acks), kv.clone());
+        async move {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                kv.put(PutRequest {
+                    key: format!("/during/{i}").into_bytes(),
+                    value: b"v".to_vec(),
+                    ..Default::default()
+                })
+                .await?;
+                acks.lock()
+                    .unwrap()
+                    .push((Instant::now(), started.elapsed()));
+                i += 1;
+            }
+            anyhow::Ok(())
+        }
+    });
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("big.db");
+    let skiff_ctl = Etcdctl::new(binaries.1.clone(), member.client.to_string());
+    let started = Instant::now();
+    let save = tokio::task::spawn_blocking({
+        let (skiff_ctl, file) = (skiff_ctl.clone(), path_str(&file));
+        move || skiff_ctl.ok(&["snapshot", "save", &file])
+    });
+    save.await??;
+    let finished = Instant::now();
+    stop.store(true, Ordering::Relaxed);
+    writer.await??;
+
+    let acks = acks.lock().unwrap().clone();
+    let during: Vec<Duration> = acks
+        .iter()
+        .filter(|(acked, _)| (started..finished).contains(acked))
+        .map(|(_, took)| *took)
+        .collect();
+    let slowest = during.iter().max().copied().unwrap_or_default();
+    let took = finished - started;
+    eprintln!(
+        "snapshot save of 64 MiB took {took:?}; {} puts acknowledged meanwhile, the slowest in {slowest:?}",
+        during.len()
+    );
+    ensure!(
+        during.len() >= 10 && slowest < took / 2,
+        "writes stalled while the snapshot streamed: {} puts in {took:?}, the slowest took {slowest:?}",
+        during.len()
+    );
+    // A point-in-time copy: every big value, and the small puts made
+    // before it was taken, no more than were acknowledged by its end.
+    let offline = Etcdctl::offline(binaries.1.clone());
+    let (_, revision, total_keys, _) = etcd_snapshot_status(&offline, &file)?;
+    let (now, _) = all_keys(&skiff_ctl, None)?;
+    ensure!(
+        revision >= 64 && revision < now,
+        "the snapshot's revision {revision} is not one of the writes (64..{now})"
+    );
+    ensure!(total_keys > 64, "{total_keys} keys in the snapshot");
+    Ok(())
+}

@@ -1,8 +1,9 @@
 //! The codec of the etcd services and clients: prost's, except that a
 //! `TxnRequest` is read by hand. prost refuses messages nested past 100
-//! levels (a txn two levels a nesting, so ~50 nested txns) as Internal,
-//! where etcd reads any depth and refuses a txn nested past its op budget
-//! as "too many operations in txn request".
+//! levels (a txn two levels a nesting, so ~50 nested txns) as Internal;
+//! a txn nested deeper than the store takes is refused here, unread, as
+//! etcd refuses a txn past its op budget: "too many operations in txn
+//! request" (InvalidArgument), however deep it goes.
 
 use std::any::{Any, TypeId};
 use std::marker::PhantomData;
@@ -16,12 +17,10 @@ use tonic::Status;
 use super::pb::etcdserverpb::{request_op::Request, RequestOp, TxnRequest};
 use super::status;
 
-/// How many txns deep a request may nest before it is refused unread.
-/// etcd's own rule (each level gets what its parent left of
-/// `--max-txn-ops`) ends nesting at 129 levels with the default of 128;
-/// this bound keeps the hand decoder's recursion well inside a task's
-/// stack whatever the request holds.
-pub(crate) const MAX_TXN_DEPTH: usize = 256;
+/// How many txns deep a request may nest before it is refused unread:
+/// the store's own bound (see [`crate::command::MAX_TXN_DEPTH`]), which
+/// also keeps the hand decoder's recursion shallow.
+pub(crate) const MAX_TXN_DEPTH: usize = crate::command::MAX_TXN_DEPTH;
 
 /// Generated code names it by path and builds one per call.
 #[derive(Debug, Clone)]
@@ -159,8 +158,10 @@ mod tests {
 
     use super::*;
     use crate::grpc::pb::etcdserverpb::{
-        compare, Compare, DeleteRangeRequest, PutRequest, RangeRequest,
+        compare, response_op::Response, Compare, DeleteRangeRequest, PutRequest, PutResponse,
+        RangeRequest, RangeResponse, ResponseHeader, ResponseOp, TxnResponse,
     };
+    use crate::grpc::pb::mvccpb::KeyValue;
 
     fn put(key: &str) -> RequestOp {
         RequestOp {
@@ -229,15 +230,16 @@ mod tests {
     }
 
     #[test]
-    fn reads_nesting_prost_refuses_up_to_the_bound() {
+    fn reads_nesting_up_to_the_bound() {
         let deep = nested(MAX_TXN_DEPTH);
         let encoded = deep.encode_to_vec();
-        let prost_says = TxnRequest::decode(encoded.as_slice()).unwrap_err();
-        assert!(
-            prost_says.to_string().contains("recursion limit"),
-            "{prost_says}"
-        );
         assert_eq!(decode_txn_request(&mut encoded.as_slice()).unwrap(), deep);
+        let err = decode_txn_request(&mut nested(MAX_TXN_DEPTH + 1).encode_to_vec().as_slice())
+            .unwrap_err();
+        assert_eq!(
+            (err.code(), err.message()),
+            (Code::InvalidArgument, status::TOO_MANY_OPS)
+        );
     }
 
     /// A txn in a txn `depth` times, written without recursion (prost's
@@ -259,18 +261,70 @@ mod tests {
 
     #[test]
     fn deeper_than_the_bound_is_too_many_operations_whatever_the_depth() {
-        for depth in [MAX_TXN_DEPTH, MAX_TXN_DEPTH + 1, 20_000] {
-            let bytes = nested_bytes(depth);
+        // `nested_bytes(n)` is n + 1 levels (the innermost txn empty);
+        // 20 000 is far past what prost reads at all.
+        for wrappers in [MAX_TXN_DEPTH, MAX_TXN_DEPTH + 1, 128, 20_000] {
+            let bytes = nested_bytes(wrappers);
             let err = decode_txn_request(&mut bytes.as_slice()).unwrap_err();
             assert_eq!(
                 (err.code(), err.message()),
                 (Code::InvalidArgument, status::TOO_MANY_OPS),
-                "depth {depth}"
+                "{} levels",
+                wrappers + 1
             );
         }
-        // One level less reads: the innermost txn is empty.
         let bytes = nested_bytes(MAX_TXN_DEPTH - 1);
         assert!(decode_txn_request(&mut bytes.as_slice()).is_ok());
+    }
+
+    /// The answer to a txn `depth` levels deep as the store gives it: a
+    /// header on every response, and at the bottom the deepest nesting
+    /// an op can answer with (a range's key-values, a put's previous
+    /// key-value).
+    fn nested_answer(depth: usize) -> TxnResponse {
+        let header = || Some(ResponseHeader::default());
+        let kv = || KeyValue {
+            key: b"k".to_vec(),
+            ..Default::default()
+        };
+        let bottom = TxnResponse {
+            header: header(),
+            succeeded: true,
+            responses: vec![
+                ResponseOp {
+                    response: Some(Response::ResponseRange(RangeResponse {
+                        header: header(),
+                        kvs: vec![kv()],
+                        ..Default::default()
+                    })),
+                },
+                ResponseOp {
+                    response: Some(Response::ResponsePut(PutResponse {
+                        header: header(),
+                        prev_kv: Some(kv()),
+                    })),
+                },
+            ],
+        };
+        (1..depth).fold(bottom, |inner, _| TxnResponse {
+            header: header(),
+            succeeded: true,
+            responses: vec![ResponseOp {
+                response: Some(Response::ResponseTxn(inner)),
+            }],
+        })
+    }
+
+    #[test]
+    fn the_answer_to_the_deepest_txn_reads_with_protobufs_recursion_limit() {
+        // prost's limit is 100 nested messages, as C++'s, Java's and
+        // Python's protobuf are by default.
+        let deepest = nested_answer(MAX_TXN_DEPTH).encode_to_vec();
+        assert!(TxnResponse::decode(deepest.as_slice()).is_ok());
+        // The bound is tight: one level more and the answer is unreadable.
+        let deeper = nested_answer(MAX_TXN_DEPTH + 1).encode_to_vec();
+        let err = TxnResponse::decode(deeper.as_slice()).unwrap_err();
+        assert!(err.to_string().contains("recursion limit"), "{err}");
     }
 
     #[test]

@@ -63,7 +63,11 @@ pub(crate) fn from_store(err: StoreError) -> Status {
         StoreError::KeyNotFound => (Code::InvalidArgument, "etcdserver: key not found"),
         StoreError::ValueProvided => (Code::InvalidArgument, "etcdserver: value is provided"),
         StoreError::LeaseProvided => (Code::InvalidArgument, "etcdserver: lease is provided"),
-        StoreError::TooManyOps { .. } => (Code::InvalidArgument, TOO_MANY_OPS),
+        // etcd's one limit on a txn's shape; a txn nested past what a
+        // client could read the answer of is refused in its words.
+        StoreError::TooManyOps { .. } | StoreError::TxnTooDeep { .. } => {
+            (Code::InvalidArgument, TOO_MANY_OPS)
+        }
         StoreError::DuplicateKey => (
             Code::InvalidArgument,
             "etcdserver: duplicate key given in txn request",

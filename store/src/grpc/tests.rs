@@ -466,11 +466,11 @@ async fn txn_compare_and_swap_takes_either_branch() {
     server.shutdown().await;
 }
 
-/// A txn in a txn `depth` times, with one put at the bottom.
-fn nested_txn(depth: usize, leaf: &str) -> pb::TxnRequest {
+/// A txn in a txn `depth` times, with `leaf` at the bottom.
+fn nested_txn(depth: usize, leaf: Vec<pb::RequestOp>) -> pb::TxnRequest {
     (1..depth).fold(
         pb::TxnRequest {
-            success: vec![put_op(leaf, "v")],
+            success: leaf,
             ..Default::default()
         },
         |inner, _| pb::TxnRequest {
@@ -482,38 +482,60 @@ fn nested_txn(depth: usize, leaf: &str) -> pb::TxnRequest {
     )
 }
 
-/// A txn's answer without its responses, which nest as deep as the txn
-/// and deeper than the generated client reads.
-#[derive(Clone, PartialEq, prost::Message)]
-struct TxnOutcome {
-    #[prost(message, optional, tag = "1")]
-    header: Option<pb::ResponseHeader>,
-    #[prost(bool, tag = "2")]
-    succeeded: bool,
-}
-
-async fn txn_outcome(channel: Channel, txn: pb::TxnRequest) -> Result<TxnOutcome, Status> {
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready().await.expect("channel ready");
-    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/etcdserverpb.KV/Txn");
-    let codec = tonic_prost::ProstCodec::<pb::TxnRequest, TxnOutcome>::default();
-    let answer = grpc.unary(tonic::Request::new(txn), path, codec).await?;
-    Ok(answer.into_inner())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn txns_nest_as_deep_as_etcds_op_budget_allows() {
+async fn txns_nest_as_deep_as_a_client_can_read_the_answer() {
     let server = Server::start().await;
     let mut kv = server.kv();
-    // One operation a level: 128 levels spend etcd's 128 operations.
-    let outcome = txn_outcome(server.channel.clone(), nested_txn(128, "deep"))
+    put(&mut kv, "deep", "before").await;
+    // At the bottom, the answers that nest deepest: a range's key-values
+    // and a put's previous key-value.
+    let leaf = vec![
+        pb::RequestOp {
+            request: Some(request_op::Request::RequestRange(key("deep"))),
+        },
+        pb::RequestOp {
+            request: Some(request_op::Request::RequestPut(pb::PutRequest {
+                key: b"deep".to_vec(),
+                value: b"after".to_vec(),
+                prev_kv: true,
+                ..Default::default()
+            })),
+        },
+    ];
+    let depth = crate::command::MAX_TXN_DEPTH;
+    // The generated client (prost, recursion limit 100) reads the answer.
+    let mut answer = kv
+        .txn(nested_txn(depth, leaf.clone()))
         .await
-        .expect("128 levels are applied");
-    assert!(outcome.succeeded);
-    assert_eq!(get(&mut kv, key("deep")).await.kvs[0].value, b"v");
-    for depth in [129, 300] {
+        .expect("the deepest txn is applied and its answer read")
+        .into_inner();
+    for _ in 1..depth {
+        let Some(response_op::Response::ResponseTxn(inner)) = answer.responses.remove(0).response
+        else {
+            panic!("a nested txn answers with a txn response")
+        };
+        answer = inner;
+    }
+    let [range, put] = &answer.responses[..] else {
+        panic!("{answer:?}")
+    };
+    let Some(response_op::Response::ResponseRange(range)) = &range.response else {
+        panic!("{range:?}")
+    };
+    assert_eq!(range.kvs[0].value, b"before");
+    let Some(response_op::Response::ResponsePut(put)) = &put.response else {
+        panic!("{put:?}")
+    };
+    assert_eq!(
+        put.prev_kv.as_ref().map(|kv| &kv.value[..]),
+        Some(&b"before"[..])
+    );
+    assert_eq!(get(&mut kv, key("deep")).await.kvs[0].value, b"after");
+    // etcd's op budget would take 128 levels; a level more than the
+    // client can read is refused as etcd refuses a txn past its budget.
+    for depth in [depth + 1, 128, 129, 300] {
         assert_status(
-            kv.txn(nested_txn(depth, "deeper")).await,
+            kv.txn(nested_txn(depth, vec![put_op("deeper", "v")])).await,
             Code::InvalidArgument,
             "etcdserver: too many operations in txn request",
         );

@@ -85,7 +85,10 @@ pub(crate) fn compact_on_disk(kv: &KvStore, job: &CompactionJob) -> Result<usize
             }
         }
         let Some(last) = last else { break };
+        // An open read view still holds these records.
+        let no_view_open = kv.removals.write();
         kv.tree.apply_batch(batch)?;
+        drop(no_view_open);
         removed += in_batch;
         start = last.to_vec();
         start.push(0);
@@ -93,8 +96,10 @@ pub(crate) fn compact_on_disk(kv: &KvStore, job: &CompactionJob) -> Result<usize
             break;
         }
     }
+    let no_view_open = kv.removals.write();
     kv.tree
         .insert(META_COMPACT_FINISHED, &job.revision.to_le_bytes())?;
+    drop(no_view_open);
     kv.compact_finished.send_replace(job.revision);
     tracing::info!(revision = job.revision, removed, "compaction finished");
     Ok(removed)

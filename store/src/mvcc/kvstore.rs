@@ -15,6 +15,9 @@ use super::revision::{Revision, RECORD_PREFIX};
 use crate::api::{KeyValue, RangeRequest, RangeResponse, ResponseHeader, SortOrder, SortTarget};
 use crate::error::{Result, StoreError};
 
+mod read_view;
+pub use read_view::ReadView;
+
 pub(crate) const META_APPLIED_INDEX: &[u8] = b"m/applied_index";
 pub(crate) const META_REVISION: &[u8] = b"m/revision";
 pub(crate) const META_COMPACT_SCHEDULED: &[u8] = b"m/compact_scheduled";
@@ -106,6 +109,10 @@ pub struct KvStore {
     recent: RwLock<Recent>,
     /// [`WRITE_BEHIND`], longer in tests that look at what waits.
     write_behind_for: std::time::Duration,
+    /// Held shared by every open [`ReadView`], exclusively by what removes
+    /// records (a compaction on disk, an installed snapshot), so that a
+    /// view never loses a record it should hold.
+    pub(crate) removals: RwLock<()>,
 }
 
 /// One change read back from disk for watch history.
@@ -167,6 +174,7 @@ impl KvStore {
             unwritten: Default::default(),
             recent: Default::default(),
             write_behind_for: WRITE_BEHIND,
+            removals: RwLock::new(()),
         };
         Ok((store, recovered))
     }
@@ -222,16 +230,9 @@ impl KvStore {
     }
 
     /// Every entry of the state tree as of one applied batch (see
-    /// [`KvStore::with_consistent_tree`]), in key order.
+    /// [`KvStore::read_view`]), in key order; writes go on meanwhile.
     pub fn consistent_entries(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.with_consistent_tree(|tree| {
-            tree.iter()
-                .map(|item| {
-                    let (key, value) = item?;
-                    Ok((key.to_vec(), value.to_vec()))
-                })
-                .collect()
-        })
+        self.read_view()?.entries().collect()
     }
 
     fn write_out(&self, behind: &mut Behind) -> Result<()> {
@@ -260,6 +261,7 @@ impl KvStore {
         &self,
         entries: impl Iterator<Item = (Vec<u8>, Vec<u8>)>,
     ) -> Result<Recovered> {
+        let _no_view_open = self.removals.write();
         let mut index = self.index.write();
         // What was applied before is replaced whole.
         *self.behind.lock() = Behind::default();
