@@ -408,3 +408,41 @@ async fn the_node_client_execs() -> Result<()> {
     );
     Ok(())
 }
+
+/// `kubectl attach -i` with every kubectl version: what is typed reaches a
+/// container started with `stdin: true`, and what it prints comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_attaches() -> Result<()> {
+    use skiff_tests::kubectl::{every_kubectl_version, Kubectl};
+    use skiff_tests::local_node::{apply, wait_for, LocalNode};
+    let Some(node) = LocalNode::start("every_kubectl_attaches").await? else {
+        return Ok(());
+    };
+    for (minor, binary) in every_kubectl_version() {
+        let name = format!("reader-1-{minor}");
+        let pod = format!(
+            "apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox
+    stdin: true
+    command: [sh, -c, 'read line; echo got-$line']
+"
+        );
+        apply(&node.kubectl, &format!("{name}.yaml"), &pod)?;
+        wait_for(&node.kubectl, "pod", &name, "{.status.phase}", "Running").await?;
+        let kubectl = Kubectl::new(binary, &node.server.kubeconfig())?;
+        let attached = kubectl.run_with_input(&["attach", "-i", &name], b"hello\n")?;
+        anyhow::ensure!(
+            attached.code == Some(0) && attached.stdout.contains("got-hello"),
+            "kubectl.1.{minor} attach -i: {attached:?}"
+        );
+        wait_for(&node.kubectl, "pod", &name, "{.status.phase}", "Succeeded").await?;
+    }
+    Ok(())
+}
