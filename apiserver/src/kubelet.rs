@@ -142,6 +142,20 @@ pub fn node_authority(node: &Value) -> Option<String> {
     })
 }
 
+/// The kubelet's answer `response`, a refusal, as the Status
+/// kube-apiserver would answer: its code, and its (plain text) words.
+pub async fn refusal(response: hyper::Response<hyper::body::Incoming>) -> ApiError {
+    use http_body_util::BodyExt;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    error(status, String::from_utf8_lossy(&body).trim().to_string())
+}
+
 /// A kubelet's refusal as the Status kube-apiserver would answer.
 pub fn error(status: StatusCode, message: String) -> ApiError {
     match status {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::Empty;
 use hyper::{header, StatusCode};
 use serde_json::Value;
 
@@ -163,16 +163,8 @@ async fn stream_from(
         .send_request(request)
         .await
         .map_err(|err| unreachable(&err))?;
-    let status = response.status();
-    if status != StatusCode::OK {
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let message = String::from_utf8_lossy(&body).trim().to_string();
-        return Err(kubelet::error(status, message));
+    if response.status() != StatusCode::OK {
+        return Err(kubelet::refusal(response).await);
     }
     let body = Body::new(response.into_body());
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], body).into_response())

@@ -14,7 +14,7 @@ use axum::extract::{Query, Request};
 use axum::http::{header, HeaderMap, HeaderName, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 
 use crate::kubelet;
@@ -183,15 +183,7 @@ async fn open(
         .await
         .map_err(|err| ApiError::internal(format!("error dialing backend: {url}: {err}")))?;
     if answer.status() != StatusCode::SWITCHING_PROTOCOLS {
-        let status = answer.status();
-        let body = answer
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let message = String::from_utf8_lossy(&body).trim().to_string();
-        return Err(kubelet::error(status, message));
+        return Err(kubelet::refusal(answer).await);
     }
     let kubelet_side = hyper::upgrade::on(&mut answer);
     let client_side = hyper::upgrade::on(&mut request);

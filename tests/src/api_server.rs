@@ -65,22 +65,7 @@ impl Drop for EtcdProcess {
 /// Real etcd on PATH. Missing: under CI=true a panic that says how to
 /// install it; otherwise a note that the test is skipped, and `None`.
 pub fn etcd_or_skip(test: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("etcd"))
-            .find(|candidate| candidate.is_file())
-    });
-    if found.is_none() {
-        if std::env::var("CI").is_ok_and(|ci| ci == "true") {
-            panic!("etcd is not installed, and CI must run {test}: apt-get install -y etcd-server");
-        }
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: etcd is not installed (install it with `apt-get install -y etcd-server`)"
-        );
-    }
-    found
+    crate::tool::on_path_or_skip("etcd", test, "apt-get install -y etcd-server")
 }
 
 impl ApiServer {

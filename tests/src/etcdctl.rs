@@ -17,22 +17,7 @@ const POLL: Duration = Duration::from_millis(20);
 /// The etcdctl on PATH. Missing: under CI=true a panic that says how to
 /// install it; otherwise a note that the test is skipped, and `None`.
 pub fn etcdctl_or_skip(test: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("etcdctl"))
-            .find(|candidate| candidate.is_file())
-    });
-    if found.is_none() {
-        if std::env::var("CI").is_ok_and(|ci| ci == "true") {
-            panic!("etcdctl is not installed, and CI must run {test}: {INSTALL_HINT}");
-        }
-        // Straight to stderr: the test harness captures eprintln! of passing tests.
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: etcdctl is not installed (install it with `{INSTALL_HINT}`)"
-        );
-    }
-    found
+    crate::tool::on_path_or_skip("etcdctl", test, INSTALL_HINT)
 }
 
 /// etcdctl pointed at some endpoints.

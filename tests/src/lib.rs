@@ -20,5 +20,6 @@ pub mod skiff_process;
 pub mod store_client;
 pub mod store_cluster;
 pub mod test_pki;
+pub mod tool;
 pub mod writer_process;
 pub mod writer_protocol;

@@ -5,7 +5,7 @@
 //! `apiserver_request_total`. Without the tools the test is skipped (under
 //! CI=true it fails).
 
-use std::io::Write;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -14,22 +14,11 @@ use serde_json::Value;
 use skiff_tests::api_server::ApiServer;
 
 fn tool_or_skip(name: &str, test: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(name))
-            .find(|candidate| candidate.is_file())
-    });
-    if found.is_none() {
-        let hint = "apt-get install -y --no-install-recommends prometheus";
-        if std::env::var("CI").is_ok_and(|ci| ci == "true") {
-            panic!("{name} is not installed, and CI must run {test}: {hint}");
-        }
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: {name} is not installed ({hint})"
-        );
-    }
-    found
+    skiff_tests::tool::on_path_or_skip(
+        name,
+        test,
+        "apt-get install -y --no-install-recommends prometheus",
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
