@@ -68,9 +68,12 @@ fn member_add(etcdctl: &Etcdctl, name: &str, peer: &str, learner: bool) -> Resul
     Ok(id.to_string())
 }
 
-/// Every member as `member list -w json` gives it: (ID in hex, name,
-/// peer URLs, learner).
-fn members(etcdctl: &Etcdctl) -> Result<Vec<(String, String, Vec<String>, bool)>> {
+/// A member as `member list -w json` gives it: (ID in hex, name, peer
+/// URLs, learner).
+type Listed = (String, String, Vec<String>, bool);
+
+/// Every member, as the member `etcdctl` reaches lists them.
+fn members(etcdctl: &Etcdctl) -> Result<Vec<Listed>> {
     let out: Value = serde_json::from_str(&etcdctl.ok(&["member", "list", "-w", "json"])?)?;
     let mut members = Vec::new();
     for m in out["members"].as_array().into_iter().flatten() {
@@ -220,6 +223,10 @@ async fn a_learner_replaces_a_member_and_moves_to_another_peer_address() -> Resu
         "Unavailable",
         NOT_FOR_LEARNER,
     )?;
+    // A backup may be taken off a learner (etcd 3.5 serves it too).
+    let backup = dir.path().join("from-learner.db");
+    n4.etcdctl
+        .ok(&["snapshot", "save", &backup.display().to_string()])?;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let read =
