@@ -14,6 +14,10 @@ use tokio::sync::oneshot;
 
 use crate::shutdown::StopSignals;
 
+/// The store's peer port on this host, as etcd's (2380).
+const DEFAULT_PEER_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 2380);
+
 /// How long open client streams (watches, keep-alives) may hold up a stop
 /// before the store is closed under them.
 const CLIENT_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
@@ -36,7 +40,9 @@ pub struct StoreArgs {
     #[arg(long, env = "SKIFF_CLIENT_LISTEN", default_value = "127.0.0.1:2379")]
     pub client_listen: String,
     /// Address to listen on for peers [default: this member's address in
-    /// --initial-cluster; alone, a member has no peers and does not listen].
+    /// --initial-cluster; alone, a member has no peers and does not listen,
+    /// and its member list shows this address, or 127.0.0.1:2380, as its
+    /// peer URL].
     #[arg(long, env = "SKIFF_PEER_LISTEN")]
     pub peer_listen: Option<SocketAddr>,
     /// Every founding member as name=host:port (their peer addresses),
@@ -254,6 +260,13 @@ pub async fn run_member(
     // advertised client URLs.
     config.client_urls = vec![format!("https://{client_addr}")];
     config.client_urls.extend(plain_client_url);
+    if cluster.is_none() {
+        // etcd alone lists the peer URL it listens at (by default
+        // http://localhost:2380); skiff alone does not listen, and lists
+        // where it would, in the form its peers speak (TLS).
+        let peer = args.peer_listen.unwrap_or(DEFAULT_PEER_LISTEN);
+        config.peer_urls = vec![format!("https://{peer}")];
+    }
     config.peer_tls = Some(tls.peers);
     config.catch_up_entries = args.snapshot_catch_up_entries;
     config.cluster = cluster;

@@ -54,6 +54,12 @@ pub enum Command {
         name: String,
         client_urls: Vec<String>,
     },
+    /// New peer URLs for a member (etcd's MemberUpdate); applied only to a
+    /// current member.
+    UpdateMember {
+        id: u64,
+        peer_urls: Vec<String>,
+    },
 }
 
 impl Command {

@@ -52,12 +52,25 @@ pub enum StoreError {
     InvalidConfig(String),
     #[error("etcdserver: no leader")]
     NoLeader,
+    #[error("etcdserver: not leader")]
+    NotLeader,
     #[error("etcdserver: request timed out")]
     Timeout,
     #[error("etcdserver: member not found")]
     MemberNotFound,
     #[error("etcdserver: Peer URLs already exists ({0})")]
     PeerUrlExists(String),
+    #[error("etcdserver: can only promote a learner member")]
+    MemberNotLearner,
+    #[error(
+        "etcdserver: can only promote a learner member which is in sync with leader (it has {learner_match} of the leader's {leader_match} log entries; promote it once it has 90%)"
+    )]
+    LearnerNotReady {
+        learner_match: u64,
+        leader_match: u64,
+    },
+    #[error("etcdserver: too many learner members in cluster (at most {max}; promote or remove the learner first)")]
+    TooManyLearners { max: usize },
 }
 
 impl StoreError {

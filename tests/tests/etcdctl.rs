@@ -325,9 +325,13 @@ impl<'a> Session<'a> {
                 .cluster
                 .member(row[2])
                 .with_context(|| listed.clone())?;
+            // Alone, a member lists where it would listen for peers: the
+            // default peer port, as etcd lists its own.
             let peer_urls = member
                 .peer
-                .map_or(String::new(), |peer| format!("https://{peer}"));
+                .map_or("https://127.0.0.1:2380".to_string(), |peer| {
+                    format!("https://{peer}")
+                });
             assert_eq!(row[3], peer_urls, "peer URLs of {}: {listed}", member.name);
             assert_eq!(row[4], format!("https://{}", member.client), "{listed}");
             assert_eq!(row[5], "false", "{listed}");

@@ -1,5 +1,5 @@
-//! etcd's Cluster service: the member list, and member changes handed to
-//! the store. Updating peer URLs and promoting learners are not served.
+//! etcd's Cluster service: the member list, and member changes (add,
+//! remove, update peer URLs, promote a learner) handed to the store.
 
 use tonic::{Request, Response, Status};
 
@@ -58,11 +58,25 @@ impl Cluster for ClusterService {
 
     async fn member_update(
         &self,
-        _request: Request<pb::MemberUpdateRequest>,
+        request: Request<pb::MemberUpdateRequest>,
     ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
-        Err(Status::unimplemented(
-            "skiff does not change a member's peer URLs; remove the member and add it again",
-        ))
+        let req = request.into_inner();
+        let known = self.store.members().map_err(from_store)?;
+        if !known.iter().any(|m| m.id == req.id) {
+            return Err(Status::not_found(status::MEMBER_NOT_FOUND));
+        }
+        if !peer_urls_are_valid(&req.peer_ur_ls) {
+            return Err(Status::invalid_argument(status::MEMBER_BAD_URLS));
+        }
+        let members = self
+            .store
+            .update_member(req.id, req.peer_ur_ls)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(pb::MemberUpdateResponse {
+            header: convert::current_header(&self.store),
+            members: members.into_iter().map(convert::member).collect(),
+        }))
     }
 
     async fn member_list(
@@ -77,11 +91,14 @@ impl Cluster for ClusterService {
 
     async fn member_promote(
         &self,
-        _request: Request<pb::MemberPromoteRequest>,
+        request: Request<pb::MemberPromoteRequest>,
     ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
-        Err(Status::unimplemented(
-            "skiff has no learners to promote; members join as voters",
-        ))
+        let id = request.into_inner().id;
+        let members = self.store.promote_member(id).await.map_err(from_store)?;
+        Ok(Response::new(pb::MemberPromoteResponse {
+            header: convert::current_header(&self.store),
+            members: members.into_iter().map(convert::member).collect(),
+        }))
     }
 }
 

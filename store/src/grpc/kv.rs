@@ -5,7 +5,7 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use super::pb::etcdserverpb::{self as pb, kv_server::Kv};
-use super::status::from_store;
+use super::status::{self, from_store};
 use crate::Store;
 
 pub(crate) struct KvService {
@@ -25,6 +25,10 @@ impl Kv for KvService {
         request: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
         let req = convert::range_request(request.into_inner())?;
+        if !req.serializable && self.store.is_learner() {
+            // A learner's state may lag: it serves only what may lag.
+            return Err(Status::unavailable(status::NOT_SUPPORTED_FOR_LEARNER));
+        }
         let resp = self.store.range(req).await.map_err(from_store)?;
         Ok(Response::new(convert::range_response(&self.store, resp)))
     }

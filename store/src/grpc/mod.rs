@@ -19,6 +19,7 @@ mod codec;
 mod convert;
 mod http;
 mod kv;
+mod learner;
 mod lease;
 mod maintenance;
 mod status;
@@ -150,6 +151,7 @@ async fn serve_one(
             .add_service(limited!(MaintenanceServer::new(
                 maintenance::MaintenanceService::new(store.clone())
             )));
+    let routes = learner::refuse_on_learners(routes, store.clone());
     let routes = http::with_http_endpoints(routes, store);
     let mut stopped = stopping;
     builder

@@ -20,6 +20,11 @@ pub(crate) const MEMBER_NOT_FOUND: &str = "etcdserver: member not found";
 pub(crate) const NO_LEADER: &str = "etcdserver: no leader";
 pub(crate) const STOPPED: &str = "etcdserver: server stopped";
 pub(crate) const MEMBER_BAD_URLS: &str = "etcdserver: given member URLs are invalid";
+pub(crate) const MEMBER_NOT_LEARNER: &str = "etcdserver: can only promote a learner member";
+pub(crate) const LEARNER_NOT_READY: &str =
+    "etcdserver: can only promote a learner member which is in sync with leader";
+pub(crate) const TOO_MANY_LEARNERS: &str = "etcdserver: too many learner members in cluster";
+pub(crate) const NOT_SUPPORTED_FOR_LEARNER: &str = "etcdserver: rpc not supported for learner";
 
 /// tonic refuses a message over the receive limit as OutOfRange; grpc-go,
 /// and so etcd, as ResourceExhausted with its own words, which is what
@@ -84,8 +89,15 @@ pub(crate) fn from_store(err: StoreError) -> Status {
         }
         StoreError::Stopped => (Code::Unavailable, STOPPED),
         StoreError::NoLeader => (Code::Unavailable, NO_LEADER),
+        StoreError::NotLeader => (Code::Unavailable, NOT_LEADER),
         StoreError::Timeout => (Code::Unavailable, "etcdserver: request timed out"),
         StoreError::MemberNotFound => (Code::NotFound, MEMBER_NOT_FOUND),
+        StoreError::MemberNotLearner => (Code::FailedPrecondition, MEMBER_NOT_LEARNER),
+        StoreError::LearnerNotReady { .. } => {
+            tracing::info!(error = %err, "member promotion refused");
+            (Code::FailedPrecondition, LEARNER_NOT_READY)
+        }
+        StoreError::TooManyLearners { .. } => (Code::FailedPrecondition, TOO_MANY_LEARNERS),
         StoreError::PeerUrlExists(_) => (
             Code::FailedPrecondition,
             "etcdserver: Peer URLs already exists",

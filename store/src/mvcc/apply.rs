@@ -36,6 +36,8 @@ pub enum CommandResult {
     LeaseCheckpoint,
     LeaseRenew(LeaseKeepAliveResponse),
     PublishMember,
+    /// The member as updated; `None` if it is no member (any more).
+    UpdateMember(Option<crate::api::Member>),
 }
 
 /// A compaction to carry out on disk once its batch has committed.
@@ -195,6 +197,23 @@ impl<'a> Applier<'a> {
                     self.set_member(&member);
                 }
                 CommandResult::PublishMember
+            }
+            Command::UpdateMember { id, peer_urls } => {
+                let known = self.member(*id)?;
+                let member = match known {
+                    Some(member) => Some(member),
+                    None if self.is_voter_or_learner(*id)? => Some(crate::api::Member {
+                        id: *id,
+                        ..Default::default()
+                    }),
+                    None => None,
+                };
+                let updated = member.map(|mut member| {
+                    member.peer_urls = peer_urls.clone();
+                    self.set_member(&member);
+                    member
+                });
+                CommandResult::UpdateMember(updated)
             }
             Command::LeaseRenew { id } => {
                 // Renewal is time on this member's clock, not stored state.
@@ -613,6 +632,7 @@ fn with_header(result: CommandResult, header: ResponseHeader) -> CommandResult {
         CommandResult::LeaseRevoke(_) => CommandResult::LeaseRevoke(LeaseRevokeResponse { header }),
         CommandResult::LeaseCheckpoint => CommandResult::LeaseCheckpoint,
         CommandResult::PublishMember => CommandResult::PublishMember,
+        CommandResult::UpdateMember(m) => CommandResult::UpdateMember(m),
         CommandResult::LeaseRenew(r) => {
             CommandResult::LeaseRenew(LeaseKeepAliveResponse { header, ..r })
         }

@@ -53,6 +53,9 @@ pub struct Identity {
     pub member_id: u64,
     /// (member ID, peer address) of every founding member.
     pub peers: Vec<(u64, SocketAddr)>,
+    /// Those of `peers` that are learners (a member joining a running
+    /// cluster finds them in its member list).
+    pub learners: Vec<u64>,
 }
 
 /// FNV-1a: a stable 64-bit hash, so every member derives the same IDs.
@@ -139,6 +142,7 @@ impl ClusterConfig {
                 .iter()
                 .map(|(n, a)| (member_id(n), *a))
                 .collect(),
+            learners: Vec::new(),
         })
     }
 }
@@ -199,6 +203,7 @@ pub async fn resolve_identity(
             cluster_id,
             member_id,
             peers: founders,
+            learners: Vec::new(),
         });
     }
     // Found by the address the cluster was told (MemberAdd), which is this
@@ -240,6 +245,11 @@ pub async fn resolve_identity(
                     let addr = m.peer_urls.first()?;
                     Some((m.id, super::members::parse_peer_url(addr).ok()?))
                 })
+                .collect(),
+            learners: members
+                .iter()
+                .filter(|m| m.is_learner)
+                .map(|m| m.id)
                 .collect(),
         };
         check_data_dir(dir, &cluster.name, &identity)?;

@@ -36,6 +36,9 @@ pub(crate) enum DriverRequest {
     ReadIndex(oneshot::Sender<Result<()>>),
     /// Hand leadership to this member (only a leader can).
     TransferLeader(u64, oneshot::Sender<Result<()>>),
+    /// How far member `id`'s log matches the leader's (only the leader
+    /// answers; `None` if raft tracks no such member).
+    LearnerReadiness(u64, oneshot::Sender<Result<Option<crate::raft::Readiness>>>),
     /// Add or remove a member; answered with the voters once the change is
     /// applied.
     ChangeMembership(
@@ -69,6 +72,9 @@ pub struct Leadership {
     pub commit_index: AtomicU64,
     /// This member was removed from the cluster.
     pub removed: AtomicBool,
+    /// This member is a learner: it does not vote, and refuses clients
+    /// all but serializable reads (as etcd's learners do).
+    pub is_learner: AtomicBool,
     /// Times a new leader became known to this member.
     pub leader_changes: AtomicU64,
     /// This member leads and is the only voter, has committed in its term
@@ -112,6 +118,10 @@ impl Driver {
         stats: Arc<WriterStats>,
         leadership: Arc<Leadership>,
     ) -> Self {
+        // Known before the first ready, so a learner never serves as a voter.
+        leadership
+            .is_learner
+            .store(core.is_learner(), Ordering::Release);
         Driver {
             core,
             compactor,
@@ -257,6 +267,9 @@ impl Driver {
                     };
                     let _ = reply.send(result);
                 }
+                DriverRequest::LearnerReadiness(id, reply) => {
+                    let _ = reply.send(self.core.learner_readiness(id));
+                }
                 DriverRequest::ChangeMembership(change, reply) => {
                     match self.core.propose_conf_change(change) {
                         Ok(proposal) => {
@@ -389,6 +402,16 @@ impl Driver {
                     transport.add_peer(member.id, addr);
                 }
             }
+            PeerChange::Updated(member) => {
+                tracing::info!(member = format_args!("{:x}", member.id), peer_urls = ?member.peer_urls, "member's peer URLs updated");
+                let addr = member
+                    .peer_urls
+                    .iter()
+                    .find_map(|url| super::members::parse_peer_url(url).ok());
+                if let (Some(transport), Some(addr)) = (self.transport.as_mut(), addr) {
+                    transport.add_peer(member.id, addr);
+                }
+            }
             PeerChange::Removed(id) if id == me => {
                 tracing::error!(
                     member = format_args!("{id:x}"),
@@ -409,6 +432,9 @@ impl Driver {
         self.leadership
             .reads_local
             .store(self.core.reads_are_local(), Ordering::Release);
+        self.leadership
+            .is_learner
+            .store(self.core.is_learner(), Ordering::Release);
         let is_leader = self.core.is_leader();
         let was_leader = self.leadership.is_leader.swap(is_leader, Ordering::AcqRel);
         let leader = self.core.leader_id();

@@ -105,7 +105,7 @@ impl Store {
     /// The leader's answer to `query`: this member's own while it leads,
     /// else the leader's over the peer port, asked again through a leader
     /// change until the request timeout.
-    async fn ask_leader(&self, query: LeaseQuery) -> Result<LeaseAnswer> {
+    pub(super) async fn ask_leader(&self, query: LeaseQuery) -> Result<LeaseAnswer> {
         let deadline = tokio::time::Instant::now() + self.inner.config.request_timeout;
         loop {
             let leader = self.leader_id();
@@ -174,6 +174,14 @@ impl Store {
                 None => LeaseAnswer::NotFound,
             },
             LeaseQuery::Leases => LeaseAnswer::Leases(lessor.ids()),
+            LeaseQuery::LearnerReadiness { id } => match self
+                .ask_driver(|reply| super::driver::DriverRequest::LearnerReadiness(id, reply))
+                .await
+            {
+                Ok(readiness) => LeaseAnswer::LearnerReadiness(readiness),
+                Err(StoreError::NotLeader) => LeaseAnswer::NotLeader,
+                Err(err) => return Err(err),
+            },
         })
     }
 

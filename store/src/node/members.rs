@@ -2,10 +2,12 @@
 //! (etcd's Cluster service), adding members, and the status (etcd's
 //! Maintenance.Status).
 //!
-//! Who is a member is the Raft membership's say; names and URLs are kept
-//! beside it in the engine: an added member's peer URLs come with the
-//! change that adds it, and every member publishes its name and client
-//! URLs through the log once it runs.
+//! Who is a member, and whether it votes, is the Raft membership's say;
+//! names and URLs are kept beside it in the engine: an added member's peer
+//! URLs come with the change that adds it (and change with MemberUpdate,
+//! through the log), and every member publishes its name and client URLs
+//! through the log once it runs. A learner is promoted once the leader
+//! sees its log caught up (etcd's rule: 90% of the leader's).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -33,6 +35,9 @@ pub struct StoreStatus {
     pub db_size: u64,
     pub is_learner: bool,
 }
+
+/// Learners a cluster may have at once (etcd 3.4's `maxLearners`).
+pub const MAX_LEARNERS: usize = 1;
 
 /// `http://HOST:PORT` → the socket address (the scheme is optional).
 pub fn parse_peer_url(url: &str) -> Result<SocketAddr> {
@@ -131,8 +136,13 @@ impl Store {
             revision: kv.current_revision(),
             compact_revision: kv.compact_revision(),
             db_size: self.inner.db.size_on_disk().unwrap_or(0),
-            is_learner: false,
+            is_learner: self.is_learner(),
         }
+    }
+
+    /// Whether this member is a learner (a non-voting member catching up).
+    pub fn is_learner(&self) -> bool {
+        self.inner.leadership.is_learner.load(Ordering::Acquire)
     }
 
     /// Every member of the cluster as of what this member has applied.
@@ -156,6 +166,10 @@ impl Store {
                 }
                 if member.client_urls.is_empty() {
                     member.client_urls = self.inner.config.client_urls.clone();
+                }
+                if member.peer_urls.is_empty() {
+                    // Alone, where it would listen for peers.
+                    member.peer_urls = self.inner.config.peer_urls.clone();
                 }
             }
         }
@@ -199,10 +213,15 @@ impl Store {
         // Check against every change committed so far, not just those
         // this member has applied.
         self.linearize().await?;
-        for member in self.members()? {
+        let members = self.members()?;
+        for member in &members {
             if let Some(url) = member.peer_urls.iter().find(|u| urls.contains(u)) {
                 return Err(StoreError::PeerUrlExists(url.clone()));
             }
+        }
+        let learners = members.iter().filter(|m| m.is_learner).count();
+        if is_learner && learners >= MAX_LEARNERS {
+            return Err(StoreError::TooManyLearners { max: MAX_LEARNERS });
         }
         let id = super::cluster::new_member_id(self.cluster_id(), first);
         let member = Member {
@@ -217,6 +236,88 @@ impl Store {
             .await?;
         let members = self.members()?;
         Ok((member, members))
+    }
+
+    /// Turns learner `id` into a voter (etcd's MemberPromote), on any
+    /// member: only the leader knows how far the learner has caught up,
+    /// so a follower asks it, then proposes the change (forwarded to the
+    /// leader by raft). Answers with every member after the change.
+    pub async fn promote_member(&self, id: u64) -> Result<Vec<Member>> {
+        self.linearize().await?;
+        // etcd's order: the leader's view of the log first, then (as it
+        // applies the change) whether it names a learner at all.
+        if let Some(readiness) = self.learner_readiness(id).await? {
+            if !readiness.is_ready() {
+                return Err(StoreError::LearnerNotReady {
+                    learner_match: readiness.learner_match,
+                    leader_match: readiness.leader_match,
+                });
+            }
+        }
+        let member = self
+            .members()?
+            .into_iter()
+            .find(|m| m.id == id)
+            .ok_or(StoreError::MemberNotFound)?;
+        if !member.is_learner {
+            return Err(StoreError::MemberNotLearner);
+        }
+        let change = crate::raft::promotion(id);
+        self.ask_driver(|reply| DriverRequest::ChangeMembership(change, reply))
+            .await?;
+        self.members()
+    }
+
+    /// How far member `id`'s log matches the leader's, as the leader says;
+    /// `None` if it tracks no such member.
+    async fn learner_readiness(&self, id: u64) -> Result<Option<crate::raft::Readiness>> {
+        use crate::raft::lease_forward::{LeaseAnswer, LeaseQuery};
+        match self.ask_leader(LeaseQuery::LearnerReadiness { id }).await? {
+            LeaseAnswer::LearnerReadiness(readiness) => Ok(readiness),
+            other => Err(StoreError::storage(
+                "asking the leader how far a learner has caught up",
+                format!("unexpected answer {other:?}"),
+            )),
+        }
+    }
+
+    /// Gives member `id` new peer URLs (etcd's MemberUpdate), through the
+    /// log so that every member lists them and reaches it there. Answers
+    /// with every member after the change.
+    pub async fn update_member(&self, id: u64, peer_urls: Vec<String>) -> Result<Vec<Member>> {
+        self.linearize().await?;
+        let members = self.members()?;
+        if !members.iter().any(|m| m.id == id) {
+            return Err(StoreError::MemberNotFound);
+        }
+        if peer_urls.is_empty() {
+            return Err(StoreError::InvalidConfig(
+                "a member needs at least one peer URL".into(),
+            ));
+        }
+        let tls = self.inner.config.peer_tls.is_some();
+        let mut urls = Vec::with_capacity(peer_urls.len());
+        for url in &peer_urls {
+            urls.push(peer_url(parse_peer_url(url)?, tls));
+        }
+        for member in members.iter().filter(|m| m.id != id) {
+            if let Some(url) = member.peer_urls.iter().find(|u| urls.contains(u)) {
+                return Err(StoreError::PeerUrlExists(url.clone()));
+            }
+        }
+        let command = crate::command::Command::UpdateMember {
+            id,
+            peer_urls: urls,
+        };
+        match self.propose(command).await? {
+            crate::mvcc::CommandResult::UpdateMember(Some(_)) => self.members(),
+            // Removed meanwhile.
+            crate::mvcc::CommandResult::UpdateMember(None) => Err(StoreError::MemberNotFound),
+            other => Err(StoreError::storage(
+                "updating a member",
+                format!("unexpected result {other:?}"),
+            )),
+        }
     }
 
     /// Removes member `id` from the cluster (on any member; it is

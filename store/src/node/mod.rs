@@ -77,6 +77,10 @@ pub struct StoreConfig {
     pub name: String,
     /// Where clients reach this member, as the member list shows it.
     pub client_urls: Vec<String>,
+    /// Where a store alone would listen for peers, as the member list
+    /// shows it (etcd lists `http://localhost:2380` for a member alone);
+    /// a member of a cluster lists the peer URL the membership gives it.
+    pub peer_urls: Vec<String>,
     /// TLS with peers (`None`: plain TCP).
     pub peer_tls: Option<crate::raft::transport::PeerTls>,
 }
@@ -101,6 +105,7 @@ impl StoreConfig {
             catch_up_entries: crate::raft::CATCH_UP_ENTRIES,
             name: "default".into(),
             client_urls: Vec::new(),
+            peer_urls: Vec::new(),
             peer_tls: None,
         }
     }
@@ -156,12 +161,18 @@ impl Store {
             ),
             None => None,
         };
-        let (member_id, voters): (u64, Vec<u64>) = match &identity {
+        let (member_id, voters, learners): (u64, Vec<u64>, Vec<u64>) = match &identity {
             Some(identity) => (
                 identity.member_id,
-                identity.peers.iter().map(|(id, _)| *id).collect(),
+                identity
+                    .peers
+                    .iter()
+                    .map(|(id, _)| *id)
+                    .filter(|id| !identity.learners.contains(id))
+                    .collect(),
+                identity.learners.clone(),
             ),
-            None => (SINGLE_MEMBER_ID, vec![SINGLE_MEMBER_ID]),
+            None => (SINGLE_MEMBER_ID, vec![SINGLE_MEMBER_ID], Vec::new()),
         };
         let (shutdown, _) = watch::channel(false);
         let db_path = config.data_dir.join(STATE_DB);
@@ -189,6 +200,7 @@ impl Store {
             CoreConfig {
                 id: member_id,
                 initial_voters: voters.clone(),
+                initial_learners: learners,
                 election_tick: 10,
                 heartbeat_tick: 1,
                 tick: driver::TICK,

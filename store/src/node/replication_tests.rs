@@ -660,3 +660,173 @@ async fn a_member_is_added_joins_by_snapshot_and_is_listed() {
         cluster.stop(i).await;
     }
 }
+
+/// Opens a member that joins the running `cluster` as `name`, listening
+/// for peers at `listen` (the cluster knows it at `advertised`).
+async fn join(
+    cluster: &Cluster,
+    dir: &std::path::Path,
+    name: &str,
+    advertised: SocketAddr,
+    listen: SocketAddr,
+) -> Store {
+    let mut initial = cluster.initial.clone();
+    initial.push((name.into(), advertised));
+    let mut config = test_config(dir);
+    config.name = name.into();
+    config.cluster = Some(ClusterConfig {
+        name: name.into(),
+        peer_listen: listen,
+        initial_cluster: initial,
+        initial_cluster_state: super::InitialClusterState::Existing,
+    });
+    Store::open(config).await.expect("the member joins")
+}
+
+/// Waits, at most 15 s, for `done`.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learner_catches_up_is_promoted_through_a_follower_and_moves() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    let mut last = 0;
+    for i in 0..30 {
+        last = cluster.put(leader, &format!("before-{i}")).await;
+    }
+    cluster.converge(last).await;
+
+    let addr = free_addr();
+    let (learner, members) = cluster
+        .member(follower)
+        .add_member(vec![format!("http://{addr}")], true)
+        .await
+        .unwrap();
+    assert!(learner.is_learner);
+    assert!(members.iter().any(|m| m.id == learner.id && m.is_learner));
+    let second = cluster
+        .member(leader)
+        .add_member(vec![format!("http://{}", free_addr())], true)
+        .await;
+    assert!(
+        matches!(second, Err(StoreError::TooManyLearners { max: 1 })),
+        "{second:?}"
+    );
+    // Not started: far behind, as the leader tells the follower.
+    let early = cluster.member(follower).promote_member(learner.id).await;
+    assert!(
+        matches!(
+            early,
+            Err(StoreError::LearnerNotReady {
+                learner_match: 0,
+                ..
+            })
+        ),
+        "{early:?}"
+    );
+    let voter = cluster.member(leader).member_id();
+    let not_learner = cluster.member(follower).promote_member(voter).await;
+    assert!(
+        matches!(not_learner, Err(StoreError::MemberNotLearner)),
+        "{not_learner:?}"
+    );
+    let unknown = cluster.member(follower).promote_member(0x1234).await;
+    assert!(
+        matches!(unknown, Err(StoreError::MemberNotFound)),
+        "{unknown:?}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let n4 = join(&cluster, dir.path(), "n4", addr, addr).await;
+    assert_eq!(n4.member_id(), learner.id);
+    assert!(n4.is_learner(), "a learner from its start");
+    assert!(n4.status().is_learner);
+    eventually("the learner caught up", || {
+        n4.kv().current_revision() >= last
+    })
+    .await;
+
+    // Promoted through a follower once the leader sees it caught up.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let members = loop {
+        match cluster.member(follower).promote_member(learner.id).await {
+            Ok(members) => break members,
+            Err(StoreError::LearnerNotReady { .. }) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(err) => panic!("promoting the learner: {err}"),
+        }
+    };
+    assert!(members.iter().all(|m| !m.is_learner), "{members:?}");
+    eventually("the promoted member votes", || !n4.is_learner()).await;
+    let again = cluster.member(leader).promote_member(learner.id).await;
+    assert!(
+        matches!(again, Err(StoreError::MemberNotLearner)),
+        "{again:?}"
+    );
+
+    // It moves to another peer address: stopped, updated through a
+    // follower, started there; every member lists and reaches it there.
+    n4.close().await.unwrap();
+    let moved = free_addr();
+    let url = format!("http://{moved}");
+    let members = cluster
+        .member(follower)
+        .update_member(learner.id, vec![url.clone()])
+        .await
+        .unwrap();
+    assert!(members
+        .iter()
+        .any(|m| m.id == learner.id && m.peer_urls == [url.clone()]));
+    let taken = cluster.initial[leader].1;
+    let clash = cluster
+        .member(leader)
+        .update_member(learner.id, vec![format!("http://{taken}")])
+        .await;
+    assert!(
+        matches!(clash, Err(StoreError::PeerUrlExists(_))),
+        "{clash:?}"
+    );
+    let unknown = cluster
+        .member(leader)
+        .update_member(0x1234, vec![format!("http://{}", free_addr())])
+        .await;
+    assert!(
+        matches!(unknown, Err(StoreError::MemberNotFound)),
+        "{unknown:?}"
+    );
+    let n4 = join(&cluster, dir.path(), "n4", addr, moved).await;
+    for i in 0..3 {
+        let listed = cluster.member(i).members().unwrap();
+        eventually("every member lists the new peer URL", || {
+            cluster
+                .member(i)
+                .members()
+                .unwrap()
+                .iter()
+                .any(|m| m.id == learner.id && m.peer_urls == [url.clone()])
+        })
+        .await;
+        assert_eq!(listed.len(), 4);
+    }
+    // With one old voter stopped, three of four commit only with n4.
+    let leader = cluster.leader().await;
+    let down = (leader + 1) % 3;
+    cluster.stop(down).await;
+    let after = cluster.put(leader, "after-the-move").await;
+    eventually("n4 applied the write made with its vote", || {
+        n4.kv().current_revision() >= after
+    })
+    .await;
+    n4.close().await.unwrap();
+    for i in (0..3).filter(|&i| i != down) {
+        cluster.stop(i).await;
+    }
+}

@@ -29,6 +29,9 @@ pub struct CoreConfig {
     /// The voters of a new cluster; ignored once the data directory has a
     /// membership of its own.
     pub initial_voters: Vec<u64>,
+    /// The learners beside them (a learner joining a running cluster
+    /// knows itself as one before the leader's first word).
+    pub initial_learners: Vec<u64>,
     pub election_tick: usize,
     pub heartbeat_tick: usize,
     /// How long one tick is: a new leader extends every lease by an
@@ -80,7 +83,26 @@ pub struct Advanced {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PeerChange {
     Added(crate::api::Member),
+    /// A member's peer URLs changed (etcd's MemberUpdate).
+    Updated(crate::api::Member),
     Removed(u64),
+}
+
+/// How far a member's log matches the leader's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Readiness {
+    /// The last index the member's log is known to match.
+    pub learner_match: u64,
+    /// The leader's own last matched index.
+    pub leader_match: u64,
+}
+
+impl Readiness {
+    /// etcd's rule: a learner may be promoted once its match index is at
+    /// least 90% of the leader's.
+    pub fn is_ready(&self) -> bool {
+        self.learner_match as f64 >= self.leader_match as f64 * 0.9
+    }
 }
 
 pub struct RaftCore {
@@ -131,6 +153,7 @@ impl RaftCore {
         let bootstrap = conf_state.is_none() && replayed.entries.is_empty();
         let conf_state = conf_state.unwrap_or_else(|| ConfState {
             voters: config.initial_voters.clone(),
+            learners: config.initial_learners.clone(),
             ..Default::default()
         });
         if bootstrap {
@@ -339,6 +362,30 @@ impl RaftCore {
             && self.kv.applied_index() >= raft.raft_log.committed
     }
 
+    /// Whether this member is a learner (it does not vote).
+    pub fn is_learner(&self) -> bool {
+        self.node.raft.prs().conf().learners().contains(&self.id)
+    }
+
+    /// Whether member `id` has caught up enough to vote, as the leader
+    /// sees it (etcd's `isLearnerReady`): its log matches at least 90% of
+    /// the leader's. `None` if raft tracks no such member; an error if
+    /// this member does not lead (only the leader knows).
+    pub fn learner_readiness(&self, id: u64) -> Result<Option<Readiness>> {
+        if !self.is_leader() {
+            return Err(StoreError::NotLeader);
+        }
+        let prs = self.node.raft.prs();
+        let Some(progress) = prs.get(id) else {
+            return Ok(None);
+        };
+        let leader_match = prs.get(self.id).map_or(0, |p| p.matched);
+        Ok(Some(Readiness {
+            learner_match: progress.matched,
+            leader_match,
+        }))
+    }
+
     /// The current voters.
     pub fn voters(&self) -> Vec<u64> {
         let mut voters: Vec<u64> = self.node.raft.prs().conf().voters().ids().iter().collect();
@@ -544,9 +591,15 @@ impl RaftCore {
                 EntryType::EntryNormal if entry.data.is_empty() => applier.skip(entry.index),
                 EntryType::EntryNormal => {
                     let result = Command::decode(&entry.data).and_then(|command| {
-                        applier.apply(entry.index, &command).unwrap_or_else(|| {
+                        let result = applier.apply(entry.index, &command).unwrap_or_else(|| {
                             Err(StoreError::storage("applying", "entry applied twice"))
-                        })
+                        });
+                        if let (Ok(CommandResult::UpdateMember(Some(member))), true) =
+                            (&result, matches!(command, Command::UpdateMember { .. }))
+                        {
+                            self.peer_changes.push(PeerChange::Updated(member.clone()));
+                        }
+                        result
                     });
                     if let Some(id) = self.own_proposal(&entry.context) {
                         out.answers.push((id, result));
@@ -779,4 +832,17 @@ pub fn membership_change(member: &crate::api::Member, add: bool) -> Result<ConfC
             .into();
     }
     Ok(change)
+}
+
+/// The change that makes learner `id` a voter (raft's AddNode of a member
+/// it knows as a learner). No attributes ride along: the member keeps its
+/// name and URLs.
+pub fn promotion(id: u64) -> ConfChangeV2 {
+    use raft::eraftpb::{ConfChangeSingle, ConfChangeType};
+    let mut single = ConfChangeSingle::default();
+    single.set_change_type(ConfChangeType::AddNode);
+    single.node_id = id;
+    let mut change = ConfChangeV2::default();
+    change.mut_changes().push(single);
+    change
 }

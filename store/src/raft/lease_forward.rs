@@ -1,7 +1,8 @@
 //! Lease requests a follower forwards to the leader over the peer port,
 //! as etcd forwards them over HTTP to the leader's peer URL: renewals and
 //! remaining TTLs are the leader's to answer, since only its clock decides
-//! expiry. A connection, opened with its own magic after the usual
+//! expiry. The same way, a follower asks how far a learner has caught up
+//! before promoting it: only the leader tracks the learner's log. A connection, opened with its own magic after the usual
 //! handshake, carries one request and its answer at a time, then the next.
 //! Not for anything that changes stored state: that goes through the log.
 
@@ -29,6 +30,8 @@ pub enum LeaseQuery {
     TimeToLive { id: i64, keys: bool },
     /// Every lease the leader holds.
     Leases,
+    /// How far member `id`'s log matches the leader's (MemberPromote).
+    LearnerReadiness { id: u64 },
 }
 
 /// What the leader answers.
@@ -43,6 +46,8 @@ pub enum LeaseAnswer {
         keys: Vec<Vec<u8>>,
     },
     Leases(Vec<i64>),
+    /// `None`: the leader tracks no such member.
+    LearnerReadiness(Option<super::Readiness>),
     /// No such lease (never granted, revoked, or expired).
     NotFound,
     /// The member asked does not lead (any more): ask the leader again.

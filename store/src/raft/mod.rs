@@ -15,8 +15,8 @@ mod tests;
 pub mod transport;
 
 pub use self::core::{
-    decode_conf_state, membership_change, Advanced, CoreConfig, PeerChange, RaftCore,
-    CATCH_UP_ENTRIES,
+    decode_conf_state, membership_change, promotion, Advanced, CoreConfig, PeerChange, RaftCore,
+    Readiness, CATCH_UP_ENTRIES,
 };
 pub use log_store::LogStore;
 pub use logger::raft_logger;

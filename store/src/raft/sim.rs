@@ -120,6 +120,7 @@ impl Sim {
         let config = CoreConfig {
             id,
             initial_voters: self.voters.clone(),
+            initial_learners: Vec::new(),
             election_tick: ELECTION_TICK,
             heartbeat_tick: HEARTBEAT_TICK,
             tick: std::time::Duration::from_millis(STEP_MS),

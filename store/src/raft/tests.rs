@@ -411,3 +411,72 @@ fn a_lease_outlives_a_leader_change_and_then_expires_once() {
     }
     assert!(sim.core(new_leader).is_leader() || sim.leader().is_some());
 }
+
+#[test]
+fn a_learner_catches_up_without_a_vote_and_votes_once_promoted() {
+    use raft::eraftpb::ConfChangeType::*;
+    let mut sim = Sim::new(14, 3);
+    for i in 0..20 {
+        sim.put(&format!("before-{i}"), "v");
+    }
+    let leader = sim.wait_for_leader();
+    sim.core_mut(leader)
+        .propose_conf_change(single_change(AddLearnerNode, 4))
+        .expect("proposed");
+    let tracked = |s: &Sim| matches!(s.core(leader).learner_readiness(4), Ok(Some(_)));
+    assert!(sim.run_until(2000, tracked), "the learner was added");
+    // Added, not started: the leader tracks it, far behind; only the
+    // leader knows.
+    let behind = sim.core(leader).learner_readiness(4).unwrap().unwrap();
+    assert!(!behind.is_ready(), "{behind:?}");
+    assert_eq!(sim.core(leader).learner_readiness(99).unwrap(), None);
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    assert!(matches!(
+        sim.core(follower).learner_readiness(4),
+        Err(crate::error::StoreError::NotLeader)
+    ));
+
+    sim.join(4);
+    assert!(sim.converge(3000), "the learner caught up");
+    assert_all_equal(&sim, &[1, 2, 3, 4]);
+    assert!(sim.core(4).is_learner());
+    assert!(!sim.core(leader).is_learner());
+    // The leader learns how far it is from its answers to appends.
+    let ready = |s: &Sim| {
+        s.leader()
+            .and_then(|l| s.core(l).learner_readiness(4).ok().flatten())
+            .is_some_and(|r| r.is_ready())
+    };
+    assert!(sim.run_until(2000, ready), "the leader sees it caught up");
+    let leader = sim.wait_for_leader();
+
+    // Without a vote it makes no quorum: the leader and the learner alone
+    // commit nothing.
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|&id| id != leader).collect();
+    for &id in &others {
+        sim.crash(id);
+    }
+    let proposal = sim.propose_put(leader, "without-quorum", "v").unwrap();
+    assert!(sim.answer(leader, proposal, 300).is_none());
+    for &id in &others {
+        sim.restart(id);
+    }
+    assert!(sim.converge(3000));
+    // A new leader takes no membership change until its first entry is
+    // applied (raft drops it meanwhile).
+    let settled = |s: &Sim| {
+        s.leader()
+            .is_some_and(|l| s.core(l).kv().applied_index() == s.core(l).last_index())
+    };
+    assert!(sim.run_until(2000, settled));
+
+    change_membership(&mut sim, super::promotion(4), &[1, 2, 3, 4]);
+    assert!(!sim.core(4).is_learner());
+    // Now it votes: with one old voter down, three of four commit only
+    // with it.
+    let leader = sim.wait_for_leader();
+    let down = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    sim.crash(down);
+    let revision = sim.put("with-the-promoted-member", "v");
+    assert!(sim.run_until(2000, |s| s.core(4).kv().current_revision() == revision));
+}
