@@ -60,6 +60,13 @@ pub enum Command {
         id: u64,
         peer_urls: Vec<String>,
     },
+    /// Raises (or disarms) an alarm for a member (etcd's Alarm activate and
+    /// deactivate); every member then refuses what the alarm refuses.
+    Alarm {
+        activate: bool,
+        member_id: u64,
+        alarm: i32,
+    },
 }
 
 impl Command {

@@ -69,6 +69,10 @@ pub enum StoreError {
         learner_match: u64,
         leader_match: u64,
     },
+    #[error("etcdserver: mvcc: database space exceeded")]
+    NoSpace,
+    #[error("etcdserver: corrupt cluster")]
+    Corrupt,
     #[error("etcdserver: too many learner members in cluster (at most {max}; promote or remove the learner first)")]
     TooManyLearners { max: usize },
 }

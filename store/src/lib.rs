@@ -46,7 +46,8 @@ pub mod watch;
 pub use api::*;
 pub use error::{Result, StoreError};
 pub use node::{
-    AutoCompaction, ClusterConfig, InitialClusterState, Member, Store, StoreConfig, StoreStatus,
+    AlarmAction, AutoCompaction, ClusterConfig, InitialClusterState, Member, Store, StoreConfig,
+    StoreStatus,
 };
 pub use raft::transport::PeerTls;
 pub use watch::Watcher;

@@ -104,6 +104,16 @@ pub fn render(store: &Store) -> String {
         i64::try_from(status.db_size).unwrap_or(i64::MAX),
     );
     gauge(
+        "etcd_mvcc_db_total_size_in_use_in_bytes",
+        "Total size of the underlying database logically in use in bytes.",
+        i64::try_from(status.db_size_in_use.min(status.db_size)).unwrap_or(i64::MAX),
+    );
+    gauge(
+        "etcd_server_quota_backend_bytes",
+        "Current backend storage quota size in bytes.",
+        i64::try_from(store.quota_backend_bytes()).unwrap_or(i64::MAX),
+    );
+    gauge(
         "etcd_debugging_mvcc_keys_total",
         "Total number of keys.",
         store.kv().live_keys() as i64,
@@ -184,6 +194,12 @@ mod tests {
         assert!(value("etcd_disk_wal_fsync_duration_seconds_count") >= 3.0);
         assert!(value("process_resident_memory_bytes") > 1e6);
         assert!(value("etcd_mvcc_db_total_size_in_bytes") > 0.0);
+        let in_use = value("etcd_mvcc_db_total_size_in_use_in_bytes");
+        assert!(in_use > 0.0 && in_use <= value("etcd_mvcc_db_total_size_in_bytes"));
+        assert_eq!(
+            value("etcd_server_quota_backend_bytes"),
+            2.0 * 1024.0 * 1024.0 * 1024.0
+        );
         assert!(text.contains("# TYPE etcd_disk_wal_fsync_duration_seconds histogram"));
         store.close().await.unwrap();
     }

@@ -1,6 +1,6 @@
-//! etcd's Maintenance service, the part skiff serves: status, alarms
-//! (none are ever raised), leader transfer, snapshots in etcd's own file
-//! format, the consistency hashes, and defragmentation.
+//! etcd's Maintenance service, the part skiff serves: status, alarms,
+//! leader transfer, snapshots in etcd's own file format, the consistency
+//! hashes, and defragmentation.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 use super::pb::etcdserverpb::{self as pb, maintenance_server::Maintenance};
 use super::status::{self, from_store};
 use super::{convert, ETCD_VERSION};
-use crate::Store;
+use crate::{AlarmAction, Store};
 
 pub(crate) struct MaintenanceService {
     store: Store,
@@ -120,34 +120,42 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(pb::HashResponse { header, hash }))
     }
 
-    /// Not served: sled keeps compacted space in its segments, and giving
-    /// it back means moving the state into a new database under a
-    /// running member, which skiff does not do yet. Said plainly rather
-    /// than answered as if done.
+    /// Copies this member's live state into a fresh database and
+    /// switches to it, giving back the space of compacted history (see
+    /// [`crate::mvcc::backend`]).
     async fn defragment(
         &self,
         _request: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
-        Err(Status::unimplemented(
-            "skiff does not defragment yet: compacted space stays in the member's database",
-        ))
+        self.store.defragment().await.map_err(from_store)?;
+        Ok(Response::new(pb::DefragmentResponse {
+            header: convert::current_header(&self.store),
+        }))
     }
 
-    /// skiff raises no alarm (no space quota, no corruption check), so
-    /// there is never one to list or to disarm.
+    /// Lists, raises or disarms alarms, as etcd answers: any alarm type
+    /// and member ID is taken as given. An action etcd does not define
+    /// (which makes etcd 3.4 crash) is refused.
     async fn alarm(
         &self,
         request: Request<pb::AlarmRequest>,
     ) -> Result<Response<pb::AlarmResponse>, Status> {
-        use pb::alarm_request::AlarmAction;
-        if request.into_inner().action == AlarmAction::Activate as i32 {
-            return Err(Status::unimplemented(
-                "skiff does not raise alarms by request",
-            ));
-        }
+        let request = request.into_inner();
+        let Some(action) = AlarmAction::from_i32(request.action) else {
+            return Err(Status::invalid_argument(format!(
+                "{}: {} (GET, ACTIVATE or DEACTIVATE)",
+                status::UNKNOWN_ALARM_ACTION,
+                request.action
+            )));
+        };
+        let alarms = self
+            .store
+            .alarm(action, request.member_id, request.alarm)
+            .await
+            .map_err(from_store)?;
         Ok(Response::new(pb::AlarmResponse {
             header: convert::current_header(&self.store),
-            alarms: Vec::new(),
+            alarms: alarms.into_iter().map(alarm_member).collect(),
         }))
     }
 
@@ -157,10 +165,13 @@ impl Maintenance for MaintenanceService {
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let status = self.store.status();
         let db_size = i64::try_from(status.db_size).unwrap_or(i64::MAX);
+        let in_use = i64::try_from(status.db_size_in_use.min(status.db_size)).unwrap_or(i64::MAX);
         let mut errors = Vec::new();
         if status.leader == 0 {
             errors.push(status::NO_LEADER.to_string());
         }
+        // As etcd: every alarm raised, in its text form.
+        errors.extend(self.store.alarms().iter().map(|a| a.to_string()));
         Ok(Response::new(pb::StatusResponse {
             header: Some(pb::ResponseHeader {
                 cluster_id: status.cluster_id,
@@ -175,7 +186,7 @@ impl Maintenance for MaintenanceService {
             raft_term: status.raft_term,
             raft_applied_index: status.raft_applied_index,
             errors,
-            db_size_in_use: db_size,
+            db_size_in_use: in_use,
             is_learner: status.is_learner,
         }))
     }
@@ -203,6 +214,13 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(pb::MoveLeaderResponse {
             header: convert::current_header(&self.store),
         }))
+    }
+}
+
+fn alarm_member(alarm: crate::mvcc::alarm::AlarmMember) -> pb::AlarmMember {
+    pb::AlarmMember {
+        member_id: alarm.member_id,
+        alarm: alarm.alarm,
     }
 }
 

@@ -24,6 +24,9 @@ pub(crate) const MEMBER_NOT_LEARNER: &str = "etcdserver: can only promote a lear
 pub(crate) const LEARNER_NOT_READY: &str =
     "etcdserver: can only promote a learner member which is in sync with leader";
 pub(crate) const TOO_MANY_LEARNERS: &str = "etcdserver: too many learner members in cluster";
+pub(crate) const UNKNOWN_ALARM_ACTION: &str = "etcdserver: unknown alarm action";
+pub(crate) const NO_SPACE: &str = "etcdserver: mvcc: database space exceeded";
+pub(crate) const CORRUPT: &str = "etcdserver: corrupt cluster";
 pub(crate) const NOT_SUPPORTED_FOR_LEARNER: &str = "etcdserver: rpc not supported for learner";
 
 /// tonic refuses a message over the receive limit as OutOfRange; grpc-go,
@@ -97,6 +100,8 @@ pub(crate) fn from_store(err: StoreError) -> Status {
             tracing::info!(error = %err, "member promotion refused");
             (Code::FailedPrecondition, LEARNER_NOT_READY)
         }
+        StoreError::NoSpace => (Code::ResourceExhausted, NO_SPACE),
+        StoreError::Corrupt => (Code::DataLoss, CORRUPT),
         StoreError::TooManyLearners { .. } => (Code::FailedPrecondition, TOO_MANY_LEARNERS),
         StoreError::PeerUrlExists(_) => (
             Code::FailedPrecondition,

@@ -38,6 +38,8 @@ pub enum CommandResult {
     PublishMember,
     /// The member as updated; `None` if it is no member (any more).
     UpdateMember(Option<crate::api::Member>),
+    /// The alarm raised, or disarmed (none if it was not raised).
+    Alarm(Vec<super::alarm::AlarmMember>),
 }
 
 /// A compaction to carry out on disk once its batch has committed.
@@ -157,6 +159,9 @@ impl<'a> Applier<'a> {
     }
 
     fn apply_command(&mut self, tx: &mut WriteTxn, cmd: &Command) -> Result<CommandResult> {
+        if let Some(refused) = super::alarm::refusal(&self.kv.alarms.read(), cmd) {
+            return Err(refused);
+        }
         Ok(match cmd {
             Command::Put(req) => {
                 self.check_put(req, tx.read_rev())?;
@@ -215,6 +220,11 @@ impl<'a> Applier<'a> {
                 });
                 CommandResult::UpdateMember(updated)
             }
+            Command::Alarm {
+                activate,
+                member_id,
+                alarm,
+            } => CommandResult::Alarm(self.alarm(*activate, *member_id, *alarm)),
             Command::LeaseRenew { id } => {
                 // Renewal is time on this member's clock, not stored state.
                 let (ttl, _) = self.lessor.renew(*id)?;
@@ -260,7 +270,7 @@ impl<'a> Applier<'a> {
             return Ok(pending.clone());
         }
         self.kv.flush_behind()?;
-        match self.kv.tree.get(super::kvstore::member_key(id))? {
+        match self.kv.tree().get(super::kvstore::member_key(id))? {
             Some(bytes) => bincode::deserialize(&bytes)
                 .map(Some)
                 .map_err(|e| StoreError::storage("reading a member", e)),
@@ -562,6 +572,31 @@ impl<'a> Applier<'a> {
         Ok(CompactionResponse::default())
     }
 
+    /// etcd's alarm store: raising an alarm answers it (raised before or
+    /// not); disarming answers it if it was raised, else nothing.
+    fn alarm(
+        &mut self,
+        activate: bool,
+        member_id: u64,
+        alarm: i32,
+    ) -> Vec<super::alarm::AlarmMember> {
+        let raised = super::alarm::AlarmMember::new(member_id, alarm);
+        let mut alarms = self.kv.alarms.write();
+        if activate {
+            if alarms.insert(raised) {
+                self.batch.insert(raised.key(), &[]);
+                tracing::warn!(alarm = %super::alarm::alarm_name(alarm), member = format_args!("{member_id:x}"), "alarm raised");
+            }
+            vec![raised]
+        } else if alarms.remove(&raised) {
+            self.batch.remove(raised.key());
+            tracing::warn!(alarm = %super::alarm::alarm_name(alarm), member = format_args!("{member_id:x}"), "alarm disarmed");
+            vec![raised]
+        } else {
+            Vec::new()
+        }
+    }
+
     fn lease_grant(&mut self, id: i64, ttl: i64) -> Result<LeaseGrantResponse> {
         // Only 0 is no lease: etcd grants a negative ID asked for (etcdctl
         // reads IDs as unsigned hex, so half of them are negative here).
@@ -633,6 +668,7 @@ fn with_header(result: CommandResult, header: ResponseHeader) -> CommandResult {
         CommandResult::LeaseCheckpoint => CommandResult::LeaseCheckpoint,
         CommandResult::PublishMember => CommandResult::PublishMember,
         CommandResult::UpdateMember(m) => CommandResult::UpdateMember(m),
+        CommandResult::Alarm(alarms) => CommandResult::Alarm(alarms),
         CommandResult::LeaseRenew(r) => {
             CommandResult::LeaseRenew(LeaseKeepAliveResponse { header, ..r })
         }

@@ -1,6 +1,7 @@
 //! Physical compaction: removes records below a compacted revision from
 //! disk on its own thread, in small batches, so writers never wait for it.
 
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread;
@@ -69,14 +70,16 @@ pub(crate) fn compact_on_disk(kv: &KvStore, job: &CompactionJob) -> Result<usize
     loop {
         let mut batch = sled::Batch::default();
         let mut in_batch = 0;
+        let mut bytes = 0u64;
         let mut last = None;
-        for item in kv.tree.range(start.clone()..end.to_vec()) {
-            let (k, _) = item?;
+        for item in kv.tree().range(start.clone()..end.to_vec()) {
+            let (k, v) = item?;
             last = Some(k.clone());
             let Some(rev) = Revision::from_key(&k) else {
                 continue;
             };
             if !job.keep.contains(&rev) {
+                bytes += (k.len() + v.len()) as u64;
                 batch.remove(k);
                 in_batch += 1;
             }
@@ -87,8 +90,13 @@ pub(crate) fn compact_on_disk(kv: &KvStore, job: &CompactionJob) -> Result<usize
         let Some(last) = last else { break };
         // An open read view still holds these records.
         let no_view_open = kv.removals.write();
-        kv.tree.apply_batch(batch)?;
+        kv.tree().apply_batch(batch)?;
         drop(no_view_open);
+        let _ = kv
+            .record_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                Some(held.saturating_sub(bytes))
+            });
         removed += in_batch;
         start = last.to_vec();
         start.push(0);
@@ -97,7 +105,7 @@ pub(crate) fn compact_on_disk(kv: &KvStore, job: &CompactionJob) -> Result<usize
         }
     }
     let no_view_open = kv.removals.write();
-    kv.tree
+    kv.tree()
         .insert(META_COMPACT_FINISHED, &job.revision.to_le_bytes())?;
     drop(no_view_open);
     kv.compact_finished.send_replace(job.revision);

@@ -85,14 +85,26 @@ pub type ModRevisions = (i64, Vec<(Vec<u8>, i64)>);
 
 /// Applied writes not yet in sled, oldest first.
 #[derive(Default)]
-struct Behind {
+pub(crate) struct Behind {
     ops: Vec<Op>,
     bytes: usize,
     since: Option<std::time::Instant>,
 }
 
 pub struct KvStore {
-    pub(crate) tree: sled::Tree,
+    /// The state database; a defrag replaces it (see [`KvStore::tree`]).
+    pub(crate) backend: RwLock<super::backend::Backend>,
+    /// Where the state database lives (`None`: a tree given by a test).
+    pub(crate) location: Option<super::backend::Location>,
+    /// Bytes of the records in the tree (keys and values).
+    pub(crate) record_bytes: AtomicU64,
+    /// The database's size on disk as last measured, and when (ms after
+    /// `opened_at`).
+    pub(crate) db_size_seen: AtomicU64,
+    pub(crate) db_size_measured_at: AtomicU64,
+    pub(crate) opened_at: std::time::Instant,
+    /// The alarms raised, as applied (see [`super::alarm`]).
+    pub(crate) alarms: RwLock<std::collections::BTreeSet<super::alarm::AlarmMember>>,
     pub(crate) index: RwLock<TreeIndex>,
     /// The newest revision readers may see.
     current_rev: AtomicI64,
@@ -102,7 +114,7 @@ pub struct KvStore {
     /// The newest revision whose physical compaction has finished.
     pub(crate) compact_finished: watch::Sender<i64>,
     /// Applied writes waiting to go to sled together (see [`WRITE_BEHIND`]).
-    behind: parking_lot::Mutex<Behind>,
+    pub(crate) behind: parking_lot::Mutex<Behind>,
     /// The records among them, for readers.
     unwritten: RwLock<Pending>,
     /// The records written out last, for readers.
@@ -160,11 +172,33 @@ pub(crate) fn lease_value(ttl: i64, remaining: i64) -> [u8; 16] {
 }
 
 impl KvStore {
-    /// Loads the state from `tree`, rebuilding the key index from the records.
+    /// Loads the state from `tree`, rebuilding the key index from the
+    /// records. The engine cannot be defragmented: it has no database of
+    /// its own.
+    #[cfg(test)]
     pub(crate) fn open(tree: sled::Tree) -> Result<(KvStore, Recovered)> {
-        let (loaded, recovered) = load(&tree)?;
+        Self::open_backend(super::backend::Backend::of_tree(tree), None)
+    }
+
+    /// Opens the state database of a data directory and loads the state.
+    pub(crate) fn open_in(location: super::backend::Location) -> Result<(KvStore, Recovered)> {
+        let backend = super::backend::open(&location)?;
+        Self::open_backend(backend, Some(location))
+    }
+
+    fn open_backend(
+        backend: super::backend::Backend,
+        location: Option<super::backend::Location>,
+    ) -> Result<(KvStore, Recovered)> {
+        let (loaded, recovered) = load(&backend.tree)?;
         let store = KvStore {
-            tree,
+            backend: RwLock::new(backend),
+            location,
+            record_bytes: AtomicU64::new(loaded.record_bytes),
+            db_size_seen: AtomicU64::new(0),
+            db_size_measured_at: AtomicU64::new(0),
+            opened_at: std::time::Instant::now(),
+            alarms: RwLock::new(loaded.alarms),
             index: RwLock::new(loaded.index),
             current_rev: AtomicI64::new(loaded.revision),
             compact_rev: AtomicI64::new(loaded.compact_scheduled),
@@ -226,7 +260,7 @@ impl KvStore {
     ) -> Result<T> {
         let mut behind = self.behind.lock();
         self.write_out(&mut behind)?;
-        read(&self.tree)
+        read(&self.tree())
     }
 
     /// Every entry of the state tree as of one applied batch (see
@@ -235,20 +269,28 @@ impl KvStore {
         self.read_view()?.entries().collect()
     }
 
-    fn write_out(&self, behind: &mut Behind) -> Result<()> {
+    pub(crate) fn write_out(&self, behind: &mut Behind) -> Result<()> {
         if behind.ops.is_empty() {
             return Ok(());
         }
         let mut batch = sled::Batch::default();
+        let mut record_bytes = 0;
         for (key, value) in &behind.ops {
             match value {
-                Some(value) => batch.insert(key.clone(), value.clone()),
+                Some(value) => {
+                    // A record is written once, under its own revision.
+                    if key.first() == Some(&RECORD_PREFIX) {
+                        record_bytes += (key.len() + value.len()) as u64;
+                    }
+                    batch.insert(key.clone(), value.clone())
+                }
                 None => batch.remove(key.clone()),
             }
         }
         // On failure everything stays waiting, to be tried again: a later
         // batch must never reach sled (with its applied index) without it.
-        self.tree.apply_batch(batch)?;
+        self.tree().apply_batch(batch)?;
+        self.record_bytes.fetch_add(record_bytes, Ordering::Relaxed);
         *behind = Behind::default();
         let written = std::mem::take(&mut *self.unwritten.write());
         self.recent.write().add(written);
@@ -267,14 +309,19 @@ impl KvStore {
         *self.behind.lock() = Behind::default();
         self.unwritten.write().clear();
         *self.recent.write() = Recent::default();
-        self.tree.clear()?;
+        let tree = self.tree();
+        tree.clear()?;
         let mut batch = sled::Batch::default();
         for (key, value) in entries {
             batch.insert(key, value);
         }
-        self.tree.apply_batch(batch)?;
-        let (loaded, recovered) = load(&self.tree)?;
+        tree.apply_batch(batch)?;
+        let (loaded, recovered) = load(&tree)?;
+        drop(tree);
         *index = loaded.index;
+        self.record_bytes
+            .store(loaded.record_bytes, Ordering::Relaxed);
+        *self.alarms.write() = loaded.alarms;
         self.current_rev.store(loaded.revision, Ordering::Release);
         self.compact_rev
             .store(loaded.compact_scheduled, Ordering::Release);
@@ -291,6 +338,8 @@ struct Loaded {
     applied: u64,
     compact_scheduled: i64,
     compact_finished: i64,
+    record_bytes: u64,
+    alarms: std::collections::BTreeSet<super::alarm::AlarmMember>,
 }
 
 /// Reads the metadata, leases and membership of `tree` and rebuilds the
@@ -308,8 +357,10 @@ fn load(tree: &sled::Tree) -> Result<(Loaded, Recovered)> {
 
     let mut index = TreeIndex::default();
     let mut key_lease: HashMap<Vec<u8>, i64> = HashMap::new();
+    let mut record_bytes = 0u64;
     for item in tree.scan_prefix([RECORD_PREFIX]) {
         let (k, v) = item?;
+        record_bytes += (k.len() + v.len()) as u64;
         let (Some(at), Some(record)) = (Revision::from_key(&k), RecordView::parse(&v)) else {
             return Err(StoreError::storage(
                 "rebuilding the key index",
@@ -359,6 +410,8 @@ fn load(tree: &sled::Tree) -> Result<(Loaded, Recovered)> {
         applied,
         compact_scheduled: scheduled,
         compact_finished: finished,
+        record_bytes,
+        alarms: super::alarm::load(tree)?,
     };
     Ok((loaded, recovered))
 }
@@ -378,6 +431,17 @@ impl KvStore {
     pub fn last_compaction(&self) -> Option<i64> {
         let rev = self.compact_rev.load(Ordering::Acquire);
         (rev != NEVER_COMPACTED).then_some(rev)
+    }
+
+    /// The alarms raised of type `alarm` ([`super::alarm::NONE`]: all), as
+    /// applied here.
+    pub fn alarms(&self, alarm: i32) -> Vec<super::alarm::AlarmMember> {
+        self.alarms
+            .read()
+            .iter()
+            .filter(|a| alarm == super::alarm::NONE || a.alarm == alarm)
+            .copied()
+            .collect()
     }
 
     /// Keys that exist at the current revision.
@@ -413,7 +477,7 @@ impl KvStore {
     pub fn member_registry(&self) -> Result<Vec<crate::api::Member>> {
         self.flush_behind()?;
         let mut members = Vec::new();
-        for item in self.tree.scan_prefix(META_MEMBER_PREFIX) {
+        for item in self.tree().scan_prefix(META_MEMBER_PREFIX) {
             let (_, value) = item?;
             let member: crate::api::Member = bincode::deserialize(&value)
                 .map_err(|e| StoreError::storage("reading the member list", e))?;
@@ -425,7 +489,7 @@ impl KvStore {
     /// The membership as applied (protobuf `ConfState`), if any.
     pub fn conf_state_bytes(&self) -> Result<Option<Vec<u8>>> {
         self.flush_behind()?;
-        Ok(self.tree.get(META_CONF_STATE)?.map(|v| v.to_vec()))
+        Ok(self.tree().get(META_CONF_STATE)?.map(|v| v.to_vec()))
     }
 
     /// The key count of the index (live and recently deleted keys).
@@ -565,7 +629,7 @@ impl KvStore {
             }
             return Ok(Some(kv));
         }
-        let Some(bytes) = self.tree.get(rev.to_key())? else {
+        let Some(bytes) = self.tree().get(rev.to_key())? else {
             return Ok(None);
         };
         let record = RecordView::parse(&bytes).ok_or_else(|| {
@@ -596,7 +660,7 @@ impl KvStore {
         let start = Revision::new(from, 0).to_key();
         let end = Revision::new(to + 1, 0).to_key();
         let mut out: Vec<HistoryRecord> = Vec::new();
-        for item in self.tree.range(start..end) {
+        for item in self.tree().range(start..end) {
             let (k, v) = item?;
             let (Some(rev), Some(record)) = (Revision::from_key(&k), RecordView::parse(&v)) else {
                 return Err(StoreError::storage(

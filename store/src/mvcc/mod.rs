@@ -1,7 +1,9 @@
 //! Multi-version concurrency control: revisions, the key index, the state
 //! tree on sled, the write path (apply) and the read path (range, history).
 
+pub mod alarm;
 pub mod apply;
+pub mod backend;
 pub mod compaction;
 pub mod hash;
 mod index;

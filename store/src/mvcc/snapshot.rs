@@ -25,7 +25,7 @@ impl KvStore {
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&0u64.to_le_bytes());
         let mut count = 0u64;
-        for item in self.tree.iter() {
+        for item in self.tree().iter() {
             let (key, value) = item?;
             for part in [key.as_ref(), value.as_ref()] {
                 out.extend_from_slice(&(part.len() as u32).to_le_bytes());

@@ -529,7 +529,7 @@ async fn compaction_drops_history_and_keeps_the_present() {
 
     // On disk: revision 1 (superseded) and 3 (b, deleted at 4) are gone;
     // 2 (a at 4), the tombstone at 4 and 5 remain.
-    let revisions = crate::mvcc::kvstore::all_record_revisions(&store.kv().tree);
+    let revisions = crate::mvcc::kvstore::all_record_revisions(&store.kv().tree());
     let mains: std::collections::BTreeSet<i64> = revisions.iter().map(|r| r.main).collect();
     assert_eq!(mains, [2, 4, 5].into_iter().collect());
 }
@@ -652,7 +652,7 @@ fn applied_writes_are_read_before_they_reach_sled() {
     let (mut kv, _) = KvStore::open(db.open_tree("mvcc").unwrap()).unwrap();
     kv.hold_writes();
     let lessor = Lessor::new(LessorConfig::default());
-    let on_disk = |kv: &KvStore| crate::mvcc::kvstore::all_record_revisions(&kv.tree).len();
+    let on_disk = |kv: &KvStore| crate::mvcc::kvstore::all_record_revisions(&kv.tree()).len();
 
     let mut applier = Applier::new(&kv, &lessor);
     applier.apply(1, &Command::Put(PutRequest::new("k", "v1")));
@@ -705,11 +705,11 @@ fn records_written_out_lately_are_read_from_memory() {
     kv.flush_behind().unwrap();
     let first = crate::mvcc::Revision::new(1, 0);
     assert!(
-        crate::mvcc::kvstore::all_record_revisions(&kv.tree).contains(&first),
+        crate::mvcc::kvstore::all_record_revisions(&kv.tree()).contains(&first),
         "written to sled"
     );
     // Gone from sled behind the store's back: only memory can answer.
-    kv.tree.remove(first.to_key()).unwrap();
+    kv.tree().remove(first.to_key()).unwrap();
     assert_eq!(get_value(&kv, "k"), b"v1", "read from memory");
 
     // Newer records push it out: twice the generation's size at most.

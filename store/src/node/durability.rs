@@ -4,7 +4,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,15 +44,7 @@ pub(crate) fn lock_data_dir(dir: &Path) -> Result<File> {
     Ok(file)
 }
 
-/// Flushes sled and fsyncs every file under its directory.
-pub(crate) fn flush_state(db: &sled::Db, db_path: &Path) -> Result<()> {
-    let committing = std::time::Instant::now();
-    db.flush()?;
-    fsync_tree(db_path).map_err(|e| StoreError::storage("syncing the state database", e))?;
-    crate::metrics::observe_backend_commit(committing.elapsed());
-    Ok(())
-}
-
+/// fsyncs every file under `dir`, and `dir` itself.
 pub(crate) fn fsync_tree(dir: &Path) -> std::io::Result<()> {
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
@@ -69,8 +61,6 @@ pub(crate) fn fsync_tree(dir: &Path) -> std::io::Result<()> {
 /// Periodically makes sled durable up to the applied index, then lets the
 /// writer drop log segments at or below it.
 pub(crate) async fn flush_loop(
-    db: sled::Db,
-    db_path: PathBuf,
     kv: Arc<KvStore>,
     requests: mpsc::Sender<DriverRequest>,
     every: Duration,
@@ -88,9 +78,9 @@ pub(crate) async fn flush_loop(
         if applied == flushed {
             continue;
         }
-        let (db, path, state) = (db.clone(), db_path.clone(), kv.clone());
+        let state = kv.clone();
         // Everything applied up to `applied` goes to sled, then to disk.
-        let flush = move || state.flush_behind().and_then(|()| flush_state(&db, &path));
+        let flush = move || state.sync_to_disk();
         match tokio::task::spawn_blocking(flush).await {
             Ok(Ok(())) => {
                 flushed = applied;

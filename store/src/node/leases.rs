@@ -174,6 +174,7 @@ impl Store {
                 None => LeaseAnswer::NotFound,
             },
             LeaseQuery::Leases => LeaseAnswer::Leases(lessor.ids()),
+            LeaseQuery::HashKv { revision } => return self.answer_hash_kv(revision).await,
             LeaseQuery::LearnerReadiness { id } => match self
                 .ask_driver(|reply| super::driver::DriverRequest::LearnerReadiness(id, reply))
                 .await
@@ -299,10 +300,12 @@ pub(crate) async fn serve_forwarded(
         let Some(inner) = inner.upgrade() else { return };
         let store = Store { inner };
         tokio::spawn(async move {
-            let answer = store
-                .answer_as_leader(&query)
-                .await
-                .unwrap_or_else(|err| LeaseAnswer::Failed(err.to_string()));
+            let answer = match query {
+                // Every member answers for its own state.
+                LeaseQuery::HashKv { revision } => store.answer_hash_kv(revision).await,
+                query => store.answer_as_leader(&query).await,
+            }
+            .unwrap_or_else(|err| LeaseAnswer::Failed(err.to_string()));
             let _ = reply.send(answer);
         });
     }

@@ -31,8 +31,10 @@ pub struct StoreStatus {
     pub raft_applied_index: u64,
     pub revision: i64,
     pub compact_revision: i64,
-    /// Bytes the state machine takes on disk.
+    /// Bytes the state database takes on disk.
     pub db_size: u64,
+    /// Bytes of the keys and values it holds; a defrag gives back the rest.
+    pub db_size_in_use: u64,
     pub is_learner: bool,
 }
 
@@ -135,7 +137,8 @@ impl Store {
             raft_applied_index: kv.applied_index(),
             revision: kv.current_revision(),
             compact_revision: kv.compact_revision(),
-            db_size: self.inner.db.size_on_disk().unwrap_or(0),
+            db_size: kv.db_size(),
+            db_size_in_use: kv.db_size_in_use(),
             is_learner: self.is_learner(),
         }
     }

@@ -4,10 +4,12 @@
 
 mod auto_compaction;
 pub mod cluster;
+mod corruption;
 mod driver;
 pub(crate) mod durability;
 mod lease_expiry;
 mod leases;
+mod maintenance;
 mod members;
 
 use std::fs::File;
@@ -33,6 +35,7 @@ pub use auto_compaction::AutoCompaction;
 pub use cluster::{ClusterConfig, InitialClusterState};
 pub use driver::WriterStats;
 use driver::{Driver, DriverRequest, Leadership, Proposal};
+pub use maintenance::AlarmAction;
 pub use members::StoreStatus;
 
 /// The Raft ID of a store that runs alone.
@@ -41,8 +44,9 @@ const SINGLE_MEMBER_ID: u64 = 1;
 const SINGLE_CLUSTER_ID: u64 = 0x5c1f_f000_0000_0001;
 /// The sled database in a member's data directory, and its tree holding
 /// the MVCC state.
-pub(crate) const STATE_DB: &str = "db";
-pub(crate) const STATE_TREE: &str = "mvcc";
+pub(crate) use crate::mvcc::backend::{STATE_DB, STATE_TREE};
+/// etcd's default space quota: 2 GiB.
+pub const DEFAULT_QUOTA_BACKEND_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 /// Raft messages from peers waiting for the driver before more are dropped.
 const PEER_INBOUND_QUEUE: usize = 8192;
 
@@ -68,6 +72,13 @@ pub struct StoreConfig {
     /// Bytes of proposals queued for the Raft driver before callers wait.
     pub proposal_queue_bytes: usize,
     pub auto_compaction: AutoCompaction,
+    /// Bytes the state database may take before writes that add to it
+    /// are refused and NOSPACE is raised (etcd's --quota-backend-bytes).
+    pub quota_backend_bytes: u64,
+    /// How often the leader compares its HashKV with its peers' and
+    /// raises CORRUPT on a mismatch (etcd's
+    /// --experimental-corrupt-check-time); `None`: never.
+    pub corrupt_check_interval: Option<Duration>,
     /// Replication: this member and its peers. `None`: a store alone.
     pub cluster: Option<ClusterConfig>,
     /// Log entries a leader keeps for a follower that is behind before it
@@ -101,6 +112,8 @@ impl StoreConfig {
             request_timeout: Duration::from_secs(5),
             proposal_queue_bytes: 64 * 1024 * 1024,
             auto_compaction: AutoCompaction::Off,
+            quota_backend_bytes: DEFAULT_QUOTA_BACKEND_BYTES,
+            corrupt_check_interval: None,
             cluster: None,
             catch_up_entries: crate::raft::CATCH_UP_ENTRIES,
             name: "default".into(),
@@ -122,7 +135,6 @@ pub(crate) struct Inner {
     kv: Arc<KvStore>,
     lessor: Arc<Lessor>,
     hub: Arc<WatchHub>,
-    db: sled::Db,
     requests: mpsc::Sender<DriverRequest>,
     /// Bounds the bytes of queued proposals (the queue bounds their count).
     queued_bytes: Arc<tokio::sync::Semaphore>,
@@ -175,13 +187,10 @@ impl Store {
             None => (SINGLE_MEMBER_ID, vec![SINGLE_MEMBER_ID], Vec::new()),
         };
         let (shutdown, _) = watch::channel(false);
-        let db_path = config.data_dir.join(STATE_DB);
-        let db = sled::Config::new()
-            .path(&db_path)
-            .cache_capacity(config.cache_capacity)
-            .flush_every_ms(None)
-            .open()?;
-        let (kv, recovered) = KvStore::open(db.open_tree(STATE_TREE)?)?;
+        let (kv, recovered) = KvStore::open_in(crate::mvcc::backend::Location {
+            data_dir: config.data_dir.clone(),
+            cache_capacity: config.cache_capacity,
+        })?;
         let kv = Arc::new(kv);
         let lessor = Arc::new(Lessor::new(config.lessor.clone()));
         lessor.replace_all(&recovered.leases, &recovered.lease_keys);
@@ -311,7 +320,6 @@ impl Store {
                 kv,
                 lessor,
                 hub,
-                db,
                 requests,
                 queued_bytes,
                 stats,
@@ -335,8 +343,6 @@ impl Store {
     fn spawn_background(&self, forwarded: Option<leases::Forwarded>) {
         let inner = &self.inner;
         let flush = tokio::spawn(durability::flush_loop(
-            inner.db.clone(),
-            inner.config.data_dir.join("db"),
             Arc::clone(&inner.kv),
             inner.requests.clone(),
             inner.config.flush_interval,
@@ -355,6 +361,14 @@ impl Store {
             inner.shutdown.subscribe(),
         ));
         inner.tasks.lock().extend([flush, leases, compaction]);
+        if let Some(every) = inner.config.corrupt_check_interval {
+            let check = tokio::spawn(corruption::run(
+                Arc::downgrade(&self.inner),
+                every,
+                inner.shutdown.subscribe(),
+            ));
+            inner.tasks.lock().push(check);
+        }
         if inner.config.cluster.is_some() {
             let publish = tokio::spawn(members::publish_loop(
                 Arc::downgrade(&self.inner),
@@ -556,6 +570,7 @@ impl Store {
     }
 
     pub(crate) async fn propose(&self, command: Command) -> Result<CommandResult> {
+        self.check_quota(&command).await?;
         let data = command.encode();
         command::check_size(&data, self.inner.config.max_request_bytes)?;
         let cost = data.len().min(self.inner.config.proposal_queue_bytes) as u32;
@@ -591,8 +606,6 @@ impl Store {
         }
         inner.syncer.lock().take();
         let driver = inner.driver.lock().take();
-        let db = inner.db.clone();
-        let db_path = inner.config.data_dir.join("db");
         let kv = inner.kv.clone();
         // Everything queued before the stop is still written and answered.
         let _ = inner.requests.send(DriverRequest::Stop).await;
@@ -602,7 +615,7 @@ impl Store {
                 let _ = driver.join();
             }
             kv.flush_behind()?;
-            durability::flush_state(&db, &db_path)
+            kv.sync_to_disk()
         })
         .await
         .map_err(|e| StoreError::storage("closing", e))?

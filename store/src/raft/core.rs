@@ -146,7 +146,7 @@ impl RaftCore {
             // A snapshot was being installed when the member stopped.
             finish_install(&config, &kv, &lessor, replayed.compacted.0)?;
         }
-        let conf_state = match kv.tree.get(crate::mvcc::kvstore::META_CONF_STATE)? {
+        let conf_state = match kv.tree().get(crate::mvcc::kvstore::META_CONF_STATE)? {
             Some(bytes) => Some(decode_conf_state(&bytes)?),
             None => conf_state,
         };
@@ -565,7 +565,7 @@ impl RaftCore {
             term: meta.term,
         });
         self.wal.sync()?;
-        let revision = install_from(&self.data_dir, &self.kv, &self.lessor, &snapshot.data)?;
+        let revision = install_from(&self.kv, &self.lessor, &snapshot.data)?;
         let _ = std::fs::remove_file(&path);
         self.wal.release_to(meta.index)?;
         self.node.mut_store().apply_snapshot(&meta);
@@ -708,9 +708,9 @@ fn persist_conf_state(kv: &KvStore, conf_state: &ConfState) -> Result<()> {
         .write_to_bytes()
         .map_err(|e| StoreError::storage("encoding the membership", e))?;
     kv.flush_behind()?;
-    kv.tree
-        .insert(crate::mvcc::kvstore::META_CONF_STATE, bytes)?;
-    kv.tree.flush()?;
+    let tree = kv.tree();
+    tree.insert(crate::mvcc::kvstore::META_CONF_STATE, bytes)?;
+    tree.flush()?;
     Ok(())
 }
 
@@ -781,17 +781,10 @@ fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Puts a snapshot's state in the engine and the lessor and makes it
 /// durable. Returns the state's revision.
-fn install_from(
-    data_dir: &std::path::Path,
-    kv: &KvStore,
-    lessor: &Lessor,
-    snapshot: &[u8],
-) -> Result<i64> {
+fn install_from(kv: &KvStore, lessor: &Lessor, snapshot: &[u8]) -> Result<i64> {
     let recovered = kv.install(snapshot)?;
     lessor.replace_all(&recovered.leases, &recovered.lease_keys);
-    kv.tree.flush()?;
-    crate::node::durability::fsync_tree(&data_dir.join("db"))
-        .map_err(|e| StoreError::storage("syncing the installed snapshot", e))?;
+    kv.sync_to_disk()?;
     Ok(kv.current_revision())
 }
 
@@ -804,7 +797,7 @@ fn finish_install(config: &CoreConfig, kv: &KvStore, lessor: &Lessor, index: u64
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(err) => return Err(StoreError::storage("reading a kept snapshot", err)),
     };
-    install_from(&config.data_dir, kv, lessor, &bytes)?;
+    install_from(kv, lessor, &bytes)?;
     let _ = std::fs::remove_file(&path);
     tracing::info!(
         index,

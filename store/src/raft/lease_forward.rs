@@ -2,9 +2,12 @@
 //! as etcd forwards them over HTTP to the leader's peer URL: renewals and
 //! remaining TTLs are the leader's to answer, since only its clock decides
 //! expiry. The same way, a follower asks how far a learner has caught up
-//! before promoting it: only the leader tracks the learner's log. A connection, opened with its own magic after the usual
-//! handshake, carries one request and its answer at a time, then the next.
-//! Not for anything that changes stored state: that goes through the log.
+//! before promoting it: only the leader tracks the learner's log; and the
+//! leader asks every member for its HashKV in the corruption check, as
+//! etcd's leader asks its peers' `/members/hashkv`. A connection, opened
+//! with its own magic after the usual handshake, carries one request and
+//! its answer at a time, then the next. Not for anything that changes
+//! stored state: that goes through the log.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -32,6 +35,19 @@ pub enum LeaseQuery {
     Leases,
     /// How far member `id`'s log matches the leader's (MemberPromote).
     LearnerReadiness { id: u64 },
+    /// The member's HashKV through `revision`, asked by the leader of any
+    /// member (the corruption check).
+    HashKv { revision: i64 },
+}
+
+/// A member's HashKV, as it answers the leader's corruption check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerHash {
+    pub hash: u32,
+    pub compact_revision: i64,
+    pub hash_revision: i64,
+    /// The member's revision when it hashed.
+    pub current_revision: i64,
 }
 
 /// What the leader answers.
@@ -48,6 +64,7 @@ pub enum LeaseAnswer {
     Leases(Vec<i64>),
     /// `None`: the leader tracks no such member.
     LearnerReadiness(Option<super::Readiness>),
+    HashKv(PeerHash),
     /// No such lease (never granted, revoked, or expired).
     NotFound,
     /// The member asked does not lead (any more): ask the leader again.

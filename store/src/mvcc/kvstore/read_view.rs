@@ -39,7 +39,8 @@ impl KvStore {
         let removals_wait = self.removals.read();
         let mut behind = self.behind.lock();
         self.write_out(&mut behind)?;
-        let revision = meta_i64(&self.tree, META_REVISION)?;
+        let tree = self.tree();
+        let revision = meta_i64(&tree, META_REVISION)?;
         let copy = |range: sled::Iter| -> Result<Vec<Entry>> {
             range
                 .map(|item| {
@@ -48,8 +49,9 @@ impl KvStore {
                 })
                 .collect()
         };
-        let before_records = copy(self.tree.range(..[RECORD_PREFIX]))?;
-        let after_records = copy(self.tree.range([RECORD_PREFIX + 1]..))?;
+        let before_records = copy(tree.range(..[RECORD_PREFIX]))?;
+        let after_records = copy(tree.range([RECORD_PREFIX + 1]..))?;
+        drop(tree);
         drop(behind);
         Ok(ReadView {
             kv: self,
@@ -72,7 +74,10 @@ impl ReadView<'_> {
     pub fn entries(&self) -> impl Iterator<Item = Result<Entry>> + '_ {
         let first = Revision::new(0, 0).to_key();
         let past = Revision::new(self.revision.saturating_add(1), 0).to_key();
-        let records = self.kv.tree.range(first..past).map(|item| {
+        // The tree the view was taken on: a defrag, which would switch
+        // trees, waits for open views as compactions do.
+        let tree = self.kv.tree().clone();
+        let records = tree.range(first..past).map(|item| {
             let (key, value) = item?;
             Ok((key.to_vec(), value.to_vec()))
         });
