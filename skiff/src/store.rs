@@ -65,6 +65,50 @@ pub struct StoreArgs {
     /// certificate.
     #[arg(long, env = "SKIFF_INSECURE_CLIENT_LISTEN", value_parser = crate::api::parse_loopback)]
     pub insecure_client_listen: Option<SocketAddr>,
+    #[command(flatten)]
+    pub maintenance: StoreMaintenanceFlags,
+}
+
+/// The space quota and the corruption check, as etcd's flags.
+#[derive(Debug, Clone, Default, Args)]
+pub struct StoreMaintenanceFlags {
+    /// Bytes the member's database may take before it raises the NOSPACE
+    /// alarm and refuses writes that add to it (puts, txns with puts, lease
+    /// grants) until compacted, defragmented and disarmed (etcd's
+    /// --quota-backend-bytes); 0 means the default, 2 GiB.
+    #[arg(long, env = "SKIFF_QUOTA_BACKEND_BYTES", default_value_t = 0)]
+    pub quota_backend_bytes: u64,
+    /// How often the leader compares every member's key history hash and
+    /// raises the CORRUPT alarm for one that disagrees, after which writes
+    /// are refused (etcd's --experimental-corrupt-check-time), e.g. 5m;
+    /// off unless given (0s is off too).
+    #[arg(long, env = "SKIFF_CORRUPT_CHECK_INTERVAL", value_parser = crate::control_plane::parse_duration)]
+    pub corrupt_check_interval: Option<Duration>,
+}
+
+impl StoreMaintenanceFlags {
+    pub fn apply(&self, config: &mut StoreConfig) {
+        config.quota_backend_bytes = self.quota_backend_bytes;
+        config.corrupt_check_interval = self.corrupt_check_interval.filter(|d| !d.is_zero());
+    }
+
+    /// The same flags for a member process started with them.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if self.quota_backend_bytes != 0 {
+            args.extend([
+                "--quota-backend-bytes".to_string(),
+                self.quota_backend_bytes.to_string(),
+            ]);
+        }
+        if let Some(every) = self.corrupt_check_interval {
+            args.extend([
+                "--corrupt-check-interval".to_string(),
+                format!("{}ms", every.as_millis()),
+            ]);
+        }
+        args
+    }
 }
 
 /// `skiff store`: a member alone, with where its certificates are kept.
@@ -269,6 +313,7 @@ pub async fn run_member(
     }
     config.peer_tls = Some(tls.peers);
     config.catch_up_entries = args.snapshot_catch_up_entries;
+    args.maintenance.apply(&mut config);
     config.cluster = cluster;
     let store = Store::open(config).await.with_context(|| {
         format!(
@@ -451,4 +496,52 @@ fn print_ready(
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        maintenance: StoreMaintenanceFlags,
+    }
+
+    fn parse(args: &[&str]) -> Result<StoreMaintenanceFlags, clap::Error> {
+        let all = std::iter::once("skiff").chain(args.iter().copied());
+        Flags::try_parse_from(all).map(|f| f.maintenance)
+    }
+
+    #[test]
+    fn quota_and_corruption_check_flags_reach_the_store_and_the_members() {
+        let defaults = parse(&[]).unwrap();
+        let mut config = StoreConfig::new("d");
+        defaults.apply(&mut config);
+        assert_eq!(config.quota_backend_bytes, 0, "0: the store's default");
+        assert_eq!(config.corrupt_check_interval, None);
+        assert!(defaults.to_args().is_empty());
+
+        let given = parse(&[
+            "--quota-backend-bytes",
+            "16777216",
+            "--corrupt-check-interval",
+            "1m30s",
+        ])
+        .unwrap();
+        given.apply(&mut config);
+        assert_eq!(config.quota_backend_bytes, 16 << 20);
+        assert_eq!(config.corrupt_check_interval, Some(Duration::from_secs(90)));
+        let args = given.to_args();
+        let again = parse(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+        assert_eq!(again.quota_backend_bytes, 16 << 20);
+        assert_eq!(again.corrupt_check_interval, Some(Duration::from_secs(90)));
+
+        let off = parse(&["--corrupt-check-interval", "0s"]).unwrap();
+        off.apply(&mut config);
+        assert_eq!(config.corrupt_check_interval, None, "0s is off, as etcd's 0");
+        assert!(parse(&["--quota-backend-bytes", "-1"]).is_err());
+        assert!(parse(&["--corrupt-check-interval", "often"]).is_err());
+    }
 }

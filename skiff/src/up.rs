@@ -57,6 +57,8 @@ pub struct UpArgs {
     pub events: crate::api::EventFlags,
     #[command(flatten)]
     pub services: crate::api::ServiceRangeFlags,
+    #[command(flatten)]
+    pub store_maintenance: crate::store::StoreMaintenanceFlags,
     /// Run a kubelet for this host beside the API, its state in
     /// DATA_DIR/kubelet; `false` runs no node.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -157,6 +159,7 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
         initial_cluster_state: Default::default(),
         snapshot_catch_up_entries: skiff_store::raft::CATCH_UP_ENTRIES,
         insecure_client_listen: args.insecure_client_listen,
+        maintenance: args.store_maintenance.clone(),
     };
     let security = args.security.resolve(&args.data_dir)?;
     let store_security = StoreSecurity::ensure(security.pki.dir(), &security.tls_sans)?;

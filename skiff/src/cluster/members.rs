@@ -56,6 +56,7 @@ impl Members {
         layout: &MemberLayout,
         initial_cluster: &str,
         pki_dir: &Path,
+        store: &crate::store::StoreMaintenanceFlags,
     ) -> Result<()> {
         let data_dir = dir.join(&layout.name);
         let log = dir.join(format!("{}.log", layout.name));
@@ -94,6 +95,7 @@ impl Members {
             .arg(&encryption)
             .arg("--pki-dir")
             .arg(pki_dir)
+            .args(store.to_args())
             .stdin(Stdio::null())
             .stdout(Stdio::from(log_file))
             .stderr(Stdio::from(stderr))

@@ -52,4 +52,6 @@ pub struct UpArgs {
     /// [default: DIR/pki].
     #[arg(long, env = "SKIFF_PKI_DIR")]
     pub pki_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub store_maintenance: crate::store::StoreMaintenanceFlags,
 }

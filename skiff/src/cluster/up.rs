@@ -39,7 +39,13 @@ pub async fn run(args: UpArgs) -> Result<()> {
     let initial_cluster = layout::initial_cluster(&layouts);
     let mut members = Members::new();
     for layout in &layouts {
-        if let Err(err) = members.spawn(dir, layout, &initial_cluster, &pki_dir) {
+        if let Err(err) = members.spawn(
+            dir,
+            layout,
+            &initial_cluster,
+            &pki_dir,
+            &args.store_maintenance,
+        ) {
             members.stop(STOP_GRACE).await;
             return Err(err);
         }
