@@ -82,7 +82,12 @@ pub struct StoreMaintenanceFlags {
     /// raises the CORRUPT alarm for one that disagrees, after which writes
     /// are refused (etcd's --experimental-corrupt-check-time), e.g. 5m;
     /// off unless given (0s is off too).
-    #[arg(long, env = "SKIFF_CORRUPT_CHECK_INTERVAL", value_parser = crate::control_plane::parse_duration)]
+    #[arg(
+        long,
+        env = "SKIFF_CORRUPT_CHECK_INTERVAL",
+        alias = "experimental-corrupt-check-time",
+        value_parser = crate::control_plane::parse_duration
+    )]
     pub corrupt_check_interval: Option<Duration>,
 }
 
@@ -538,9 +543,14 @@ mod tests {
         assert_eq!(again.quota_backend_bytes, 16 << 20);
         assert_eq!(again.corrupt_check_interval, Some(Duration::from_secs(90)));
 
+        let etcds = parse(&["--experimental-corrupt-check-time", "2m"]).unwrap();
+        assert_eq!(etcds.corrupt_check_interval, Some(Duration::from_secs(120)));
         let off = parse(&["--corrupt-check-interval", "0s"]).unwrap();
         off.apply(&mut config);
-        assert_eq!(config.corrupt_check_interval, None, "0s is off, as etcd's 0");
+        assert_eq!(
+            config.corrupt_check_interval, None,
+            "0s is off, as etcd's 0"
+        );
         assert!(parse(&["--quota-backend-bytes", "-1"]).is_err());
         assert!(parse(&["--corrupt-check-interval", "often"]).is_err());
     }

@@ -103,6 +103,12 @@ impl Etcdctl {
 
     /// Runs `etcdctl ARGS` with `input` on stdin; it must succeed.
     pub fn ok_with_stdin(&self, args: &[&str], input: &str) -> Result<String> {
+        let output = self.run_with_stdin(args, input)?;
+        check_success(args, &output)
+    }
+
+    /// Runs `etcdctl ARGS` with `input` on stdin, to its end.
+    pub fn run_with_stdin(&self, args: &[&str], input: &str) -> Result<Output> {
         let mut child = self
             .command(args)
             .stdin(Stdio::piped())
@@ -115,8 +121,7 @@ impl Etcdctl {
             .take()
             .context("etcdctl has no stdin")?
             .write_all(input.as_bytes())?;
-        let output = child.wait_with_output()?;
-        check_success(args, &output)
+        Ok(child.wait_with_output()?)
     }
 
     /// Starts `etcdctl watch ARGS`; its events are collected as it prints them.

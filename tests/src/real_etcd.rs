@@ -61,11 +61,23 @@ impl RealEtcd {
     /// `etcdctl snapshot restore` with the same name and `peer`), and
     /// waits until it answers.
     pub async fn start(
+        binaries: &(PathBuf, PathBuf),
+        name: &str,
+        data_dir: &Path,
+        peer: SocketAddr,
+        client: SocketAddr,
+    ) -> Result<RealEtcd> {
+        Self::start_with(binaries, name, data_dir, peer, client, &[]).await
+    }
+
+    /// [`RealEtcd::start`] with more of etcd's flags.
+    pub async fn start_with(
         (etcd, etcdctl): &(PathBuf, PathBuf),
         name: &str,
         data_dir: &Path,
         peer: SocketAddr,
         client: SocketAddr,
+        flags: &[String],
     ) -> Result<RealEtcd> {
         let stderr = data_dir.with_extension("etcd.log");
         let peer_url = format!("http://{peer}");
@@ -80,6 +92,7 @@ impl RealEtcd {
             .args(["--listen-peer-urls", &peer_url])
             .args(["--initial-advertise-peer-urls", &peer_url])
             .args(["--initial-cluster", &Self::initial_cluster(name, peer)])
+            .args(flags)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr)?)
@@ -101,10 +114,16 @@ impl RealEtcd {
     /// A fresh member `e1` in a temporary directory on free ports, to
     /// compare skiff with.
     pub async fn alone(binaries: &(PathBuf, PathBuf)) -> Result<RealEtcd> {
+        Self::alone_with(binaries, &[]).await
+    }
+
+    /// [`RealEtcd::alone`] with more of etcd's flags.
+    pub async fn alone_with(binaries: &(PathBuf, PathBuf), flags: &[String]) -> Result<RealEtcd> {
         let dir = tempfile::tempdir()?;
         let ports = crate::skiff_process::free_addrs(2)?;
+        let data = dir.path().join("data");
         let mut etcd =
-            RealEtcd::start(binaries, "e1", &dir.path().join("data"), ports[1], ports[0]).await?;
+            RealEtcd::start_with(binaries, "e1", &data, ports[1], ports[0], flags).await?;
         etcd._dir = Some(dir);
         Ok(etcd)
     }

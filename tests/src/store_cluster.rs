@@ -63,11 +63,25 @@ impl StoreCluster {
         Self::start_prepared(count, |_, _, _| Ok(())).await
     }
 
+    /// `count` members `n1`… founding one cluster, each started with
+    /// `flags` besides its own.
+    pub async fn start_with(count: usize, flags: &[String]) -> Result<StoreCluster> {
+        Self::start_inner(count, flags, |_, _, _| Ok(())).await
+    }
+
     /// `count` members `n1`… founding one cluster, each data directory
     /// made first by `prepare(name, data_dir, initial_cluster)` (a
     /// restore from a snapshot, say).
     pub async fn start_prepared(
         count: usize,
+        prepare: impl FnMut(&str, &std::path::Path, &str) -> Result<()>,
+    ) -> Result<StoreCluster> {
+        Self::start_inner(count, &[], prepare).await
+    }
+
+    async fn start_inner(
+        count: usize,
+        flags: &[String],
         mut prepare: impl FnMut(&str, &std::path::Path, &str) -> Result<()>,
     ) -> Result<StoreCluster> {
         let dir = tempfile::tempdir()?;
@@ -82,12 +96,13 @@ impl StoreCluster {
             let name = format!("n{}", i + 1);
             let data_dir = dir.path().join(&name);
             prepare(&name, &data_dir, &initial_cluster)?;
-            let args = store_args(
+            let mut args = store_args(
                 &name,
                 &data_dir,
                 clients[i],
                 Some((peers[i], &initial_cluster)),
             );
+            args.extend_from_slice(flags);
             let process = SkiffProcess::spawn(&format!("skiff store {name}"), args)?;
             members.push(StoreMember {
                 name,

@@ -44,15 +44,23 @@ pub(crate) fn lock_data_dir(dir: &Path) -> Result<File> {
     Ok(file)
 }
 
-/// fsyncs every file under `dir`, and `dir` itself.
+/// fsyncs every file under `dir`, and `dir` itself. sled may replace a
+/// file of its own (a snapshot of its page table) while this runs: a file
+/// gone between listing and opening is not an error, as there is nothing
+/// of it left to make durable.
 pub(crate) fn fsync_tree(dir: &Path) -> std::io::Result<()> {
+    let gone = |err: &std::io::Error| err.kind() == std::io::ErrorKind::NotFound;
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let path = entry.path();
-        if entry.file_type()?.is_dir() {
-            fsync_tree(&path)?;
-        } else {
-            File::open(&path)?.sync_all()?;
+        let synced = match entry.file_type() {
+            Ok(kind) if kind.is_dir() => fsync_tree(&path),
+            Ok(_) => File::open(&path).and_then(|file| file.sync_all()),
+            Err(err) => Err(err),
+        };
+        match synced {
+            Err(err) if !gone(&err) => return Err(err),
+            _ => {}
         }
     }
     File::open(dir)?.sync_all()
