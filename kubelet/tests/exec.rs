@@ -101,6 +101,8 @@ impl Kubelet {
             working_dir: workdir.path().to_path_buf(),
             limits: Limits::default(),
             stdin,
+            stdin_once: false,
+            tty: false,
         };
         let handle = runtime.start(spec).await.unwrap();
         let containers = HashMap::from([(("web".into(), "app".into()), handle.clone())]);
