@@ -303,11 +303,22 @@ spec:
   - name: main
     image: python
     command: [python3, -m, http.server, '{port}', --bind, 127.0.0.1, --directory, '{}']
+    readinessProbe:
+      tcpSocket: {{port: {port}, host: 127.0.0.1}}
+      periodSeconds: 1
 ",
         site.path().display()
     );
     apply(&node.kubectl, "web.yaml", &pod)?;
-    wait_for(&node.kubectl, "pod", "web", "{.status.phase}", "Running").await?;
+    // Running is not listening yet: Ready is, through the probe.
+    wait_for(
+        &node.kubectl,
+        "pod",
+        "web",
+        "{.status.conditions[?(@.type=='Ready')].status}",
+        "True",
+    )
+    .await?;
     for (minor, binary) in every_kubectl_version() {
         let kubectl = Kubectl::new(binary, &node.server.kubeconfig())?;
         let local = skiff_tests::skiff_process::free_addrs(1)?[0].port();
@@ -574,12 +585,19 @@ spec:
         let kubectl = Kubectl::new(binary, &node.server.kubeconfig())?;
         // The container keeps running, so kubectl keeps streaming its
         // output after its own stdin ended; it is stopped here.
-        let first = run_for(&kubectl, &["attach", "-i", &name], b"first\n", 10).await?;
+        let first = run_until(
+            &kubectl,
+            &["attach", "-i", &name],
+            b"first\n",
+            Some("stdin-closed\n"),
+            30,
+        )
+        .await?;
         anyhow::ensure!(
             first.contains("first\nstdin-closed\n"),
             "kubectl.1.{minor}: the first attach's stdin, then end of file: {first:?}"
         );
-        let second = run_for(&kubectl, &["attach", "-i", &name], b"second\n", 3).await?;
+        let second = run_until(&kubectl, &["attach", "-i", &name], b"second\n", None, 3).await?;
         anyhow::ensure!(
             !second.contains("second"),
             "kubectl.1.{minor}: a later attach's stdin reached the container: {second:?}"
@@ -600,12 +618,14 @@ spec:
     Ok(())
 }
 
-/// Runs `kubectl ARGS` with `input` on its stdin for `seconds` (it would
-/// stream on), then stops it; returns what it printed.
-async fn run_for(
+/// Runs `kubectl ARGS` with `input` on its stdin until it prints `until`
+/// or for `seconds` (it would stream on), then stops it; returns what it
+/// printed.
+async fn run_until(
     kubectl: &skiff_tests::kubectl::Kubectl,
     args: &[&str],
     input: &[u8],
+    until: Option<&str>,
     seconds: u64,
 ) -> Result<String> {
     use anyhow::Context;
@@ -624,11 +644,19 @@ async fn run_for(
     drop(stdin);
     let mut stdout = child.stdout.take().context("kubectl's stdout")?;
     let mut printed = Vec::new();
-    let _ = tokio::time::timeout(
-        std::time::Duration::from_secs(seconds),
-        stdout.read_to_end(&mut printed),
-    )
-    .await;
+    let reading = async {
+        let mut buf = vec![0u8; 4096];
+        while let Ok(read) = stdout.read(&mut buf).await {
+            if read == 0 {
+                break;
+            }
+            printed.extend_from_slice(&buf[..read]);
+            if until.is_some_and(|until| String::from_utf8_lossy(&printed).contains(until)) {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(seconds), reading).await;
     let _ = child.kill().await;
     Ok(String::from_utf8_lossy(&printed).into_owned())
 }
