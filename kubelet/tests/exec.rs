@@ -53,6 +53,18 @@ impl ContainerFinder for Containers {
     }
 }
 
+/// How the container was started: with `stdin`, with `tty`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Console {
+    stdin: bool,
+    tty: bool,
+}
+
+const STDIN: Console = Console {
+    stdin: true,
+    tty: false,
+};
+
 /// A kubelet port serving one pod `web` whose container `app` sleeps in
 /// `workdir` with `GREETING=hello` in its environment.
 struct Kubelet {
@@ -72,14 +84,14 @@ impl Kubelet {
     }
 
     async fn start_with(argv: &[&str], idle_timeout: Duration) -> Kubelet {
-        Self::start_serving(argv, idle_timeout, None, false).await
+        Self::start_serving(argv, idle_timeout, None, Console::default()).await
     }
 
     async fn start_serving(
         argv: &[&str],
         idle_timeout: Duration,
         tls: Option<Arc<rustls::ServerConfig>>,
-        stdin: bool,
+        console: Console,
     ) -> Kubelet {
         let root = tempfile::tempdir().unwrap();
         let workdir = tempfile::tempdir().unwrap();
@@ -100,7 +112,9 @@ impl Kubelet {
             ],
             working_dir: workdir.path().to_path_buf(),
             limits: Limits::default(),
-            stdin,
+            stdin: console.stdin,
+            stdin_once: false,
+            tty: console.tty,
         };
         let handle = runtime.start(spec).await.unwrap();
         let containers = HashMap::from([(("web".into(), "app".into()), handle.clone())]);
@@ -725,7 +739,7 @@ mod spdy {
             &["sleep", "300"],
             streaming::DEFAULT_IDLE_TIMEOUT,
             Some(Arc::new(server)),
-            false,
+            Console::default(),
         )
         .await;
         let mut roots = rustls::RootCertStore::empty();
@@ -939,7 +953,7 @@ mod attach {
     #[tokio::test]
     async fn attach_writes_stdin_to_a_container_started_with_stdin() {
         let kubelet =
-            Kubelet::start_serving(&["cat"], streaming::DEFAULT_IDLE_TIMEOUT, None, true).await;
+            Kubelet::start_serving(&["cat"], streaming::DEFAULT_IDLE_TIMEOUT, None, STDIN).await;
         let url = format!(
             "ws://{}/attach/default/web/app?stdin=true&stdout=true&stderr=true",
             kubelet.address
@@ -968,6 +982,68 @@ mod attach {
             }
             socket.close(None).await.unwrap();
         }
+        kubelet.stop().await;
+    }
+
+    #[tokio::test]
+    async fn attach_with_a_terminal_relays_it_both_ways_and_resizes_it() {
+        let script = "read line; stty size; echo got:$line";
+        let kubelet = Kubelet::start_serving(
+            &["sh", "-c", script],
+            streaming::DEFAULT_IDLE_TIMEOUT,
+            None,
+            Console {
+                stdin: true,
+                tty: true,
+            },
+        )
+        .await;
+        let url = format!(
+            "ws://{}/attach/default/web/app?stdin=true&stdout=true&tty=true",
+            kubelet.address
+        );
+        let (mut socket, _) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+        socket
+            .send(Message::binary(
+                b"\x04{\"Width\":100,\"Height\":40}".to_vec(),
+            ))
+            .await
+            .unwrap();
+        socket
+            .send(Message::binary(b"\x00x\n".to_vec()))
+            .await
+            .unwrap();
+        // The container's exit ends the session.
+        let received = read_all(&mut socket).await;
+        let output = String::from_utf8_lossy(&received.stdout);
+        // The terminal echoes what is typed, then the shell's output.
+        assert!(output.starts_with("x\r\n"), "{output:?}");
+        assert!(output.contains("40 100\r\n"), "{output:?}");
+        assert!(output.contains("got:x\r\n"), "{output:?}");
+        assert!(received.stderr.is_empty());
+        assert_eq!(received.status()["status"], "Success");
+        let log = kubelet.root.path().join("pods/default_web_uid-1/app/0.log");
+        let log = std::fs::read_to_string(log).unwrap();
+        assert!(log.contains(" stdout F got:x\r\n"), "{log}");
+        kubelet.stop().await;
+    }
+
+    #[tokio::test]
+    async fn attach_with_a_terminal_to_a_container_without_one_is_refused() {
+        let kubelet = Kubelet::start_serving(
+            &["sleep", "300"],
+            streaming::DEFAULT_IDLE_TIMEOUT,
+            None,
+            STDIN,
+        )
+        .await;
+        let url = format!(
+            "ws://{}/attach/default/web/app?stdin=true&stdout=true&tty=true",
+            kubelet.address
+        );
+        let (code, body) = refused(&url, "v5.channel.k8s.io").await;
+        assert_eq!(code, 400);
+        assert!(body.contains("without tty: true"), "{body}");
         kubelet.stop().await;
     }
 

@@ -165,6 +165,8 @@ impl Cluster {
                 working_dir: "/".into(),
                 limits: Limits::default(),
                 stdin,
+                stdin_once: false,
+                tty: false,
             })
             .await
             .unwrap();

@@ -35,6 +35,8 @@ fn spec(container: &str, attempt: u32, argv: &[&str]) -> ContainerSpec {
         working_dir: PathBuf::from("/"),
         limits: Limits::default(),
         stdin: false,
+        stdin_once: false,
+        tty: false,
     }
 }
 

@@ -303,11 +303,22 @@ spec:
   - name: main
     image: python
     command: [python3, -m, http.server, '{port}', --bind, 127.0.0.1, --directory, '{}']
+    readinessProbe:
+      tcpSocket: {{port: {port}, host: 127.0.0.1}}
+      periodSeconds: 1
 ",
         site.path().display()
     );
     apply(&node.kubectl, "web.yaml", &pod)?;
-    wait_for(&node.kubectl, "pod", "web", "{.status.phase}", "Running").await?;
+    // Running is not listening yet: Ready is, through the probe.
+    wait_for(
+        &node.kubectl,
+        "pod",
+        "web",
+        "{.status.conditions[?(@.type=='Ready')].status}",
+        "True",
+    )
+    .await?;
     for (minor, binary) in every_kubectl_version() {
         let kubectl = Kubectl::new(binary, &node.server.kubeconfig())?;
         let local = skiff_tests::skiff_process::free_addrs(1)?[0].port();
@@ -445,4 +456,283 @@ spec:
         wait_for(&node.kubectl, "pod", &name, "{.status.phase}", "Succeeded").await?;
     }
     Ok(())
+}
+
+/// `kubectl attach -it` with every kubectl version to one shell started
+/// with `tty: true` and `stdinOnce: true` (as `kubectl run -it` makes):
+/// each version gets the terminal at its own size (`stty size` in the pod
+/// shows it), types a command and sees it run, then leaves by being
+/// killed; the terminal stays open for the next (stdinOnce closes only a
+/// stdin without a terminal, as containerd does). The last one exits the
+/// shell, and `kubectl logs` shows what every session printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_attaches_to_a_terminal() -> Result<()> {
+    use skiff_tests::kubectl::{every_kubectl_version, Kubectl};
+    use skiff_tests::local_node::{apply, wait_for, LocalNode};
+    use skiff_tests::tool::on_path_or_skip;
+    let test = "every_kubectl_attaches_to_a_terminal";
+    if on_path_or_skip("script", test, "apt-get install -y util-linux").is_none() {
+        return Ok(());
+    }
+    let Some(node) = LocalNode::start(test).await? else {
+        return Ok(());
+    };
+    let pod = "apiVersion: v1
+kind: Pod
+metadata:
+  name: console
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox
+    stdin: true
+    stdinOnce: true
+    tty: true
+    command: [sh]
+";
+    apply(&node.kubectl, "console.yaml", pod)?;
+    wait_for(
+        &node.kubectl,
+        "pod",
+        "console",
+        "{.status.phase}",
+        "Running",
+    )
+    .await?;
+    let versions = every_kubectl_version();
+    for (index, (minor, binary)) in versions.iter().enumerate() {
+        let kubectl = Kubectl::new(binary.clone(), &node.server.kubeconfig())?;
+        let columns = 60 + minor;
+        let mut session = TerminalSession::start(
+            &kubectl,
+            &["attach", "-it", "console"],
+            &format!("stty cols {columns} rows 17;"),
+        )?;
+        // kubectl sends its terminal's size as the session opens.
+        session
+            .wait_for("If you don't see a command prompt", *minor)
+            .await?;
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        session
+            .type_line(&format!("stty size; echo typed-{minor}-$((6*7))"))
+            .await?;
+        session
+            .wait_for(&format!("17 {columns}\r\n"), *minor)
+            .await?;
+        session
+            .wait_for(&format!("typed-{minor}-42\r\n"), *minor)
+            .await?;
+        if index + 1 < versions.len() {
+            session.kill().await;
+            continue;
+        }
+        session.type_line("exit 3").await?;
+        let code = session.wait().await?;
+        anyhow::ensure!(
+            code == Some(0),
+            "kubectl.1.{minor} attach -it ended with {code:?}"
+        );
+    }
+    wait_for(&node.kubectl, "pod", "console", "{.status.phase}", "Failed").await?;
+    let code = node.kubectl.ok(&[
+        "get",
+        "pod",
+        "console",
+        "-o",
+        "jsonpath={.status.containerStatuses[0].state.terminated.exitCode}",
+    ])?;
+    anyhow::ensure!(code == "3", "the shell's exit code: {code:?}");
+    let logs = node.kubectl.ok(&["logs", "console"])?;
+    for (minor, _) in &versions {
+        anyhow::ensure!(
+            logs.contains(&format!("typed-{minor}-42\r\n")),
+            "kubectl logs shows the terminal's output of kubectl.1.{minor}: {logs:?}"
+        );
+    }
+    Ok(())
+}
+
+/// A container with `stdin` and `stdinOnce` but no terminal: the first
+/// attached client's stdin reaches it, and when that stdin ends the
+/// container reads end of file; a later `kubectl attach -i` gets no stdin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdin_once_closes_stdin_after_the_first_attach() -> Result<()> {
+    use skiff_tests::kubectl::{every_kubectl_version, Kubectl};
+    use skiff_tests::local_node::{apply, wait_for, wait_until, LocalNode};
+    let Some(node) = LocalNode::start("stdin_once_closes_stdin_after_the_first_attach").await?
+    else {
+        return Ok(());
+    };
+    for (minor, binary) in every_kubectl_version() {
+        let name = format!("once-1-{minor}");
+        let pod = format!(
+            "apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  containers:
+  - name: main
+    image: busybox
+    stdin: true
+    stdinOnce: true
+    command: [sh, -c, 'cat; echo stdin-closed; while true; do read line && echo got-$line; sleep 0.2; done']
+"
+        );
+        apply(&node.kubectl, &format!("{name}.yaml"), &pod)?;
+        wait_for(&node.kubectl, "pod", &name, "{.status.phase}", "Running").await?;
+        let kubectl = Kubectl::new(binary, &node.server.kubeconfig())?;
+        // The container keeps running, so kubectl keeps streaming its
+        // output after its own stdin ended; it is stopped here.
+        let first = run_until(
+            &kubectl,
+            &["attach", "-i", &name],
+            b"first\n",
+            Some("stdin-closed\n"),
+            30,
+        )
+        .await?;
+        anyhow::ensure!(
+            first.contains("first\nstdin-closed\n"),
+            "kubectl.1.{minor}: the first attach's stdin, then end of file: {first:?}"
+        );
+        let second = run_until(&kubectl, &["attach", "-i", &name], b"second\n", None, 3).await?;
+        anyhow::ensure!(
+            !second.contains("second"),
+            "kubectl.1.{minor}: a later attach's stdin reached the container: {second:?}"
+        );
+        let mut logs = String::new();
+        wait_until("the log", || {
+            logs = node.kubectl.ok(&["logs", &name])?;
+            Ok(logs.contains("stdin-closed"))
+        })
+        .await?;
+        anyhow::ensure!(
+            logs == "first\nstdin-closed\n",
+            "kubectl.1.{minor}: the container's log: {logs:?}"
+        );
+        node.kubectl
+            .ok(&["delete", "pod", &name, "--grace-period=0", "--force"])?;
+    }
+    Ok(())
+}
+
+/// Runs `kubectl ARGS` with `input` on its stdin until it prints `until`
+/// or for `seconds` (it would stream on), then stops it; returns what it
+/// printed.
+async fn run_until(
+    kubectl: &skiff_tests::kubectl::Kubectl,
+    args: &[&str],
+    input: &[u8],
+    until: Option<&str>,
+    seconds: u64,
+) -> Result<String> {
+    use anyhow::Context;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let command = kubectl.command_line(args);
+    let mut child = tokio::process::Command::new("sh")
+        .args(["-c", &format!("exec {command}")])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting kubectl")?;
+    let mut stdin = child.stdin.take().context("kubectl's stdin")?;
+    stdin.write_all(input).await?;
+    drop(stdin);
+    let mut stdout = child.stdout.take().context("kubectl's stdout")?;
+    let mut printed = Vec::new();
+    let reading = async {
+        let mut buf = vec![0u8; 4096];
+        while let Ok(read) = stdout.read(&mut buf).await {
+            if read == 0 {
+                break;
+            }
+            printed.extend_from_slice(&buf[..read]);
+            if until.is_some_and(|until| String::from_utf8_lossy(&printed).contains(until)) {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(seconds), reading).await;
+    let _ = child.kill().await;
+    Ok(String::from_utf8_lossy(&printed).into_owned())
+}
+
+/// kubectl on a pseudo-terminal of util-linux `script`, typed into and
+/// read from as a user would.
+struct TerminalSession {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl TerminalSession {
+    /// Starts `kubectl ARGS` in `script`, after the shell command `setup`
+    /// (an `stty` setting the terminal's size, say).
+    fn start(kubectl: &skiff_tests::kubectl::Kubectl, args: &[&str], setup: &str) -> Result<Self> {
+        use anyhow::Context;
+        use tokio::io::AsyncReadExt;
+        let command = format!("{setup} {}", kubectl.command_line(args));
+        let mut child = tokio::process::Command::new("script")
+            .args(["-q", "-e", "-c", &command, "/dev/null"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting util-linux `script`")?;
+        let stdin = child.stdin.take().context("script's stdin")?;
+        let mut stdout = child.stdout.take().context("script's stdout")?;
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let into = seen.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            while let Ok(read) = stdout.read(&mut buf).await {
+                if read == 0 {
+                    break;
+                }
+                into.lock().unwrap().extend_from_slice(&buf[..read]);
+            }
+        });
+        Ok(TerminalSession { child, stdin, seen })
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.seen.lock().unwrap()).into_owned()
+    }
+
+    async fn type_line(&mut self, line: &str) -> Result<()> {
+        use tokio::io::AsyncWriteExt;
+        self.stdin.write_all(format!("{line}\n").as_bytes()).await?;
+        Ok(())
+    }
+
+    async fn wait_for(&mut self, text: &str, minor: u32) -> Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !self.text().contains(text) {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "kubectl.1.{minor} did not show {text:?} on its terminal: {:?}",
+                self.text()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// Waits for kubectl (and so `script`) to end; its exit code.
+    async fn wait(mut self) -> Result<Option<i32>> {
+        use anyhow::Context;
+        let status = tokio::time::timeout(std::time::Duration::from_secs(30), self.child.wait())
+            .await
+            .context("kubectl attach -it did not end")??;
+        Ok(status.code())
+    }
 }

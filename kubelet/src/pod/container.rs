@@ -213,6 +213,8 @@ impl ContainerRunner {
             working_dir: launch.working_dir.clone(),
             limits: launch.limits,
             stdin: self.container.stdin.unwrap_or(false),
+            stdin_once: self.container.stdin_once.unwrap_or(false),
+            tty: self.container.tty.unwrap_or(false),
         };
         match self.context.runtime.start(spec).await {
             Ok(handle) => {

@@ -51,6 +51,12 @@ pub struct ContainerSpec {
     /// The container's `stdin`: kept open for attach rather than
     /// `/dev/null`.
     pub stdin: bool,
+    /// The container's `stdinOnce`: its stdin is closed when the first
+    /// attached client's stdin ends.
+    pub stdin_once: bool,
+    /// The container's `tty`: it runs on a terminal of its own, which
+    /// attach relays and resizes.
+    pub tty: bool,
 }
 
 /// How a container ended, as its `state.terminated` reports it.

@@ -18,6 +18,11 @@ pub struct ExecContext {
     pub cgroup: Option<PathBuf>,
     /// Where attach writes the container's stdin, if it keeps one.
     pub stdin_socket: Option<PathBuf>,
+    /// The container was started with `stdin`, so attach may write it.
+    pub stdin: bool,
+    /// The container runs on a terminal; attach speaks
+    /// [`crate::shim::terminal`]'s frames on its socket.
+    pub tty: bool,
 }
 
 impl ExecContext {
@@ -42,7 +47,11 @@ impl ProcessRuntime {
             env: spec.env,
             working_dir: spec.working_dir,
             cgroup: spec.cgroup,
+            // A spec written before `stdin` was recorded had a socket
+            // exactly for stdin.
+            stdin: spec.stdin || (spec.stdin_socket.is_some() && !spec.tty),
             stdin_socket: spec.stdin_socket,
+            tty: spec.tty,
         })
     }
 }

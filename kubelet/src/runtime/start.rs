@@ -276,7 +276,11 @@ fn shim_spec_of(
             LimitsEnforcement::Applied { cgroup } => Some(cgroup.clone()),
             LimitsEnforcement::Skipped { .. } => None,
         },
-        stdin_socket: spec.stdin.then(|| dir.stdin_socket_path()),
+        // A terminal's output reaches attach through the socket too.
+        stdin_socket: (spec.stdin || spec.tty).then(|| dir.stdin_socket_path()),
+        stdin: spec.stdin,
+        stdin_once: spec.stdin_once,
+        tty: spec.tty,
     }
 }
 

@@ -1,7 +1,8 @@
 //! Attach to a running container: its log file followed from now, each
 //! record on the stream it came from, until the container exits; and, for
 //! a container started with `stdin`, the client's stdin written to it
-//! through its shim's socket. The runtime gives containers no terminal.
+//! through its shim's socket. A container on a terminal (`tty`) is relayed
+//! through that socket both ways instead, with resizes.
 
 use std::io::SeekFrom;
 use std::path::Path;
@@ -15,6 +16,7 @@ use super::exec::{ClientEvent, ExecRequest, OutputStream};
 use super::status::ExecOutcome;
 use crate::logs::cri::{parse_record, LogStream, LogTag};
 use crate::runtime::ContainerHandle;
+use crate::shim::terminal::{Frame, MAX_INPUT};
 
 /// How often the log is looked at for new records.
 const POLL: Duration = Duration::from_millis(100);
@@ -96,12 +98,73 @@ pub async fn run(
                         }
                     }
                 }
-                // The container's stdin stays open for the next client,
-                // as without stdinOnce.
+                // Closing the connection tells the shim: the container's
+                // stdin stays open for the next client, unless stdinOnce.
+                // The output goes on until the container exits.
                 Some(ClientEvent::StdinClosed) => stdin = None,
                 Some(ClientEvent::Resize { .. }) => {}
             },
             () = tokio::time::sleep(POLL) => {}
+        }
+    }
+}
+
+/// Relays a terminal container: its output as it is written, the client's
+/// input and resizes to the terminal, until the container exits or the
+/// client leaves. As with containerd, the client's stdin ending ends its
+/// session and leaves the terminal open (even with `stdinOnce`), so a
+/// later `kubectl attach -it` resumes it.
+pub async fn run_on_terminal(
+    handle: &ContainerHandle,
+    socket: Option<&Path>,
+    request: &ExecRequest,
+    mut input: mpsc::Receiver<ClientEvent>,
+    output: mpsc::Sender<(OutputStream, Bytes)>,
+) -> ExecOutcome {
+    let connected = match socket {
+        Some(socket) => tokio::net::UnixStream::connect(socket).await,
+        None => Err(std::io::ErrorKind::NotFound.into()),
+    };
+    let (mut reader, mut writer) = match connected {
+        Ok(stream) => stream.into_split(),
+        Err(err) => {
+            return ExecOutcome::Failed {
+                message: format!("cannot attach to the terminal of {}: {err}", handle.id()),
+            }
+        }
+    };
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        tokio::select! {
+            read = reader.read(&mut buf) => match read {
+                // The shim ends the connection when the container has exited.
+                Ok(0) | Err(_) => return ExecOutcome::Exited { code: 0 },
+                Ok(read) => {
+                    let chunk = Bytes::copy_from_slice(&buf[..read]);
+                    if request.stdout && output.send((OutputStream::Stdout, chunk)).await.is_err() {
+                        return ExecOutcome::Failed { message: "the client went away".into() };
+                    }
+                }
+            },
+            event = input.recv() => {
+                let frames = match event {
+                    None => return ExecOutcome::Failed { message: "the client went away".into() },
+                    Some(ClientEvent::StdinClosed) => return ExecOutcome::Exited { code: 0 },
+                    Some(ClientEvent::Stdin(data)) if request.stdin => data
+                        .chunks(MAX_INPUT)
+                        .flat_map(|chunk| Frame::Input(chunk.to_vec()).encode())
+                        .collect(),
+                    Some(ClientEvent::Stdin(_)) => continue,
+                    Some(ClientEvent::Resize { width, height }) => {
+                        Frame::Resize { width, height }.encode()
+                    }
+                };
+                if let Err(err) = writer.write_all(&frames).await {
+                    return ExecOutcome::Failed {
+                        message: format!("lost the terminal of {}: {err}", handle.id()),
+                    };
+                }
+            }
         }
     }
 }

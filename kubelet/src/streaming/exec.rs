@@ -340,6 +340,8 @@ mod tests {
             working_dir: "/".into(),
             cgroup,
             stdin_socket: None,
+            stdin: false,
+            tty: false,
         }
     }
 

@@ -35,7 +35,7 @@ pub use status::ExecOutcome;
 
 use self::idle::{Activity, Watched};
 use self::session::Session;
-use crate::runtime::{ContainerHandle, ExecContext, ProcessRuntime};
+use crate::runtime::{ContainerHandle, ProcessRuntime};
 
 /// Finds the running container a stream is for.
 pub trait ContainerFinder: Send + Sync + 'static {
@@ -176,38 +176,38 @@ async fn attach_handler(
         Ok(handle) => handle,
         Err(refusal) => return refusal.into_response(),
     };
-    if attach_request.tty {
+    let context = match streaming.runtime.exec_context(handle.id()) {
+        Ok(context) => context,
+        Err(err) => {
+            return Refusal::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot attach to container {container}: {err}"),
+            )
+            .into_response()
+        }
+    };
+    if attach_request.tty && !context.tty {
         return Refusal::new(
             StatusCode::BAD_REQUEST,
             format!(
-                "container {container} in pod {pod} has no terminal to attach to: this runtime starts containers without one (omit -t)"
+                "container {container} in pod {pod} has no terminal to attach to: it was started without tty: true (omit -t, or set tty: true on the container)"
             ),
         )
         .into_response();
     }
-    let stdin_socket = if attach_request.stdin {
-        match streaming.runtime.exec_context(handle.id()) {
-            Ok(ExecContext {
-                stdin_socket: Some(socket),
-                ..
-            }) => Some(socket),
-            Ok(_) => {
-                return Refusal::new(
-                    StatusCode::BAD_REQUEST,
-                    format!(
-                        "container {container} in pod {pod} was started without stdin; attach can only stream its output (omit -i, or set stdin: true on the container)"
-                    ),
-                )
-                .into_response()
-            }
-            Err(err) => {
-                return Refusal::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("cannot attach to container {container}: {err}"),
-                )
-                .into_response()
-            }
-        }
+    if attach_request.stdin && !context.stdin {
+        return Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "container {container} in pod {pod} was started without stdin; attach can only stream its output (omit -i, or set stdin: true on the container)"
+            ),
+        )
+        .into_response();
+    }
+    // A terminal's output comes through the socket; stdin without one is
+    // written there only when the client sends it.
+    let stdin_socket = if context.tty || attach_request.stdin {
+        context.stdin_socket.clone()
     } else {
         None
     };
@@ -219,6 +219,7 @@ async fn attach_handler(
         handle,
         log_path,
         stdin_socket,
+        terminal: context.tty,
         request: attach_request,
     };
     serve_session(request, session, streaming.idle_timeout).await

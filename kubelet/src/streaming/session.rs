@@ -21,6 +21,9 @@ pub enum Session {
         log_path: PathBuf,
         /// Where the container's stdin is written, when the client sends it.
         stdin_socket: Option<PathBuf>,
+        /// The container runs on a terminal: its output and input go
+        /// through `stdin_socket` in the shim's frames.
+        terminal: bool,
         request: ExecRequest,
     },
 }
@@ -43,8 +46,19 @@ impl Session {
             Session::Exec { context, request } => exec::run(context, request, input, output).await,
             Session::Attach {
                 handle,
+                stdin_socket,
+                terminal: true,
+                request,
+                ..
+            } => {
+                attach::run_on_terminal(handle, stdin_socket.as_deref(), request, input, output)
+                    .await
+            }
+            Session::Attach {
+                handle,
                 log_path,
                 stdin_socket,
+                terminal: false,
                 request,
             } => {
                 attach::run(

@@ -2,10 +2,12 @@
 //! container as its child, writes its output to the CRI log file and records
 //! its exit status, so containers outlive a restarting kubelet. No tokio here.
 
+pub mod terminal;
+
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -45,8 +47,20 @@ pub struct ShimSpec {
     /// For a container with `stdin`: a Unix socket whose connections'
     /// bytes go to the container's stdin (attach); else stdin is
     /// `/dev/null`.
+    /// With `tty`, the socket also carries the terminal's output and
+    /// [`terminal::Frame`]s instead of raw stdin.
     #[serde(default)]
     pub stdin_socket: Option<PathBuf>,
+    /// The container's `stdin`: without it a terminal takes no input.
+    #[serde(default)]
+    pub stdin: bool,
+    /// The container's `stdinOnce`: without a terminal, its stdin is
+    /// closed when the first attached client's stdin ends.
+    #[serde(default)]
+    pub stdin_once: bool,
+    /// The container's `tty`: it runs on a terminal of its own.
+    #[serde(default)]
+    pub tty: bool,
 }
 
 /// The one line the shim writes to its stdout, telling the runtime whether
@@ -85,6 +99,8 @@ enum ShimError {
     EmptyArgv { path: PathBuf },
     #[error("cannot open container log {path}: {source}")]
     OpenLog { path: PathBuf, source: io::Error },
+    #[error("cannot open a terminal for the container (tty: true): {0}")]
+    OpenTerminal(io::Error),
     #[error("cannot open {path} to enter the container's cgroup: {source}")]
     OpenCgroup { path: PathBuf, source: io::Error },
     #[error("exec {program}: {source}")]
@@ -149,7 +165,7 @@ fn run(spec: &ShimSpec) -> Result<(), ShimError> {
     // Bound before the start is reported, so attach finds it at once.
     let stdin_listener = spec.stdin_socket.as_deref().and_then(bind_stdin_socket);
     let started = start_container(spec, stdin_listener.is_some());
-    let (mut child, log) = match started {
+    let (mut child, log, terminal) = match started {
         Ok(started) => started,
         Err(err) => {
             report(&ShimReport::Failed {
@@ -167,18 +183,32 @@ fn run(spec: &ShimSpec) -> Result<(), ShimError> {
         started_at: Timestamp::now(),
     }));
     detach_stdout();
-    if let (Some(listener), Some(stdin)) = (stdin_listener, child.stdin.take()) {
-        std::thread::spawn(move || serve_stdin(listener, stdin));
-    }
     let oom_kills_before = spec
         .cgroup
         .as_deref()
         .and_then(cgroup::oom_kills)
         .unwrap_or(0);
-    let drained = copy_output(&mut child, log);
+    let (drained, streams) = match terminal {
+        Some(primary) => {
+            let terminal = terminal::Terminal::new(primary, spec.stdin);
+            if let Some(listener) = stdin_listener {
+                terminal.spawn_clients(listener);
+            }
+            let (done, drained) = mpsc::channel();
+            terminal.spawn_output(log, done);
+            (drained, 1)
+        }
+        None => {
+            if let (Some(listener), Some(stdin)) = (stdin_listener, child.stdin.take()) {
+                let once = spec.stdin_once;
+                std::thread::spawn(move || serve_stdin(listener, stdin, once));
+            }
+            (copy_output(&mut child, log), 2)
+        }
+    };
     let status = wait_for_exit(&mut child);
     end_process_group(pid, spec.cgroup.as_deref());
-    wait_drained(&drained);
+    wait_drained(&drained, streams);
     let oom_killed = spec
         .cgroup
         .as_deref()
@@ -211,35 +241,50 @@ fn bind_stdin_socket(path: &Path) -> Option<UnixListener> {
     }
 }
 
-/// Copies what each attached client sends into the container's stdin, one
-/// client at a time; the container's stdin stays open between clients.
-fn serve_stdin(listener: UnixListener, stdin: ChildStdin) {
-    let stdin = Arc::new(Mutex::new(stdin));
+/// Copies what each attached client sends into the container's stdin; the
+/// container's stdin stays open between clients, unless `once`
+/// (`stdinOnce`): then the first client's end closes it, and later
+/// clients are disconnected at once, their input going nowhere.
+fn serve_stdin(listener: UnixListener, stdin: ChildStdin, once: bool) {
+    let stdin = Arc::new(Mutex::new(Some(stdin)));
     for connection in listener.incoming() {
-        let Ok(mut connection) = connection else {
+        let Ok(connection) = connection else {
             continue;
         };
+        if stdin.lock().is_none() {
+            continue;
+        }
         let stdin = stdin.clone();
         std::thread::spawn(move || {
-            let mut buf = [0u8; 32 * 1024];
-            loop {
-                match connection.read(&mut buf) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => {
-                        if stdin.lock().write_all(&buf[..n]).is_err() {
-                            return;
-                        }
-                    }
-                }
+            copy_to_stdin(connection, &stdin);
+            if once {
+                stdin.lock().take();
             }
         });
     }
 }
 
-fn start_container(
-    spec: &ShimSpec,
-    keep_stdin: bool,
-) -> Result<(Child, Arc<Mutex<File>>), ShimError> {
+fn copy_to_stdin(mut connection: impl Read, stdin: &Mutex<Option<ChildStdin>>) {
+    let mut buf = [0u8; 32 * 1024];
+    loop {
+        match connection.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let mut stdin = stdin.lock();
+                let written = stdin.as_mut().map(|stdin| stdin.write_all(&buf[..n]));
+                if !matches!(written, Some(Ok(()))) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The started container, its log, and its terminal's primary side when it
+/// has one.
+type Started = (Child, Arc<Mutex<File>>, Option<File>);
+
+fn start_container(spec: &ShimSpec, keep_stdin: bool) -> Result<Started, ShimError> {
     let log = OpenOptions::new()
         .create(true)
         .append(true)
@@ -252,36 +297,64 @@ fn start_container(
         Some(cgroup) => Some(open_cgroup_procs(cgroup)?),
         None => None,
     };
-    let mut command = container_command(spec, keep_stdin);
+    let (primary, replica) = if spec.tty {
+        let (primary, replica) = terminal::open().map_err(ShimError::OpenTerminal)?;
+        (Some(primary), Some(replica))
+    } else {
+        (None, None)
+    };
+    let tty = replica.is_some();
+    let mut command = container_command(spec, keep_stdin, replica)?;
     let cgroup_fd = cgroup_procs.as_ref().map(|f| f.as_raw_fd());
-    // SAFETY: the closure only calls setpgid(2) and write(2), which are
-    // async-signal-safe, on an fd opened before the fork.
+    // SAFETY: the closure only calls setpgid(2) or setsid(2) and ioctl(2),
+    // and write(2), which are async-signal-safe, on fds opened before the
+    // fork.
     unsafe {
-        command.pre_exec(move || enter_container_group(cgroup_fd));
+        command.pre_exec(move || enter_container_group(cgroup_fd, tty));
     }
     let child = command.spawn().map_err(|source| ShimError::Exec {
         program: spec.program.clone(),
         source,
     })?;
-    Ok((child, Arc::new(Mutex::new(log))))
+    // `command` and the replica copies it holds are dropped here: the
+    // terminal's end of file must come when the container's side closes.
+    Ok((child, Arc::new(Mutex::new(log)), primary))
 }
 
-fn container_command(spec: &ShimSpec, keep_stdin: bool) -> Command {
+/// The container's command; with a terminal (`replica`), that is its
+/// stdin, stdout and stderr.
+fn container_command(
+    spec: &ShimSpec,
+    keep_stdin: bool,
+    replica: Option<OwnedFd>,
+) -> Result<Command, ShimError> {
     let mut command = Command::new(&spec.program);
     command
         .arg0(&spec.argv[0])
         .args(&spec.argv[1..])
         .env_clear()
         .envs(spec.env.iter().map(|(name, value)| (name, value)))
-        .current_dir(&spec.working_dir)
-        .stdin(if keep_stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command
+        .current_dir(&spec.working_dir);
+    match replica {
+        Some(replica) => {
+            let clone = || replica.try_clone().map_err(ShimError::OpenTerminal);
+            command
+                .stdin(Stdio::from(clone()?))
+                .stdout(Stdio::from(clone()?))
+                .stderr(Stdio::from(replica));
+        }
+        None => {
+            command
+                .stdin(if keep_stdin {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+        }
+    }
+    Ok(command)
 }
 
 fn open_cgroup_procs(cgroup: &Path) -> Result<File, ShimError> {
@@ -293,12 +366,16 @@ fn open_cgroup_procs(cgroup: &Path) -> Result<File, ShimError> {
 }
 
 /// In the forked child before exec: become the leader of the container's own
-/// process group (so signals to it spare the shim), and enter its cgroup
-/// (writing "0" to `cgroup.procs` moves the writing process).
-fn enter_container_group(cgroup_procs: Option<i32>) -> io::Result<()> {
+/// process group (so signals to it spare the shim) — on a terminal, of a
+/// session with the terminal as its controlling terminal — and enter its
+/// cgroup (writing "0" to `cgroup.procs` moves the writing process).
+fn enter_container_group(cgroup_procs: Option<i32>, tty: bool) -> io::Result<()> {
+    if tty {
+        terminal::take_controlling_terminal()?;
+    }
     // SAFETY: setpgid and write are async-signal-safe; the buffer is static.
     unsafe {
-        if libc::setpgid(0, 0) != 0 {
+        if !tty && libc::setpgid(0, 0) != 0 {
             return Err(io::Error::last_os_error());
         }
         if let Some(fd) = cgroup_procs {
@@ -442,9 +519,10 @@ fn end_process_group(pid: u32, cgroup: Option<&Path>) {
     }
 }
 
-fn wait_drained(drained: &mpsc::Receiver<()>) {
+/// Waits for `streams` output copiers to finish.
+fn wait_drained(drained: &mpsc::Receiver<()>, streams: usize) {
     let deadline = Instant::now() + DRAIN_TIMEOUT;
-    for _ in 0..2 {
+    for _ in 0..streams {
         let left = deadline.saturating_duration_since(Instant::now());
         if drained.recv_timeout(left).is_err() {
             eprintln!(
@@ -497,6 +575,9 @@ mod tests {
             exit_status_path: dir.path().join("exit.json"),
             cgroup: None,
             stdin_socket: None,
+            stdin: false,
+            stdin_once: false,
+            tty: false,
         };
         std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
         assert!(matches!(
