@@ -4,6 +4,7 @@
 mod api;
 mod controllers;
 mod data_root;
+mod exec;
 mod kubelet;
 mod machine;
 mod report;
@@ -71,6 +72,10 @@ enum Command {
     /// created → every replica available, then rolled to a new image →
     /// rollout complete, with the surge and availability seen.
     Controllers(controllers::ControllersArgs),
+    /// `kubectl exec` and `kubectl port-forward` through the API server of
+    /// `skiff up` with its kubelet, over TLS: exec round trips of `true`
+    /// (WebSocket v5) and a port-forward transfer beside plain loopback.
+    Exec(exec::ExecArgs),
 }
 
 fn main() -> ExitCode {
@@ -81,6 +86,7 @@ fn main() -> ExitCode {
         Command::Scheduler(args) => scheduler::run(args),
         Command::Kubelet(args) => kubelet::run(args),
         Command::Controllers(args) => controllers::run(args),
+        Command::Exec(args) => exec::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
+use super::encoding::Encoding;
 use super::pods::SEQ_ANNOTATION;
 use super::watch::{
     open_each, own_cpu_time, paced, thread_cpu_time, Readers, Shared, WatchPoint, WatchTransport,
@@ -50,11 +51,11 @@ pub async fn measure(
     let listener = TcpListener::bind("127.0.0.1:0").context("binding the floor's listener")?;
     let addr = listener.local_addr()?;
     let acceptor = std::thread::spawn(move || accept(listener, watchers));
-    let shared = Arc::new(Shared::new(watchers, writes, "floor"));
+    let shared = Arc::new(Shared::new(watchers, writes, "floor", Encoding::Json));
     let mut readers = Readers::new(&shared);
     let opening = Instant::now();
     progress.set_length(watchers as u64);
-    let streams = open_each(addr, "/floor", watchers, progress).await;
+    let streams = open_each(addr, "/floor", watchers, Encoding::Json, progress).await;
     let accepted = acceptor
         .join()
         .map_err(|_| anyhow::anyhow!("the floor's acceptor panicked"))?;
@@ -76,12 +77,14 @@ pub async fn measure(
     Ok(WatchPoint {
         watchers,
         transport: WatchTransport::Http1,
+        encoding: Encoding::Json,
         writes,
         delivered: outcome.delivered,
         expected: ((writes + 1) * watchers) as u64,
         latencies: crate::report::Latencies::from_nanos(outcome.nanos),
         first_watcher: shared.first_watchers(),
         unexpected: outcome.unexpected,
+        event_bytes: outcome.bytes,
         opened_in,
         server_cpu: sender_cpu,
         client_cpu: total_cpu.saturating_sub(sender_cpu),

@@ -7,8 +7,9 @@
 //! to the body, whose reader was woken in turn: 4 µs of CPU per event per
 //! watcher with 1 000 watchers, about what the server spent sending it.
 //! Here a reader task polls the sockets of many watches itself: a read, the
-//! chunked framing walked, the lines handed on. What the bench needs of
-//! HTTP/1.1 and no more: one GET, a `200` status line and a chunked body.
+//! chunked framing walked, the events (JSON lines or protobuf frames)
+//! handed on. What the bench needs of HTTP/1.1 and no more: one GET, a
+//! `200` status line and a chunked body.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -17,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::http::Lines;
+use super::encoding::{Encoding, WatchEvents, PROTOBUF};
 
 /// How long the server may take to answer the watch.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -45,26 +46,26 @@ pub struct H1Watch {
     buf: Vec<u8>,
     at: usize,
     framing: Framing,
-    lines: Lines,
+    events: WatchEvents,
 }
 
 impl H1Watch {
-    /// Opens a connection and a watch on `path`; returns once the server
-    /// has answered 200 with a chunked body.
-    pub async fn open(addr: SocketAddr, path: &str) -> Result<H1Watch> {
+    /// Opens a connection and a watch on `path`, accepting `encoding`;
+    /// returns once the server has answered 200 with a chunked body in it.
+    pub async fn open(addr: SocketAddr, path: &str, encoding: Encoding) -> Result<H1Watch> {
         let mut stream = TcpStream::connect(addr)
             .await
             .with_context(|| format!("connecting to the API at {addr}"))?;
         stream.set_nodelay(true)?;
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n\r\n");
+        let accept = encoding.accept();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\n\r\n");
         stream.write_all(request.as_bytes()).await?;
         let mut watch = H1Watch {
             stream,
             buf: Vec::with_capacity(READ_ROOM),
             at: 0,
             framing: Framing::Size,
-            lines: Lines::default(),
+            events: encoding.watch_events(),
         };
         let head_end = tokio::time::timeout(OPEN_TIMEOUT, watch.read_head())
             .await
@@ -85,6 +86,13 @@ impl H1Watch {
         });
         if !chunked {
             bail!("GET {path}: the watch's answer is not chunked:\n{head}");
+        }
+        let protobuf = head.lines().any(|line| {
+            let line = line.to_ascii_lowercase();
+            line.starts_with("content-type:") && line.contains(PROTOBUF)
+        });
+        if encoding == Encoding::Protobuf && !protobuf {
+            bail!("GET {path}: asked for protobuf ({accept}), answered otherwise:\n{head}");
         }
         watch.at = head_end;
         Ok(watch)
@@ -116,9 +124,9 @@ impl H1Watch {
         Ok((read > 0).then(Instant::now))
     }
 
-    /// Walks the chunked framing of what was read, handing `on_line` every
-    /// line it completes. `Ok(false)` after the body's last chunk.
-    pub fn decode(&mut self, mut on_line: impl FnMut(&[u8])) -> Result<bool> {
+    /// Walks the chunked framing of what was read, handing `on_event`
+    /// every event it completes. `Ok(false)` after the body's last chunk.
+    pub fn decode(&mut self, mut on_event: impl FnMut(&[u8])) -> Result<bool> {
         loop {
             let rest = &self.buf[self.at..];
             match self.framing {
@@ -145,7 +153,7 @@ impl H1Watch {
                         break;
                     }
                     let take = left.min(rest.len());
-                    self.lines.split(&rest[..take], &mut on_line);
+                    self.events.split(&rest[..take], &mut on_event)?;
                     self.at += take;
                     self.framing = match left - take {
                         0 => Framing::DataEnd,
@@ -176,9 +184,14 @@ impl H1Watch {
 mod tests {
     use super::*;
 
-    /// A watch fed `reads` one after another (no socket: a listener's
-    /// connection that is never read from).
+    /// A JSON watch fed `reads` one after another.
     async fn fed(reads: &[&[u8]]) -> (Vec<String>, Result<bool>) {
+        fed_as(Encoding::Json, reads).await
+    }
+
+    /// A watch in `encoding` fed `reads` one after another (no socket: a
+    /// listener's connection that is never read from).
+    async fn fed_as(encoding: Encoding, reads: &[&[u8]]) -> (Vec<String>, Result<bool>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let stream = TcpStream::connect(listener.local_addr().unwrap())
             .await
@@ -188,7 +201,7 @@ mod tests {
             buf: Vec::new(),
             at: 0,
             framing: Framing::Size,
-            lines: Lines::default(),
+            events: encoding.watch_events(),
         };
         let mut lines = Vec::new();
         let mut last = Ok(true);
@@ -219,6 +232,25 @@ mod tests {
         let (lines, last) = fed(&bytes).await;
         assert_eq!(lines, ["{\"a\":1}", "{\"b\":2}"]);
         assert!(matches!(last, Ok(false)));
+    }
+
+    #[tokio::test]
+    async fn protobuf_frames_come_out_of_chunks_that_cut_them_anywhere() {
+        // Frames "ab" and "cde", cut by the chunks after 3 and 9 bytes.
+        let whole: &[u8] =
+            b"3\r\n\0\0\0\r\n6\r\n\x02ab\0\0\0\r\n2\r\n\x03c\r\n2\r\nde\r\n0\r\n\r\n";
+        for split in 1..whole.len() {
+            let (a, b) = whole.split_at(split);
+            let (frames, last) = fed_as(Encoding::Protobuf, &[a, b]).await;
+            assert_eq!(frames, ["ab", "cde"], "split at {split}");
+            assert!(matches!(last, Ok(false)), "split at {split}");
+        }
+        // JSON read as frames: an impossible length, an error.
+        let (_, last) = fed_as(Encoding::Protobuf, &[b"8\r\n{\"type\":\r\n"]).await;
+        assert!(last
+            .unwrap_err()
+            .to_string()
+            .contains("not length-prefixed"));
     }
 
     #[tokio::test]

@@ -12,8 +12,9 @@
 //! Only what a watch needs: GET requests (HPACK literals, no Huffman, no
 //! dynamic table), response headers checked for `:status: 200` by their
 //! first byte (the static-table index an HTTP/2 server uses for it) and not
-//! otherwise decoded, DATA split into lines per stream, SETTINGS and PING
-//! acknowledged, windows kept open with WINDOW_UPDATE.
+//! otherwise decoded, DATA split into events per stream (JSON lines or
+//! protobuf frames), SETTINGS and PING acknowledged, windows kept open with
+//! WINDOW_UPDATE.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -22,7 +23,7 @@ use anyhow::{bail, Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::http::Lines;
+use super::encoding::{Encoding, WatchEvents};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const DATA: u8 = 0x0;
@@ -62,14 +63,15 @@ enum State {
 
 struct Watch {
     state: State,
-    lines: Lines,
+    events: WatchEvents,
     /// Bytes received since its window was last opened again.
     received: u64,
 }
 
-/// The frames of one connection, without the socket: bytes in, lines and
-/// the bytes to send back out.
+/// The frames of one connection, without the socket: bytes in, events
+/// and the bytes to send back out.
 struct Frames {
+    encoding: Encoding,
     watches: Vec<Watch>,
     /// To write to the server: acknowledgements and window updates.
     out: Vec<u8>,
@@ -113,22 +115,23 @@ fn hpack_literal(out: &mut Vec<u8>, index: usize, value: &str) {
     out.extend_from_slice(value.as_bytes());
 }
 
-/// The header block of `GET path` to `authority`, accepting JSON.
-fn get_headers(path: &str, authority: &str) -> Vec<u8> {
+/// The header block of `GET path` to `authority`, accepting `accept`.
+fn get_headers(path: &str, authority: &str, accept: &str) -> Vec<u8> {
     let mut block = vec![0x82, 0x86]; // :method GET, :scheme http
     hpack_literal(&mut block, 4, path); // :path
     hpack_literal(&mut block, 1, authority); // :authority
-    hpack_literal(&mut block, 19, "application/json"); // accept
+    hpack_literal(&mut block, 19, accept); // accept
     block
 }
 
 impl Frames {
-    fn new(watches: usize) -> Frames {
+    fn new(watches: usize, encoding: Encoding) -> Frames {
         Frames {
+            encoding,
             watches: (0..watches)
                 .map(|_| Watch {
                     state: State::Waiting,
-                    lines: Lines::default(),
+                    events: encoding.watch_events(),
                     received: 0,
                 })
                 .collect(),
@@ -148,7 +151,7 @@ impl Frames {
         settings.extend_from_slice(&MAX_WINDOW.to_be_bytes());
         frame(&mut out, SETTINGS, 0, 0, &settings);
         window_update(&mut out, 0, MAX_WINDOW - DEFAULT_WINDOW);
-        let block = get_headers(path, authority);
+        let block = get_headers(path, authority, self.encoding.accept());
         for i in 0..self.watches.len() {
             frame(
                 &mut out,
@@ -205,7 +208,7 @@ impl Frames {
                     watch.received = 0;
                 }
                 match &mut watch.state {
-                    State::Open => watch.lines.split(data, |line| on_line(index, line)),
+                    State::Open => watch.events.split(data, |event| on_line(index, event))?,
                     State::Refused(why) if why.is_empty() => {
                         *why = String::from_utf8_lossy(&data[..data.len().min(300)]).into_owned();
                     }
@@ -310,14 +313,19 @@ pub struct H2Watches {
 const READ_BUFFER: usize = 256 * 1024;
 
 impl H2Watches {
-    /// Connects, asks for every watch at once and returns when the server
-    /// has answered each one 200.
-    pub async fn open(addr: SocketAddr, path: &str, count: usize) -> Result<H2Watches> {
+    /// Connects, asks for every watch at once (accepting `encoding`) and
+    /// returns when the server has answered each one 200.
+    pub async fn open(
+        addr: SocketAddr,
+        path: &str,
+        count: usize,
+        encoding: Encoding,
+    ) -> Result<H2Watches> {
         let mut socket = TcpStream::connect(addr)
             .await
             .with_context(|| format!("connecting to the API at {addr}"))?;
         socket.set_nodelay(true)?;
-        let frames = Frames::new(count);
+        let frames = Frames::new(count, encoding);
         let opening = frames.opening(path, &addr.to_string());
         socket
             .write_all(&opening)
@@ -419,7 +427,7 @@ mod tests {
 
     #[test]
     fn the_opening_asks_for_each_watch_on_its_own_stream() {
-        let frames = Frames::new(2);
+        let frames = Frames::new(2, Encoding::Json);
         let out = frames.opening("/api/v1/pods?watch=true", "127.0.0.1:1");
         assert!(out.starts_with(PREFACE));
         let rest = &out[PREFACE.len()..];
@@ -441,7 +449,7 @@ mod tests {
 
     #[test]
     fn lines_are_split_per_stream_across_frames_and_reads() {
-        let mut frames = Frames::new(2);
+        let mut frames = Frames::new(2, Encoding::Json);
         let mut input = server_frame(SETTINGS, 0, 0, &[0, 3, 0, 0, 3, 0xe8]);
         input.extend(server_frame(HEADERS, END_HEADERS, 1, &[STATUS_OK]));
         input.extend(server_frame(HEADERS, END_HEADERS, 3, &[STATUS_OK]));
@@ -473,8 +481,35 @@ mod tests {
     }
 
     #[test]
+    fn protobuf_watches_ask_for_protobuf_and_get_frames_across_data_frames() {
+        let mut frames = Frames::new(2, Encoding::Protobuf);
+        let opening = frames.opening("/api/v1/pods?watch=true", "127.0.0.1:1");
+        let accept = Encoding::Protobuf.accept().as_bytes();
+        assert!(memchr::memmem::find(&opening, accept).is_some());
+        let mut input = server_frame(HEADERS, END_HEADERS, 1, &[STATUS_OK]);
+        input.extend(server_frame(HEADERS, END_HEADERS, 3, &[STATUS_OK]));
+        input.extend(server_frame(DATA, 0, 1, b"\0\0\0\x03ab"));
+        input.extend(server_frame(DATA, 0, 3, b"\0\0\0\x01z\0\0"));
+        input.extend(server_frame(DATA, 0, 1, b"c\0\0\0\0"));
+        input.extend(server_frame(DATA, 0, 3, b"\0\x02xy"));
+        let mut seen = Vec::new();
+        feed(&mut frames, &input, 5, |i, event| {
+            seen.push((i, event.to_vec()))
+        })
+        .unwrap();
+        let want: [(usize, &[u8]); 4] = [(1, b"z"), (0, b"abc"), (0, b""), (1, b"xy")];
+        let want: Vec<(usize, Vec<u8>)> = want.iter().map(|(i, e)| (*i, e.to_vec())).collect();
+        assert_eq!(seen, want);
+        // JSON where frames were asked for: an error, not garbage events.
+        let mut frames = Frames::new(1, Encoding::Protobuf);
+        let mut input = server_frame(HEADERS, END_HEADERS, 1, &[STATUS_OK]);
+        input.extend(server_frame(DATA, 0, 1, b"{\"type\":\"ADDED\"}\n"));
+        assert!(frames.parse(&input, |_, _| {}).is_err());
+    }
+
+    #[test]
     fn a_watch_answered_otherwise_than_200_is_a_refusal_with_its_body() {
-        let mut frames = Frames::new(1);
+        let mut frames = Frames::new(1, Encoding::Json);
         // 0x8d: static entry 13, ":status: 404".
         let mut input = server_frame(HEADERS, END_HEADERS, 1, &[0x8d]);
         input.extend(server_frame(DATA, END_STREAM, 1, b"{\"kind\":\"Status\"}"));
@@ -488,7 +523,7 @@ mod tests {
 
     #[test]
     fn ended_streams_and_goaway_are_noted() {
-        let mut frames = Frames::new(2);
+        let mut frames = Frames::new(2, Encoding::Json);
         let mut input = server_frame(HEADERS, END_HEADERS, 1, &[STATUS_OK]);
         input.extend(server_frame(RST_STREAM, 0, 3, &[0, 0, 0, 8]));
         input.extend(server_frame(DATA, END_STREAM, 1, b"{}\n"));
@@ -501,7 +536,7 @@ mod tests {
 
     #[test]
     fn bad_padding_is_an_error_not_a_panic() {
-        let mut frames = Frames::new(1);
+        let mut frames = Frames::new(1, Encoding::Json);
         let input = server_frame(DATA, PADDED, 1, &[9, b'x']);
         assert!(frames.parse(&input, |_, _| {}).is_err());
         assert!(unpadded(PADDED, &[], 0).is_err());
@@ -509,7 +544,7 @@ mod tests {
 
     #[test]
     fn windows_are_opened_again_after_a_gigabyte() {
-        let mut frames = Frames::new(1);
+        let mut frames = Frames::new(1, Encoding::Json);
         frames.watches[0].state = State::Open;
         frames.received = REFILL_AFTER - 2;
         frames.watches[0].received = REFILL_AFTER - 2;

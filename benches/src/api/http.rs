@@ -1,6 +1,7 @@
 //! The benchmark's HTTP client of the Kubernetes API: one HTTP/1.1
 //! keep-alive connection per concurrent client (hyper's connection-level
-//! client, no pool in between), JSON bodies in and out, and watch responses
+//! client, no pool in between), JSON or protobuf bodies in and out
+//! (`Encoding`), and JSON watch responses
 //! read line by line, each on its own HTTP/1.1 connection (`h2watch` reads
 //! watches multiplexed on HTTP/2). Plain HTTP on loopback only; not a
 //! general client.
@@ -16,6 +17,8 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{ACCEPT, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
+
+use super::encoding::Encoding;
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
@@ -73,23 +76,39 @@ impl ApiConnection {
     }
 
     pub async fn get(&mut self, path: &str) -> Result<Answer> {
-        self.send(Method::GET, path, Bytes::new()).await
+        self.get_as(path, Encoding::Json).await
+    }
+
+    /// GET, accepting `encoding`.
+    pub async fn get_as(&mut self, path: &str, encoding: Encoding) -> Result<Answer> {
+        self.send(Method::GET, path, Bytes::new(), encoding).await
     }
 
     pub async fn post(&mut self, path: &str, json: Bytes) -> Result<Answer> {
-        self.send(Method::POST, path, json).await
+        self.post_as(path, json, Encoding::Json).await
+    }
+
+    /// POST of a body in `encoding`, accepting `encoding`.
+    pub async fn post_as(&mut self, path: &str, body: Bytes, encoding: Encoding) -> Result<Answer> {
+        self.send(Method::POST, path, body, encoding).await
     }
 
     pub async fn put(&mut self, path: &str, json: Bytes) -> Result<Answer> {
-        self.send(Method::PUT, path, json).await
+        self.send(Method::PUT, path, json, Encoding::Json).await
     }
 
-    async fn send(&mut self, method: Method, path: &str, json: Bytes) -> Result<Answer> {
+    async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        encoding: Encoding,
+    ) -> Result<Answer> {
         if self.sender.is_closed() {
             self.conn.abort();
             (self.sender, self.conn) = handshake(self.addr).await?;
         }
-        let request = request(method.clone(), path, &self.host, json)?;
+        let request = request(method.clone(), path, &self.host, body, encoding)?;
         let exchange = async {
             self.sender
                 .ready()
@@ -133,7 +152,13 @@ impl WatchStream {
     /// has answered 200 with its headers.
     pub async fn open(addr: SocketAddr, path: &str) -> Result<WatchStream> {
         let (mut sender, conn) = handshake(addr).await?;
-        let request = request(Method::GET, path, &addr.to_string(), Bytes::new())?;
+        let request = request(
+            Method::GET,
+            path,
+            &addr.to_string(),
+            Bytes::new(),
+            Encoding::Json,
+        )?;
         let answer = tokio::time::timeout(REQUEST_TIMEOUT, sender.send_request(request)).await;
         match Self::started(path, answer).await {
             Ok(body) => Ok(WatchStream {
@@ -243,17 +268,23 @@ async fn handshake(addr: SocketAddr) -> Result<(SendRequest<Full<Bytes>>, JoinHa
     Ok((sender, conn))
 }
 
-fn request(method: Method, path: &str, host: &str, json: Bytes) -> Result<Request<Full<Bytes>>> {
+fn request(
+    method: Method,
+    path: &str,
+    host: &str,
+    body: Bytes,
+    encoding: Encoding,
+) -> Result<Request<Full<Bytes>>> {
     let mut builder = Request::builder()
         .method(method)
         .uri(path)
         .header(HOST, host)
-        .header(ACCEPT, "application/json");
-    if !json.is_empty() {
-        builder = builder.header(CONTENT_TYPE, "application/json");
+        .header(ACCEPT, encoding.accept());
+    if !body.is_empty() {
+        builder = builder.header(CONTENT_TYPE, encoding.content_type());
     }
     builder
-        .body(Full::new(json))
+        .body(Full::new(body))
         .with_context(|| format!("building a request for {path}"))
 }
 

@@ -1,8 +1,8 @@
 //! List latency: the pods of the namespace, all of them or one label group
 //! in ten, each either from the API server's cache (`resourceVersion=0`)
-//! or consistent (no resourceVersion: read from the store), timed from the
-//! request's send to the last byte of the answer. Also the paged count
-//! and JSON size of every pod, for the memory line.
+//! or consistent (no resourceVersion: read from the store), in JSON or
+//! protobuf, timed from the request's send to the last byte of the answer.
+//! Also the paged count and JSON size of every pod, for the memory line.
 
 use std::time::Instant;
 
@@ -10,8 +10,10 @@ use anyhow::{Context, Result};
 use hyper::StatusCode;
 use serde_json::Value;
 
+use super::encoding::Encoding;
 use super::http::{query_value, ApiConnection};
 use super::pods::{pods_path, SELECTOR};
+use super::protobuf;
 use crate::report::{duration_nanos, Latencies};
 
 /// Pods per page when counting every pod.
@@ -76,6 +78,7 @@ impl ListKind {
 
 pub struct ListPoint {
     pub kind: ListKind,
+    pub encoding: Encoding,
     /// Items in the answer.
     pub items: usize,
     /// Bytes of the whole answer.
@@ -83,22 +86,36 @@ pub struct ListPoint {
     pub latencies: Latencies,
 }
 
-/// One unmeasured list (which also counts the items), then `reps` timed ones.
-pub async fn measure(conn: &mut ApiConnection, kind: ListKind, reps: usize) -> Result<ListPoint> {
+/// One unmeasured list (which also counts the items), then `reps` timed
+/// ones, each answered in `encoding`.
+pub async fn measure(
+    conn: &mut ApiConnection,
+    kind: ListKind,
+    encoding: Encoding,
+    reps: usize,
+) -> Result<ListPoint> {
     let path = kind.path();
-    let what = format!("listing pods ({})", kind.describe());
-    let first = conn.get(&path).await?.expect(StatusCode::OK, &what)?;
-    let items = items(&first).with_context(|| what.clone())?.len();
+    let what = format!("listing pods ({}, {})", kind.describe(), encoding.name());
+    let first = conn
+        .get_as(&path, encoding)
+        .await?
+        .expect(StatusCode::OK, &what)?;
+    let items = match encoding {
+        Encoding::Json => items(&first).map(|items| items.len()),
+        Encoding::Protobuf => protobuf::list_items(&first),
+    };
+    let items = items.with_context(|| what.clone())?;
     let mut nanos = Vec::with_capacity(reps);
     for _ in 0..reps {
         let sent = Instant::now();
-        let answer = conn.get(&path).await?;
+        let answer = conn.get_as(&path, encoding).await?;
         let took = answer.complete.duration_since(sent);
         answer.expect(StatusCode::OK, &what)?;
         nanos.push(duration_nanos(took));
     }
     Ok(ListPoint {
         kind,
+        encoding,
         items,
         bytes: first.len(),
         latencies: Latencies::from_nanos(nanos),

@@ -1,15 +1,18 @@
 //! `skiff-bench api`: the Kubernetes REST API of `skiff up`, over its
 //! in-process store and over real etcd (`--store-endpoints`), one after the
-//! other on this machine, driven by the same plain HTTP/1.1 JSON client:
-//! pod creates, lists, watch fan-out and the API server's memory, in one
-//! table with ratios. Not for the store alone: `store` and `versus` do that.
+//! other on this machine, driven by the same plain HTTP client in JSON and
+//! in protobuf as client-go speaks it: pod creates, lists, watch fan-out
+//! and the API server's memory, in one table with ratios. Not for the
+//! store alone: `store` and `versus` do that.
 
+mod encoding;
 mod floor;
 mod h1watch;
 mod h2watch;
 pub(crate) mod http;
 mod list;
 mod pods;
+mod protobuf;
 pub(crate) mod server;
 mod table;
 pub(crate) mod watch;
@@ -24,10 +27,11 @@ use crate::report;
 use crate::versus::progress::Progress;
 use crate::versus::system::{self, Program};
 use crate::versus::{interrupted, load_average, process};
+use encoding::Encoding;
 use http::ApiConnection;
 use server::{ApiServer, Backend, STOP_GRACE};
 use table::{Measured, Memory};
-use watch::WatchTransport;
+use watch::{WatchSetup, WatchTransport};
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  \
@@ -46,7 +50,8 @@ pub struct ApiArgs {
     )]
     clients: Vec<usize>,
 
-    /// Pods each create-throughput point creates [default: 2000; --quick: 100]
+    /// Pods each create-throughput point creates [default: 2000, --quick:
+    /// 100, or fewer so that every create point's pods fit in --list-pods]
     #[arg(long, env = "SKIFF_BENCH_API_CREATES")]
     creates: Option<usize>,
 
@@ -72,6 +77,18 @@ pub struct ApiArgs {
         value_parser = watch::WatchTransport::parse
     )]
     watch_transports: Vec<watch::WatchTransport>,
+
+    /// Encodings every create, list and watch point is measured in: json,
+    /// protobuf (Kubernetes' `application/vnd.kubernetes.protobuf`, with
+    /// client-go's Accept), or both side by side with their ratio
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "SKIFF_BENCH_API_ENCODINGS",
+        default_value = "json,protobuf",
+        value_parser = Encoding::parse
+    )]
+    encodings: Vec<Encoding>,
 
     /// Measured writes at each watch point [default: 100; --quick: 10]
     #[arg(long, env = "SKIFF_BENCH_API_WATCH_WRITES")]
@@ -110,6 +127,7 @@ pub struct Plan {
     pub list_reps: usize,
     pub watchers: Vec<usize>,
     pub watch_transports: Vec<watch::WatchTransport>,
+    pub encodings: Vec<Encoding>,
     pub watch_writes: usize,
     pub memory_pods: usize,
 }
@@ -117,10 +135,21 @@ pub struct Plan {
 impl Plan {
     fn from_args(args: &ApiArgs) -> Result<Plan> {
         let q = args.quick;
+        let mut encodings: Vec<Encoding> = Vec::new();
+        for &encoding in &args.encodings {
+            if !encodings.contains(&encoding) {
+                encodings.push(encoding);
+            }
+        }
+        let list_pods = args.list_pods.unwrap_or(if q { 500 } else { 10_000 });
+        let create_points = (args.clients.len() * encodings.len()).max(1);
+        let creates = args
+            .creates
+            .unwrap_or((if q { 100 } else { 2000 }).min(list_pods / create_points));
         let plan = Plan {
             clients: args.clients.clone(),
-            creates: args.creates.unwrap_or(if q { 100 } else { 2000 }),
-            list_pods: args.list_pods.unwrap_or(if q { 500 } else { 10_000 }),
+            creates,
+            list_pods,
             list_reps: args.list_reps.unwrap_or(if q { 3 } else { 100 }),
             watchers: args.watchers.clone().unwrap_or(if q {
                 vec![1, 50]
@@ -128,6 +157,7 @@ impl Plan {
                 vec![1, 100, 1000]
             }),
             watch_transports: args.watch_transports.clone(),
+            encodings,
             watch_writes: args.watch_writes.unwrap_or(if q { 10 } else { 100 }),
             memory_pods: args.memory_pods.unwrap_or(if q { 1000 } else { 100_000 }),
         };
@@ -136,21 +166,36 @@ impl Plan {
     }
 
     /// Every watch point, in the order measured: each transport's
-    /// watcher counts.
-    pub fn watch_points(&self) -> Vec<(watch::WatchTransport, usize)> {
-        self.watch_transports
-            .iter()
-            .flat_map(|&t| self.watchers.iter().map(move |&w| (t, w)))
-            .collect()
+    /// watcher counts, each in every encoding one after the other.
+    pub fn watch_points(&self) -> Vec<WatchSetup> {
+        let mut points = Vec::new();
+        for &transport in &self.watch_transports {
+            for &watchers in &self.watchers {
+                for &encoding in &self.encodings {
+                    points.push(WatchSetup {
+                        transport,
+                        encoding,
+                        watchers,
+                    });
+                }
+            }
+        }
+        points
     }
 
     /// The watcher count the raw TCP floor is measured at: the largest,
-    /// if it was measured over HTTP/1.1 (the floor sends its events).
+    /// if it was measured over HTTP/1.1 in JSON (the floor sends the same
+    /// JSON event).
     pub fn floor_watchers(&self) -> Option<usize> {
         let largest = self.watchers.iter().copied().max()?;
-        self.watch_transports
-            .contains(&WatchTransport::Http1)
-            .then_some(largest)
+        let measured = self.watch_transports.contains(&WatchTransport::Http1)
+            && self.encodings.contains(&Encoding::Json);
+        measured.then_some(largest)
+    }
+
+    /// Whether JSON and protobuf are measured side by side.
+    pub fn both_encodings(&self) -> bool {
+        self.encodings.contains(&Encoding::Json) && self.encodings.contains(&Encoding::Protobuf)
     }
 
     fn check(&self) -> Result<()> {
@@ -161,14 +206,23 @@ impl Plan {
         if self.watch_transports.is_empty() {
             bail!("--watch-transports takes http1, http2 or both");
         }
-        if self.creates == 0 || self.list_reps == 0 || self.watch_writes == 0 {
-            bail!("--creates, --list-reps and --watch-writes must be greater than zero");
+        if self.encodings.is_empty() {
+            bail!("--encodings takes json, protobuf or both");
         }
-        let created = self.creates * self.clients.len();
+        if self.creates == 0 || self.list_reps == 0 || self.watch_writes == 0 {
+            bail!(
+                "--creates, --list-reps and --watch-writes must be greater than zero \
+                 (with --list-pods {}, the default --creates is {})",
+                self.list_pods,
+                self.creates
+            );
+        }
+        let created = self.creates * self.clients.len() * self.encodings.len();
         if self.list_pods < created || self.memory_pods < self.list_pods {
             bail!(
-                "the create points write {created} pods: --list-pods must be at least that, \
-                 and --memory-pods at least --list-pods"
+                "the create points ({} per client count and encoding) write {created} pods: \
+                 --list-pods must be at least that, and --memory-pods at least --list-pods",
+                self.creates
             );
         }
         Ok(())
@@ -297,15 +351,18 @@ async fn workloads(server: &ApiServer, plan: &Plan, progress: &Progress) -> Resu
     }
     pods::create_namespace(&mut conns[0]).await?;
     let mut next_pod = 0;
-    let mut creates = Vec::with_capacity(plan.clients.len());
+    let mut creates = Vec::with_capacity(plan.clients.len() * plan.encodings.len());
     for &clients in &plan.clients {
-        progress.step(format!(
-            "create throughput: {} pods with {clients} client(s)",
-            plan.creates
-        ));
-        creates
-            .push(pods::create_pods(&mut conns, clients, next_pod, plan.creates, progress).await?);
-        next_pod += plan.creates;
+        for &encoding in &plan.encodings {
+            progress.step(format!(
+                "create throughput: {} pods with {clients} client(s), {}",
+                plan.creates,
+                encoding.name()
+            ));
+            let range = (next_pod, plan.creates);
+            creates.push(pods::create_pods(&mut conns, clients, encoding, range, progress).await?);
+            next_pod += plan.creates;
+        }
     }
     top_up(&mut conns, plan, &mut next_pod, plan.list_pods, progress).await?;
     // Lists are timed in a steady state, not while the store still digests
@@ -321,30 +378,33 @@ async fn workloads(server: &ApiServer, plan: &Plan, progress: &Progress) -> Resu
             " (still busy; timing anyway)"
         }
     ));
-    let mut lists = Vec::with_capacity(list::ListKind::ALL.len());
+    let mut lists = Vec::with_capacity(list::ListKind::ALL.len() * plan.encodings.len());
     for kind in list::ListKind::ALL {
-        progress.step(format!(
-            "list {}: {} times",
-            kind.describe(),
-            plan.list_reps
-        ));
-        lists.push(list::measure(&mut conns[0], kind, plan.list_reps).await?);
+        for &encoding in &plan.encodings {
+            progress.step(format!(
+                "list {}, {}: {} times",
+                kind.describe(),
+                encoding.name(),
+                plan.list_reps
+            ));
+            lists.push(list::measure(&mut conns[0], kind, encoding, plan.list_reps).await?);
+        }
     }
     let server_cpu = || server.cpu_time();
     let mut watches = Vec::with_capacity(plan.watch_points().len());
-    for (transport, watchers) in plan.watch_points() {
+    for setup in plan.watch_points() {
         progress.step(format!(
-            "watch fan-out: {} watchers over {}, {} writes",
-            report::group_digits(watchers as u64),
-            transport.name(),
+            "watch fan-out: {} watchers over {}, {}, {} writes",
+            report::group_digits(setup.watchers as u64),
+            setup.transport.name(),
+            setup.encoding.name(),
             plan.watch_writes
         ));
         watches.push(
             watch::measure_point(
                 server.api,
                 &mut conns[0],
-                watchers,
-                transport,
+                setup,
                 plan.watch_writes,
                 &server_cpu,
                 progress,
@@ -364,6 +424,16 @@ async fn workloads(server: &ApiServer, plan: &Plan, progress: &Progress) -> Resu
         }
         None => None,
     };
+    let mut notes = Vec::new();
+    if plan.both_encodings() {
+        progress.step("the same pod created from JSON and from protobuf, compared".into());
+        if let Some(difference) = pods::encodings_differ(&mut conns[0]).await? {
+            notes.push(format!(
+                "the pod created from protobuf is not the one created from JSON, as served \
+                 (at {difference}): the protobuf and JSON creates did not write the same thing"
+            ));
+        }
+    }
     top_up(&mut conns, plan, &mut next_pod, plan.memory_pods, progress).await?;
     let memory = read_memory(server, &mut conns[0], rss_at_start, progress).await?;
     Ok(Measured {
@@ -375,14 +445,19 @@ async fn workloads(server: &ApiServer, plan: &Plan, progress: &Progress) -> Resu
         started_in: Duration::ZERO,
         total: Duration::ZERO,
         load_after: String::new(),
-        notes: Vec::new(),
+        notes,
     })
 }
 
 /// A watch event of a pod the HTTP/1.1 point with `watchers` created, as
 /// the API server serves it: the floor sends the same bytes.
 async fn served_event(conn: &mut ApiConnection, watchers: usize) -> Result<serde_json::Value> {
-    let name = watch::pod_name(WatchTransport::Http1, watchers, 1);
+    let setup = WatchSetup {
+        transport: WatchTransport::Http1,
+        encoding: Encoding::Json,
+        watchers,
+    };
+    let name = watch::pod_name(setup, 1);
     let path = format!("{}/{name}", pods::pods_path());
     let body = conn
         .get(&path)
@@ -410,7 +485,8 @@ async fn top_up(
         report::group_digits(count as u64),
         report::group_digits(target as u64)
     ));
-    pods::create_pods(conns, plan.max_clients(), *next_pod, count, progress).await?;
+    let range = (*next_pod, count);
+    pods::create_pods(conns, plan.max_clients(), Encoding::Json, range, progress).await?;
     *next_pod = target;
     Ok(())
 }
@@ -480,7 +556,13 @@ fn print_setup(plan: &Plan, skiff: &Program, etcd: Option<&Program>, root: &Path
         "servers: `skiff up` (in-process store), then etcd + `skiff up --store-endpoints`; one at a time, on 127.0.0.1"
     );
     println!(
-        "client:  plain HTTP JSON (hyper): one HTTP/1.1 keep-alive connection per client; watchers each on their own HTTP/1.1 connection (hyper), or as streams of shared HTTP/2 connections (h2c, up to 1 000 each, read frame by frame by one task per connection); tokio with 2 workers"
+        "client:  plain HTTP (hyper): one HTTP/1.1 keep-alive connection per client; watchers each on their own HTTP/1.1 connection (read by a few tasks), or as streams of shared HTTP/2 connections (h2c, up to 1 000 each, read frame by frame by one task per connection); tokio with 2 workers"
+    );
+    let encodings: Vec<&str> = plan.encodings.iter().map(|e| e.name()).collect();
+    println!(
+        "encodings: {}; protobuf as client-go: `Accept: {}`, bodies `k8s\\0` + runtime.Unknown (k8s-pb), watches read as length-prefixed WatchEvent frames, each decoded down to its pod's metadata; the writer of a watch point creates in the point's encoding",
+        encodings.join(", "),
+        Encoding::Protobuf.accept()
     );
     let watchers: Vec<String> = plan
         .watchers
@@ -503,4 +585,67 @@ fn print_setup(plan: &Plan, skiff: &Program, etcd: Option<&Program>, root: &Path
         pods::SELECTOR,
         pods::GROUPS
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        api: ApiArgs,
+    }
+
+    fn plan(args: &[&str]) -> Result<Plan> {
+        let cli = Cli::try_parse_from(std::iter::once("api").chain(args.iter().copied()))?;
+        Plan::from_args(&cli.api)
+    }
+
+    #[test]
+    fn both_encodings_by_default_with_creates_that_fit_the_list() {
+        let quick = plan(&["--quick"]).unwrap();
+        assert_eq!(quick.encodings, [Encoding::Json, Encoding::Protobuf]);
+        // 3 client counts x 2 encodings in 500 pods.
+        assert_eq!(quick.creates, 83);
+        let full = plan(&[]).unwrap();
+        assert_eq!((full.creates, full.list_pods), (1666, 10_000));
+        let json = plan(&["--encodings", "json"]).unwrap();
+        assert_eq!(json.creates, 2000);
+        assert!(!json.both_encodings());
+        let err = plan(&["--creates", "2000"]).unwrap_err();
+        assert!(
+            err.to_string().contains("--list-pods must be at least"),
+            "{err}"
+        );
+        assert!(plan(&["--encodings", "yaml"]).is_err());
+        let repeated = plan(&["--encodings", "protobuf,json,protobuf"]).unwrap();
+        assert_eq!(repeated.encodings, [Encoding::Protobuf, Encoding::Json]);
+    }
+
+    #[test]
+    fn watch_points_measure_each_encoding_back_to_back() {
+        let plan = plan(&[
+            "--quick",
+            "--watchers",
+            "1,50",
+            "--watch-transports",
+            "http2",
+        ])
+        .unwrap();
+        let points: Vec<(usize, Encoding)> = plan
+            .watch_points()
+            .iter()
+            .map(|p| (p.watchers, p.encoding))
+            .collect();
+        let (json, protobuf) = (Encoding::Json, Encoding::Protobuf);
+        assert_eq!(
+            points,
+            [(1, json), (1, protobuf), (50, json), (50, protobuf)]
+        );
+        // The floor sends a JSON event over HTTP/1.1: not measured here.
+        assert_eq!(plan.floor_watchers(), None);
+    }
 }

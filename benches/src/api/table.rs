@@ -1,13 +1,15 @@
-//! The one table of an api run: a row per figure, the in-process store and
-//! etcd side by side with their ratio and which way is better; then the
-//! issue's targets, met or not, and notes on each backend's run.
+//! The one table of an api run: a row per figure and encoding, the
+//! in-process store and etcd side by side with their ratio and which way is
+//! better, and each protobuf row's ratio to its JSON row; then the issue's
+//! targets, met or not, and notes on each backend's run.
 
 use std::time::Duration;
 
-use super::list::ListPoint;
+use super::encoding::Encoding;
+use super::list::{ListKind, ListPoint};
 use super::pods::Creates;
 use super::server::Backend;
-use super::watch::{WatchPoint, WatchTransport};
+use super::watch::{WatchPoint, WatchSetup, WatchTransport};
 use super::Plan;
 use crate::report::{self, Table};
 
@@ -74,12 +76,62 @@ impl Better {
     }
 }
 
+/// How a row reads its value from one backend's measurements.
+type Value = Box<dyn Fn(&Measured) -> f64>;
+
 /// One row: its name, which way is better, its value and how to print it.
 struct Figure {
     name: String,
     better: Better,
-    value: Box<dyn Fn(&Measured) -> f64>,
+    value: Value,
     format: fn(f64) -> String,
+    /// A protobuf row measured beside JSON: the JSON row's value, for the
+    /// protobuf ÷ JSON ratio.
+    json: Option<Value>,
+}
+
+impl Figure {
+    fn new(
+        name: String,
+        better: Better,
+        value: impl Fn(&Measured) -> f64 + 'static,
+        format: fn(f64) -> String,
+    ) -> Figure {
+        Figure {
+            name,
+            better,
+            value: Box::new(value),
+            format,
+            json: None,
+        }
+    }
+}
+
+impl Measured {
+    fn create(&self, encoding: Encoding, clients: usize) -> &Creates {
+        self.creates
+            .iter()
+            .find(|c| c.encoding == encoding && c.clients == clients)
+            .expect("every create point of the plan is measured")
+    }
+
+    fn list(&self, encoding: Encoding, kind: ListKind) -> &ListPoint {
+        self.lists
+            .iter()
+            .find(|l| l.encoding == encoding && l.kind == kind)
+            .expect("every list point of the plan is measured")
+    }
+
+    fn watch(&self, setup: WatchSetup) -> &WatchPoint {
+        self.watches
+            .iter()
+            .find(|w| {
+                w.encoding == setup.encoding
+                    && w.transport == setup.transport
+                    && w.watchers == setup.watchers
+            })
+            .expect("every watch point of the plan is measured")
+    }
 }
 
 fn ms(value: f64) -> String {
@@ -94,6 +146,10 @@ fn mib(value: f64) -> String {
     format!("{:.1}", value / (1024.0 * 1024.0))
 }
 
+fn kib(value: f64) -> String {
+    whole(value / 1024.0)
+}
+
 fn one_decimal(value: f64) -> String {
     format!("{value:.1}")
 }
@@ -103,148 +159,228 @@ fn two_decimals(value: f64) -> String {
 }
 
 fn latency_ms(name: String, read: impl Fn(&Measured) -> Duration + 'static) -> Figure {
-    Figure {
+    Figure::new(
         name,
-        better: Better::Lower,
-        value: Box::new(move |m| read(m).as_secs_f64() * 1e3),
-        format: ms,
+        Better::Lower,
+        move |m| read(m).as_secs_f64() * 1e3,
+        ms,
+    )
+}
+
+/// One row per encoding of the plan, from `figure`; the protobuf row of a
+/// run with both carries the JSON row's value for its ratio.
+fn per_encoding(plan: &Plan, figures: &mut Vec<Figure>, figure: impl Fn(Encoding) -> Figure) {
+    for &encoding in &plan.encodings {
+        let mut row = figure(encoding);
+        if encoding == Encoding::Protobuf && plan.both_encodings() {
+            row.json = Some(figure(Encoding::Json).value);
+        }
+        figures.push(row);
+    }
+}
+
+fn plural(count: usize, noun: &str) -> String {
+    let count_text = report::group_digits(count as u64);
+    match count {
+        1 => format!("{count_text} {noun}"),
+        _ => format!("{count_text} {noun}s"),
     }
 }
 
 fn figures(plan: &Plan, reference: &Measured) -> Vec<Figure> {
     let mut figures = Vec::new();
-    for (i, &clients) in plan.clients.iter().enumerate() {
-        let noun = if clients == 1 { "client" } else { "clients" };
-        figures.push(Figure {
-            name: format!("create throughput, pods/s ({clients} {noun})"),
-            better: Better::Higher,
-            value: Box::new(move |m| m.creates[i].per_second()),
-            format: whole,
+    for &clients in &plan.clients {
+        let who = plural(clients, "client");
+        per_encoding(plan, &mut figures, |e| {
+            Figure::new(
+                format!("create throughput, pods/s ({who}, {})", e.name()),
+                Better::Higher,
+                move |m| m.create(e, clients).per_second(),
+                whole,
+            )
         });
     }
-    for (i, point) in reference.lists.iter().enumerate() {
-        let what = list_name(point);
-        for p in [50.0, 99.0] {
-            figures.push(latency_ms(format!("{what}, p{p:.0} ms"), move |m| {
-                m.lists[i].latencies.percentile(p)
-            }));
-        }
-    }
-    let points = plan.watch_points();
-    for (i, &(transport, watchers)) in points.iter().enumerate() {
-        let w = report::group_digits(watchers as u64);
-        let noun = if watchers == 1 { "watcher" } else { "watchers" };
-        let over = transport.name();
-        for p in [50.0, 99.0] {
-            figures.push(latency_ms(
-                format!("watch write->event p{p:.0} ms ({w} {noun}, {over})"),
-                move |m| m.watches[i].latencies.percentile(p),
-            ));
-        }
-        if Some(&watchers) != plan.watchers.last() {
-            continue;
-        }
-        for p in [50.0, 99.0] {
-            figures.push(latency_ms(
-                format!("watch write->first watcher p{p:.0} ms ({w} {noun}, {over})"),
-                move |m| m.watches[i].first_watcher.percentile(p),
-            ));
-        }
-        figures.push(Figure {
-            name: format!("server CPU µs per watch event ({w} {noun}, {over})"),
-            better: Better::Lower,
-            value: Box::new(move |m| {
-                let point = &m.watches[i];
-                point.server_cpu.as_secs_f64() * 1e6 / point.delivered.max(1) as f64
-            }),
-            format: one_decimal,
-        });
-        figures.push(Figure {
-            name: format!("bench client CPU µs per watch event ({w} {noun}, {over})"),
-            better: Better::Neither,
-            value: Box::new(move |m| {
-                let point = &m.watches[i];
-                point.client_cpu.as_secs_f64() * 1e6 / point.delivered.max(1) as f64
-            }),
-            format: one_decimal,
-        });
-    }
+    list_figures(plan, reference, &mut figures);
+    watch_figures(plan, &mut figures);
     if let Some(watchers) = plan.floor_watchers() {
         let w = report::group_digits(watchers as u64);
         for p in [50.0, 99.0] {
             figures.push(latency_ms(
-                format!("raw TCP floor p{p:.0} ms (same event, {w} connections, no HTTP)"),
+                format!("raw TCP floor p{p:.0} ms (same JSON event, {w} connections, no HTTP)"),
                 move |m| floor_of(m).latencies.percentile(p),
             ));
         }
-        figures.push(Figure {
-            name: format!("raw TCP floor sender CPU µs per event ({w} connections)"),
-            better: Better::Neither,
-            value: Box::new(move |m| {
+        figures.push(Figure::new(
+            format!("raw TCP floor sender CPU µs per event ({w} connections)"),
+            Better::Neither,
+            move |m| {
                 let point = floor_of(m);
                 point.server_cpu.as_secs_f64() * 1e6 / point.delivered.max(1) as f64
-            }),
-            format: one_decimal,
-        });
+            },
+            one_decimal,
+        ));
     }
     let pods = report::group_digits(reference.memory.pods as u64);
     figures.extend([
-        Figure {
-            name: format!("API server RSS with {pods} pods, MiB"),
-            better: Better::Lower,
-            value: Box::new(|m| m.memory.rss as f64),
-            format: mib,
-        },
-        Figure {
-            name: format!("JSON size of the {pods} pods, MiB"),
-            better: Better::Neither,
-            value: Box::new(|m| m.memory.json_bytes as f64),
-            format: mib,
-        },
-        Figure {
-            name: "API server RSS / pods' JSON size".into(),
-            better: Better::Lower,
-            value: Box::new(|m| m.memory.ratio()),
-            format: two_decimals,
-        },
+        Figure::new(
+            format!("API server RSS with {pods} pods, MiB"),
+            Better::Lower,
+            |m| m.memory.rss as f64,
+            mib,
+        ),
+        Figure::new(
+            format!("JSON size of the {pods} pods, MiB"),
+            Better::Neither,
+            |m| m.memory.json_bytes as f64,
+            mib,
+        ),
+        Figure::new(
+            "API server RSS / pods' JSON size".into(),
+            Better::Lower,
+            |m| m.memory.ratio(),
+            two_decimals,
+        ),
     ]);
     figures
+}
+
+/// Per kind of list: p50 and p99 in each encoding, and for the cached
+/// lists (the consistent ones answer the same bytes) the answer's size.
+fn list_figures(plan: &Plan, reference: &Measured, figures: &mut Vec<Figure>) {
+    for kind in ListKind::ALL {
+        let items = reference.list(plan.encodings[0], kind).items;
+        let what = list_name(kind, items);
+        for p in [50.0, 99.0] {
+            per_encoding(plan, figures, |e| {
+                latency_ms(format!("{what}, p{p:.0} ms ({})", e.name()), move |m| {
+                    m.list(e, kind).latencies.percentile(p)
+                })
+            });
+        }
+        if kind.cached {
+            per_encoding(plan, figures, |e| {
+                Figure::new(
+                    format!("{what}, answer KiB ({})", e.name()),
+                    Better::Lower,
+                    move |m| m.list(e, kind).bytes as f64,
+                    kib,
+                )
+            });
+        }
+    }
+}
+
+/// Per watch point: p50 and p99 in each encoding; at the largest watcher
+/// count the first watcher and the CPU spent per event too; then the
+/// size of one event.
+fn watch_figures(plan: &Plan, figures: &mut Vec<Figure>) {
+    let largest = plan.watchers.iter().copied().max();
+    for &transport in &plan.watch_transports {
+        for &watchers in &plan.watchers {
+            let setup = move |encoding| WatchSetup {
+                transport,
+                encoding,
+                watchers,
+            };
+            let at = format!("{}, {}", plural(watchers, "watcher"), transport.name());
+            for p in [50.0, 99.0] {
+                per_encoding(plan, figures, |e| {
+                    latency_ms(
+                        format!("watch write->event p{p:.0} ms ({at}, {})", e.name()),
+                        move |m| m.watch(setup(e)).latencies.percentile(p),
+                    )
+                });
+            }
+            if Some(watchers) != largest {
+                continue;
+            }
+            for p in [50.0, 99.0] {
+                per_encoding(plan, figures, |e| {
+                    latency_ms(
+                        format!("watch write->first watcher p{p:.0} ms ({at}, {})", e.name()),
+                        move |m| m.watch(setup(e)).first_watcher.percentile(p),
+                    )
+                });
+            }
+            per_encoding(plan, figures, |e| {
+                Figure::new(
+                    format!("server CPU µs per watch event ({at}, {})", e.name()),
+                    Better::Lower,
+                    move |m| {
+                        let point = m.watch(setup(e));
+                        point.server_cpu.as_secs_f64() * 1e6 / point.delivered.max(1) as f64
+                    },
+                    one_decimal,
+                )
+            });
+            per_encoding(plan, figures, |e| {
+                Figure::new(
+                    format!("bench client CPU µs per watch event ({at}, {})", e.name()),
+                    Better::Neither,
+                    move |m| {
+                        let point = m.watch(setup(e));
+                        point.client_cpu.as_secs_f64() * 1e6 / point.delivered.max(1) as f64
+                    },
+                    one_decimal,
+                )
+            });
+        }
+    }
+    let Some(&first) = plan.watch_points().first() else {
+        return;
+    };
+    per_encoding(plan, figures, |e| {
+        let setup = WatchSetup {
+            encoding: e,
+            ..first
+        };
+        Figure::new(
+            format!("watch event size, bytes ({})", e.name()),
+            Better::Lower,
+            move |m| {
+                let point = m.watch(setup);
+                point.event_bytes as f64 / point.delivered.max(1) as f64
+            },
+            whole,
+        )
+    });
 }
 
 /// The floor of a run whose plan has one (`workloads` measures it then).
 fn floor_of(m: &Measured) -> &WatchPoint {
     m.floor
         .as_ref()
-        .expect("a run with an HTTP/1.1 point measures the floor")
+        .expect("a run with an HTTP/1.1 JSON point measures the floor")
 }
 
-fn list_name(point: &ListPoint) -> String {
-    let items = report::group_digits(point.items as u64);
-    let what = if point.kind.selector {
+fn list_name(kind: ListKind, items: usize) -> String {
+    let items = report::group_digits(items as u64);
+    let what = if kind.selector {
         format!("list {items} pods by label")
     } else {
         format!("list {items} pods")
     };
-    let how = if point.kind.cached {
-        "rv=0"
-    } else {
-        "consistent"
-    };
+    let how = if kind.cached { "rv=0" } else { "consistent" };
     format!("{what}, {how}")
+}
+
+/// The protobuf ÷ JSON ratio of `figure` on one backend, if it has one.
+fn encoding_ratio(figure: &Figure, measured: Option<&Measured>) -> String {
+    match (&figure.json, measured) {
+        (None, _) => String::new(),
+        (Some(_), None) => "-".into(),
+        (Some(json), Some(m)) => report::ratio((figure.value)(m), json(m)),
+    }
 }
 
 /// Prints the table, the targets and the notes.
 pub fn print(plan: &Plan, in_process: &Measured, over_etcd: Option<&Measured>) {
+    let backends = [Backend::InProcess.label(), Backend::Etcd.label()];
     let mut table = Table::new(&["figure"]);
-    table.group(
-        "skiff up",
-        &[
-            Backend::InProcess.label(),
-            Backend::Etcd.label(),
-            "ratio",
-            "better",
-        ],
-    );
+    table.group("skiff up", &[backends[0], backends[1], "ratio", "better"]);
+    if plan.both_encodings() {
+        table.group("protobuf ÷ JSON", &backends);
+    }
     for figure in figures(plan, in_process) {
         let mine = (figure.value)(in_process);
         let mut row = vec![figure.name.clone(), (figure.format)(mine)];
@@ -256,14 +392,23 @@ pub fn print(plan: &Plan, in_process: &Measured, over_etcd: Option<&Measured>) {
             None => row.extend(["skipped".to_string(), "-".to_string()]),
         }
         row.push(figure.better.label().to_string());
+        if plan.both_encodings() {
+            row.push(encoding_ratio(&figure, Some(in_process)));
+            row.push(encoding_ratio(&figure, over_etcd));
+        }
         table.row(row);
     }
     table.print();
     println!(
         "ratio: in-process store ÷ etcd; for rows marked `higher` a ratio above 1 favours the in-process store, for rows marked `lower` a ratio below 1 does."
     );
+    if plan.both_encodings() {
+        println!(
+            "protobuf ÷ JSON: a protobuf row's value over the JSON row's above it, on the same backend; for `higher` rows above 1 favours protobuf, for `lower` rows below 1 does."
+        );
+    }
     println!(
-        "rv=0: resourceVersion=0 (may be served from the API server's cache); consistent: no resourceVersion (read from the store); by label: {}.",
+        "rv=0: resourceVersion=0 (may be served from the API server's cache); consistent: no resourceVersion (read from the store); by label: {}; answer KiB: the whole list as answered; event size: a pod's watch event without the stream's framing.",
         super::pods::SELECTOR
     );
     if over_etcd.is_none() {
@@ -285,66 +430,53 @@ fn print_targets(plan: &Plan, in_process: &Measured, over_etcd: Option<&Measured
     let judge = |name: String, verdicts: Vec<String>| {
         println!("  {name}: {}", verdicts.join("; "));
     };
-    judge(
-        format!(
-            "list of {} pods from the cache (rv=0), p99 < {} ms",
-            report::group_digits(LIST_TARGET_PODS as u64),
-            LIST_TARGET.as_millis()
-        ),
-        backends
-            .iter()
-            .map(|(label, m)| {
-                let Some(point) = m.lists.iter().find(|p| p.kind.cached && !p.kind.selector) else {
-                    return format!("{label} not measured");
-                };
-                let p99 = point.latencies.percentile(99.0);
-                let value = format!("{label} {} ms", report::millis(p99));
-                if point.items < LIST_TARGET_PODS {
-                    return format!("{value} (not judged: {} pods listed)", point.items);
-                }
-                format!("{value} {}", verdict(p99 < LIST_TARGET))
-            })
-            .collect(),
-    );
-    for transport in &plan.watch_transports {
+    let cached_full = ListKind {
+        selector: false,
+        cached: true,
+    };
+    for &encoding in &plan.encodings {
         judge(
             format!(
-                "{} watchers all served, p99 < {} ms ({})",
-                report::group_digits(WATCH_TARGET_WATCHERS as u64),
-                WATCH_TARGET.as_millis(),
-                transport.name()
+                "list of {} pods from the cache (rv=0, {}), p99 < {} ms",
+                report::group_digits(LIST_TARGET_PODS as u64),
+                encoding.name(),
+                LIST_TARGET.as_millis()
             ),
             backends
                 .iter()
                 .map(|(label, m)| {
-                    match m
-                        .watches
-                        .iter()
-                        .find(|p| p.watchers == WATCH_TARGET_WATCHERS && p.transport == *transport)
-                    {
-                        Some(point) => {
-                            let p99 = point.latencies.percentile(99.0);
-                            let complete = point.delivered == point.expected;
-                            let floor = match &m.floor {
-                                Some(floor) if *transport == WatchTransport::Http1 => format!(
-                                    " (the raw TCP floor: {} ms)",
-                                    report::millis(floor.latencies.percentile(99.0))
-                                ),
-                                _ => String::new(),
-                            };
-                            format!(
-                                "{label} {} ms {}{floor}",
-                                report::millis(p99),
-                                verdict(complete && p99 < WATCH_TARGET)
-                            )
-                        }
-                        None => format!(
-                            "{label} not judged (no point with {WATCH_TARGET_WATCHERS} watchers)"
-                        ),
+                    let point = m.list(encoding, cached_full);
+                    let p99 = point.latencies.percentile(99.0);
+                    let value = format!("{label} {} ms", report::millis(p99));
+                    if point.items < LIST_TARGET_PODS {
+                        return format!("{value} (not judged: {} pods listed)", point.items);
                     }
+                    format!("{value} {}", verdict(p99 < LIST_TARGET))
                 })
                 .collect(),
         );
+    }
+    for &transport in &plan.watch_transports {
+        for &encoding in &plan.encodings {
+            let setup = WatchSetup {
+                transport,
+                encoding,
+                watchers: WATCH_TARGET_WATCHERS,
+            };
+            judge(
+                format!(
+                    "{} watchers all served, p99 < {} ms ({}, {})",
+                    report::group_digits(WATCH_TARGET_WATCHERS as u64),
+                    WATCH_TARGET.as_millis(),
+                    transport.name(),
+                    encoding.name()
+                ),
+                backends
+                    .iter()
+                    .map(|(label, m)| watch_verdict(label, m, setup))
+                    .collect(),
+            );
+        }
     }
     judge(
         format!(
@@ -364,13 +496,33 @@ fn print_targets(plan: &Plan, in_process: &Measured, over_etcd: Option<&Measured
     );
 }
 
-/// Bytes in KiB below a MiB, else in MiB.
-fn size(bytes: u64) -> String {
-    if bytes < 1024 * 1024 {
-        format!("{:.0} KiB", bytes as f64 / 1024.0)
-    } else {
-        report::mib(bytes)
-    }
+/// The watch target judged on one backend's point `setup`, if measured.
+fn watch_verdict(label: &str, m: &Measured, setup: WatchSetup) -> String {
+    let Some(point) = m.watches.iter().find(|p| {
+        p.watchers == setup.watchers
+            && p.transport == setup.transport
+            && p.encoding == setup.encoding
+    }) else {
+        return format!("{label} not judged (no point with {WATCH_TARGET_WATCHERS} watchers)");
+    };
+    let p99 = point.latencies.percentile(99.0);
+    let complete = point.delivered == point.expected;
+    let floor = match &m.floor {
+        Some(floor)
+            if setup.transport == WatchTransport::Http1 && setup.encoding == Encoding::Json =>
+        {
+            format!(
+                " (the raw TCP floor: {} ms)",
+                report::millis(floor.latencies.percentile(99.0))
+            )
+        }
+        _ => String::new(),
+    };
+    format!(
+        "{label} {} ms {}{floor}",
+        report::millis(p99),
+        verdict(complete && p99 < WATCH_TARGET)
+    )
 }
 
 fn verdict(met: bool) -> &'static str {
@@ -391,25 +543,22 @@ fn print_notes(in_process: &Measured, over_etcd: Option<&Measured>) {
             .map(|c| {
                 format!(
                     "{} {} {}/{}",
-                    c.clients,
-                    if c.clients == 1 { "client" } else { "clients" },
+                    plural(c.clients, "client"),
+                    c.encoding.name(),
                     report::millis(c.latencies.percentile(50.0)),
                     report::millis(c.latencies.percentile(99.0))
                 )
             })
-            .collect();
-        let lists: Vec<String> = m
-            .lists
-            .iter()
-            .map(|l| format!("{} {}", list_name(l), size(l.bytes as u64)))
             .collect();
         let opened: Vec<String> = m
             .watches
             .iter()
             .map(|w| {
                 format!(
-                    "{} (x {} writes) in {} ms",
+                    "{} {} {} (x {} writes) in {} ms",
                     report::group_digits(w.watchers as u64),
+                    w.transport.name(),
+                    w.encoding.name(),
                     w.writes,
                     report::group_digits(w.opened_in.as_millis() as u64)
                 )
@@ -420,12 +569,11 @@ fn print_notes(in_process: &Measured, over_etcd: Option<&Measured>) {
             None => String::new(),
         };
         println!(
-            "{label}: ready in {:.1} s, whole run {:.1} s, load average after {}; create p50/p99 ms: {}; list sizes: {}; watches opened: {}; API server RSS at start {}{etcd_rss}",
+            "{label}: ready in {:.1} s, whole run {:.1} s, load average after {}; create p50/p99 ms: {}; watches opened: {}; API server RSS at start {}{etcd_rss}",
             m.started_in.as_secs_f64(),
             m.total.as_secs_f64(),
             m.load_after,
             creates.join(", "),
-            lists.join(", "),
             opened.join(", "),
             report::mib(m.memory.rss_at_start),
         );

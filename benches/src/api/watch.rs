@@ -1,10 +1,12 @@
 //! Watch fan-out latency over the REST API: K watches of the namespace's
 //! pods (`?watch=true&resourceVersion=<list rv>`), each its own HTTP/1.1
 //! connection or a stream of a shared HTTP/2 connection (as a Kubernetes
-//! client library multiplexes its watches), read line by line by a
-//! reader (a few readers share them all), and one writer creating pods whose
-//! annotation carries a sequence number. A sample is one watcher's event:
-//! the instant its line was read minus the instant the create was sent.
+//! client library multiplexes its watches), in JSON (read line by line) or
+//! protobuf (length-prefixed frames, each `WatchEvent` decoded) by a few
+//! readers that share them all, and one writer creating pods, in the same
+//! encoding, whose annotation carries a sequence number. A sample is one
+//! watcher's event: the instant it was read minus the instant the create
+//! was sent.
 //! Writes are paced — the next goes out once every watcher has the last —
 //! so a sample is one write's fan-out, not time spent in a queue.
 
@@ -15,14 +17,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use futures::stream::{FuturesUnordered, StreamExt};
-use hyper::StatusCode;
 use tokio::sync::{watch, Notify};
 
+use super::encoding::{Encoding, Event};
 use super::h1watch::H1Watch;
 use super::h2watch::H2Watches;
 use super::http::{find, ApiConnection};
-use super::list;
-use super::pods::{pod_json, pods_path, SEQ_ANNOTATION};
+use super::pods::{self, pods_path, SEQ_ANNOTATION};
+use super::{list, protobuf};
 use crate::report::{duration_nanos, Latencies};
 use crate::versus::progress::Progress;
 
@@ -66,10 +68,19 @@ impl WatchTransport {
     }
 }
 
+/// What one watch point measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchSetup {
+    pub transport: WatchTransport,
+    pub encoding: Encoding,
+    pub watchers: usize,
+}
+
 /// One number of watchers.
 pub struct WatchPoint {
     pub watchers: usize,
     pub transport: WatchTransport,
+    pub encoding: Encoding,
     /// Measured writes (a warm-up write goes first, unmeasured).
     pub writes: usize,
     /// Events received, the warm-up write's included.
@@ -79,8 +90,11 @@ pub struct WatchPoint {
     /// Per measured write, its first watcher's latency: the write's own
     /// path to the first byte out, before the fan-out's cost.
     pub first_watcher: Latencies,
-    /// Lines that were neither an event of ours nor a bookmark.
+    /// Events that were neither an event of ours nor a bookmark.
     pub unexpected: u64,
+    /// Bytes of the events delivered (lines without their newline, frames
+    /// without their length).
+    pub event_bytes: u64,
     /// Time to open every watch.
     pub opened_in: Duration,
     /// CPU time of the server processes while the writes were fanned out.
@@ -98,9 +112,10 @@ impl WatchPoint {
         let mut problems = Vec::new();
         if self.delivered != self.expected {
             problems.push(format!(
-                "{} watchers ({}): {} of {} events delivered{}",
+                "{} watchers ({}, {}): {} of {} events delivered{}",
                 self.watchers,
                 self.transport.name(),
+                self.encoding.name(),
                 self.delivered,
                 self.expected,
                 if self.stalled {
@@ -112,9 +127,10 @@ impl WatchPoint {
         }
         if self.unexpected > 0 {
             problems.push(format!(
-                "{} watchers ({}): {} unexpected lines (ERROR events or foreign objects)",
+                "{} watchers ({}, {}): {} unexpected events (ERROR events, foreign objects or undecodable)",
                 self.watchers,
                 self.transport.name(),
+                self.encoding.name(),
                 self.unexpected
             ));
         }
@@ -133,14 +149,21 @@ pub(super) struct Shared {
     /// `u64::MAX` until one has).
     first: Vec<AtomicU64>,
     watchers: usize,
-    /// Tells this point's pods from another transport's.
+    /// Tells this point's pods from another transport's or encoding's.
     label: &'static str,
+    /// How the watchers' events and the writer's creates are encoded.
+    encoding: Encoding,
     /// Woken by the watcher that completes a write's fan-out.
     all_seen: Notify,
 }
 
 impl Shared {
-    pub(super) fn new(watchers: usize, writes: usize, label: &'static str) -> Shared {
+    pub(super) fn new(
+        watchers: usize,
+        writes: usize,
+        label: &'static str,
+        encoding: Encoding,
+    ) -> Shared {
         Shared {
             base: Instant::now(),
             sent: (0..=writes).map(|_| AtomicU64::new(0)).collect(),
@@ -148,6 +171,7 @@ impl Shared {
             first: (0..=writes).map(|_| AtomicU64::new(u64::MAX)).collect(),
             watchers,
             label,
+            encoding,
             all_seen: Notify::new(),
         }
     }
@@ -166,31 +190,36 @@ impl Shared {
     }
 }
 
-/// Opens `watchers` watches on `api`, then creates `writes + 1` pods with
-/// `writer` (the first a warm-up), one at a time.
+/// Opens the watches of `setup` on `api`, then creates `writes + 1` pods
+/// with `writer` (the first a warm-up), one at a time.
 pub async fn measure_point(
     api: SocketAddr,
     writer: &mut ApiConnection,
-    watchers: usize,
-    transport: WatchTransport,
+    setup: WatchSetup,
     writes: usize,
     server_cpu: &impl Fn() -> Duration,
     progress: &Progress,
 ) -> Result<WatchPoint> {
+    let WatchSetup {
+        transport,
+        encoding,
+        watchers,
+    } = setup;
     let revision = list::current_revision(writer).await?;
     let path = format!("{}?watch=true&resourceVersion={revision}", pods_path());
-    let shared = Arc::new(Shared::new(watchers, writes, transport_label(transport)));
+    let label = point_label(transport, encoding);
+    let shared = Arc::new(Shared::new(watchers, writes, label, encoding));
     let mut readers = Readers::new(&shared);
     let opening = Instant::now();
     progress.set_length(watchers as u64);
     match transport {
         WatchTransport::Http1 => {
-            readers.read_h1(open_each(api, &path, watchers, progress).await?);
+            readers.read_h1(open_each(api, &path, watchers, encoding, progress).await?);
         }
         WatchTransport::Http2 => {
             for start in (0..watchers).step_by(STREAMS_PER_CONNECTION) {
                 let count = STREAMS_PER_CONNECTION.min(watchers - start);
-                let connection = H2Watches::open(api, &path, count).await?;
+                let connection = H2Watches::open(api, &path, count, encoding).await?;
                 progress.inc(count as u64);
                 readers.read_h2(connection);
             }
@@ -207,12 +236,14 @@ pub async fn measure_point(
     Ok(WatchPoint {
         watchers,
         transport,
+        encoding,
         writes,
         delivered: outcome.delivered,
         expected: ((writes + 1) * watchers) as u64,
         latencies: Latencies::from_nanos(outcome.nanos),
         first_watcher: shared.first_watchers(),
         unexpected: outcome.unexpected,
+        event_bytes: outcome.bytes,
         opened_in,
         server_cpu: cpu,
         client_cpu,
@@ -269,18 +300,20 @@ impl Readers {
             let outcome = task.await.context("a watcher panicked")?;
             all.delivered += outcome.delivered;
             all.unexpected += outcome.unexpected;
+            all.bytes += outcome.bytes;
             all.nanos.extend(outcome.nanos);
         }
         Ok(all)
     }
 }
 
-/// Opens `watchers` watches of `path`, each on its own HTTP/1.1
-/// connection, a few at a time.
+/// Opens `watchers` watches of `path` accepting `encoding`, each on its
+/// own HTTP/1.1 connection, a few at a time.
 pub(super) async fn open_each(
     api: SocketAddr,
     path: &str,
     watchers: usize,
+    encoding: Encoding,
     progress: &Progress,
 ) -> Result<Vec<H1Watch>> {
     let mut streams = Vec::with_capacity(watchers);
@@ -289,7 +322,9 @@ pub(super) async fn open_each(
         let mut opens = Vec::with_capacity(batch.len());
         for _ in batch {
             let path = path.to_string();
-            opens.push(tokio::spawn(async move { H1Watch::open(api, &path).await }));
+            opens.push(tokio::spawn(async move {
+                H1Watch::open(api, &path, encoding).await
+            }));
         }
         for open in opens {
             streams.push(open.await.context("opening a watch panicked")??);
@@ -299,43 +334,42 @@ pub(super) async fn open_each(
     Ok(streams)
 }
 
-/// Creates pods `watch-<K>-<seq>` for seq 0 (warm-up) ..= `writes`, each
-/// after the last reached every watcher. Returns whether a write stalled.
+/// Creates pods `watch-<label>-<K>-<seq>` for seq 0 (warm-up) ..=
+/// `writes`, in the point's encoding, each after the last reached every
+/// watcher. Returns whether a write stalled.
 async fn write_paced(
     writer: &mut ApiConnection,
     shared: &Shared,
     writes: usize,
     progress: &Progress,
 ) -> Result<bool> {
-    let path = pods_path();
+    let encoding = shared.encoding;
     paced(shared, writes, progress, async |seq| {
         let name = pod_name_labelled(shared.label, shared.watchers, seq);
-        let body = pod_json(&name, seq, seq);
+        let body = pods::pod_body(encoding, &name, seq, seq);
         shared.mark_sent(seq);
-        writer
-            .post(&path, body)
-            .await?
-            .expect(StatusCode::CREATED, &format!("creating pod {name}"))?;
-        Ok(())
+        pods::create_pod(writer, encoding, &name, body).await
     })
     .await
 }
 
-/// The pod write `seq` of the point with `watchers` over `transport`
-/// creates.
-pub fn pod_name(transport: WatchTransport, watchers: usize, seq: usize) -> String {
-    pod_name_labelled(transport_label(transport), watchers, seq)
+/// The pod write `seq` of the point `setup` creates.
+pub fn pod_name(setup: WatchSetup, seq: usize) -> String {
+    let label = point_label(setup.transport, setup.encoding);
+    pod_name_labelled(label, setup.watchers, seq)
 }
 
 fn pod_name_labelled(label: &str, watchers: usize, seq: usize) -> String {
     format!("watch-{label}-{watchers}-{seq}")
 }
 
-/// Tells one transport's pods from another's.
-fn transport_label(transport: WatchTransport) -> &'static str {
-    match transport {
-        WatchTransport::Http1 => "h1",
-        WatchTransport::Http2 => "h2",
+/// Tells one transport's or encoding's pods from another's.
+fn point_label(transport: WatchTransport, encoding: Encoding) -> &'static str {
+    match (transport, encoding) {
+        (WatchTransport::Http1, Encoding::Json) => "h1",
+        (WatchTransport::Http2, Encoding::Json) => "h2",
+        (WatchTransport::Http1, Encoding::Protobuf) => "h1pb",
+        (WatchTransport::Http2, Encoding::Protobuf) => "h2pb",
     }
 }
 
@@ -370,6 +404,8 @@ pub(super) async fn paced(
 pub(super) struct WatcherOutcome {
     pub(super) delivered: u64,
     pub(super) unexpected: u64,
+    /// Bytes of the events delivered.
+    pub(super) bytes: u64,
     /// Latencies of the measured writes' events.
     pub(super) nanos: Vec<u64>,
 }
@@ -380,6 +416,7 @@ impl WatcherOutcome {
         WatcherOutcome {
             delivered: 0,
             unexpected: 0,
+            bytes: 0,
             nanos: Vec::with_capacity(shared.sent.len() * watchers),
         }
     }
@@ -452,24 +489,32 @@ async fn next_read(mut watch: H1Watch) -> (H1Watch, Result<Option<Instant>>) {
     (watch, read)
 }
 
+/// One event (a JSON line or a protobuf frame) as a watcher read it.
 fn on_event(
-    line: &[u8],
+    message: &[u8],
     arrived: Instant,
     shared: &Shared,
     marker: &[u8],
     outcome: &mut WatcherOutcome,
 ) {
-    // The server writes "type" first: a bookmark is known by its start,
-    // without scanning the rest of every line.
-    if line.is_empty() || line.starts_with(b"{\"type\":\"BOOKMARK\"") {
-        return;
+    if message.is_empty() {
+        return; // a blank line between events
     }
-    let Some(seq) = sequence(line, marker).filter(|&s| s < shared.sent.len()) else {
-        outcome.unexpected += 1;
-        return;
+    let event = match shared.encoding {
+        Encoding::Json => json_event(message, marker),
+        Encoding::Protobuf => protobuf::watch_event(message),
+    };
+    let seq = match event {
+        Event::Bookmark => return,
+        Event::Sequence(seq) if seq < shared.sent.len() => seq,
+        Event::Sequence(_) | Event::Unexpected => {
+            outcome.unexpected += 1;
+            return;
+        }
     };
     let sent = shared.sent[seq].load(Ordering::Acquire);
     outcome.delivered += 1;
+    outcome.bytes += message.len() as u64;
     if seq > 0 && sent > 0 {
         let now = duration_nanos(arrived.duration_since(shared.base));
         let latency = now.saturating_sub(sent);
@@ -514,6 +559,16 @@ fn cpu_time(who: libc::c_int) -> Duration {
     time(usage.ru_utime) + time(usage.ru_stime)
 }
 
+/// A JSON event line: the server writes "type" first, so a bookmark is
+/// known by its start, without scanning the rest of every line; then the
+/// sequence annotation, found by its marker.
+fn json_event(line: &[u8], marker: &[u8]) -> Event {
+    if line.starts_with(b"{\"type\":\"BOOKMARK\"") {
+        return Event::Bookmark;
+    }
+    sequence(line, marker).map_or(Event::Unexpected, Event::Sequence)
+}
+
 /// The number after `marker` (`"skiff-bench/seq":"`) in an event line.
 fn sequence(line: &[u8], marker: &[u8]) -> Option<usize> {
     let start = find(line, marker)? + marker.len();
@@ -548,5 +603,27 @@ mod tests {
             br#"{"type":"ADDED","object":{"metadata":{"annotations":{"skiff-bench/seq":"42"}}}}"#;
         assert_eq!(sequence(line, marker.as_bytes()), Some(42));
         assert_eq!(sequence(b"{\"type\":\"ERROR\"}", marker.as_bytes()), None);
+        assert_eq!(json_event(line, marker.as_bytes()), Event::Sequence(42));
+        let bookmark = br#"{"type":"BOOKMARK","object":{"kind":"Pod"}}"#;
+        assert_eq!(json_event(bookmark, marker.as_bytes()), Event::Bookmark);
+        assert_eq!(
+            json_event(b"{\"type\":\"ERROR\"}", marker.as_bytes()),
+            Event::Unexpected
+        );
+    }
+
+    #[test]
+    fn each_point_names_its_pods_apart() {
+        let mut names = std::collections::HashSet::new();
+        for transport in [WatchTransport::Http1, WatchTransport::Http2] {
+            for encoding in [Encoding::Json, Encoding::Protobuf] {
+                let setup = WatchSetup {
+                    transport,
+                    encoding,
+                    watchers: 10,
+                };
+                assert!(names.insert(pod_name(setup, 1)), "{setup:?}");
+            }
+        }
     }
 }
