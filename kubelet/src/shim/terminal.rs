@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -94,31 +94,7 @@ impl Frame {
 /// A new terminal: the primary side for the shim and the replica side for
 /// the container's stdin, stdout and stderr; neither survives an exec.
 pub fn open() -> io::Result<(File, OwnedFd)> {
-    let mut primary: libc::c_int = -1;
-    let mut replica: libc::c_int = -1;
-    // SAFETY: openpty writes two fds into the provided ints; the name,
-    // termios and winsize arguments may be null.
-    let result = unsafe {
-        libc::openpty(
-            &mut primary,
-            &mut replica,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    if result != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: openpty succeeded, so both are open fds owned by nobody else.
-    let (primary, replica) =
-        unsafe { (OwnedFd::from_raw_fd(primary), OwnedFd::from_raw_fd(replica)) };
-    for fd in [&primary, &replica] {
-        // SAFETY: fcntl on an open fd with integer arguments.
-        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
+    let (primary, replica) = crate::streaming::pty::open_pair()?;
     Ok((File::from(primary), replica))
 }
 
@@ -227,17 +203,7 @@ impl Terminal {
     /// Sets the terminal's size; the kernel sends the foreground process
     /// group SIGWINCH.
     pub fn resize(&self, width: u16, height: u16) -> io::Result<()> {
-        let size = libc::winsize {
-            ws_row: height,
-            ws_col: width,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        // SAFETY: TIOCSWINSZ reads one winsize from the pointer.
-        if unsafe { libc::ioctl(self.primary.as_raw_fd(), libc::TIOCSWINSZ, &size) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        crate::streaming::pty::set_window_size(self.primary.as_raw_fd(), width, height)
     }
 
     /// Passes a chunk of output to every client that keeps up.

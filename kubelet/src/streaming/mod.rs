@@ -11,7 +11,7 @@ mod channel;
 mod exec;
 mod idle;
 mod portforward;
-mod pty;
+pub(crate) mod pty;
 mod session;
 pub mod spdy;
 mod status;

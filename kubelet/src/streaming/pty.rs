@@ -13,27 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// A new terminal: the primary side (non-blocking, for the kubelet) and
 /// the replica side (for the command's stdin, stdout and stderr).
 pub fn open() -> io::Result<(PtyPrimary, OwnedFd)> {
-    let mut primary: libc::c_int = -1;
-    let mut replica: libc::c_int = -1;
-    // SAFETY: openpty writes two fds into the provided ints; the name,
-    // termios and winsize arguments may be null.
-    let result = unsafe {
-        libc::openpty(
-            &mut primary,
-            &mut replica,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    if result != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: openpty succeeded, so both are open fds owned by nobody else.
-    let (primary, replica) =
-        unsafe { (OwnedFd::from_raw_fd(primary), OwnedFd::from_raw_fd(replica)) };
-    set_cloexec(&primary)?;
-    set_cloexec(&replica)?;
+    let (primary, replica) = open_pair()?;
     set_nonblocking(&primary)?;
     // SAFETY: an OwnedFd is open and keeps its fd until it is dropped,
     // which happens only with the AsyncFd.
@@ -64,18 +44,7 @@ impl PtyResizer {
     /// Sets the terminal's size, as a terminal emulator does on resize;
     /// the command gets SIGWINCH.
     pub fn resize(&self, width: u16, height: u16) -> io::Result<()> {
-        let size = libc::winsize {
-            ws_row: height,
-            ws_col: width,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        // SAFETY: TIOCSWINSZ reads one winsize from the pointer.
-        let result = unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::TIOCSWINSZ, &size) };
-        if result != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        set_window_size(self.fd.as_raw_fd(), width, height)
     }
 }
 
@@ -147,6 +116,48 @@ fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
         libc::F_SETFL,
         libc::O_NONBLOCK,
     )
+}
+
+/// A new terminal's primary and replica sides, both closed on exec.
+pub(crate) fn open_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut primary: libc::c_int = -1;
+    let mut replica: libc::c_int = -1;
+    // SAFETY: openpty writes two fds into the provided ints; the name,
+    // termios and winsize arguments may be null.
+    let result = unsafe {
+        libc::openpty(
+            &mut primary,
+            &mut replica,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    if result != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: openpty succeeded, so both are open fds owned by nobody else.
+    let (primary, replica) =
+        unsafe { (OwnedFd::from_raw_fd(primary), OwnedFd::from_raw_fd(replica)) };
+    set_cloexec(&primary)?;
+    set_cloexec(&replica)?;
+    Ok((primary, replica))
+}
+
+/// Sets the size of the terminal whose primary side is `fd`, as a terminal
+/// emulator does on resize; the foreground process group gets SIGWINCH.
+pub(crate) fn set_window_size(fd: RawFd, width: u16, height: u16) -> io::Result<()> {
+    let size = libc::winsize {
+        ws_row: height,
+        ws_col: width,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one winsize from the pointer.
+    if unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &size) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn set_cloexec(fd: &OwnedFd) -> io::Result<()> {
