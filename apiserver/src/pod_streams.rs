@@ -5,7 +5,8 @@
 //! kubelet's `/exec`, `/attach` or `/portForward` path with the headers
 //! that choose the protocol, and the kubelet's answer relayed: a refusal
 //! as a Status, a `101 Switching Protocols` by upgrading the client's
-//! connection too and copying bytes both ways until either side closes.
+//! connection too and copying bytes both ways until both sides have
+//! closed (see [`relay`]).
 //! The protocols themselves (channels, SPDY streams, exit codes) are the
 //! kubelet's; this side never reads the stream.
 
@@ -207,14 +208,8 @@ async fn open(
                 return;
             }
         };
-        let mut client = TokioIo::new(client);
-        let mut kubelet = TokioIo::new(kubelet);
-        match tokio::io::copy_bidirectional(&mut client, &mut kubelet).await {
-            Ok((sent, received)) => {
-                tracing::debug!(%what, sent, received, "a pod stream ended")
-            }
-            Err(err) => tracing::debug!(%what, error = %err, "a pod stream ended"),
-        }
+        let (sent, received) = relay(TokioIo::new(client), TokioIo::new(kubelet)).await;
+        tracing::debug!(%what, ?sent, ?received, "a pod stream ended");
     });
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -227,9 +222,103 @@ async fn open(
     Ok(response)
 }
 
+/// How long the client may keep sending once the kubelet has closed.
+const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Copies bytes both ways, each direction on its own: one ending (or
+/// failing) shuts down the other side's writing but never cuts short what
+/// the other direction still carries, so the kubelet's last bytes (an exit
+/// code, a WebSocket Close) reach the client even when the client's own
+/// last bytes find the kubelet gone. Once the kubelet has closed, the
+/// client has [`CLOSE_LINGER`] to close too: dropping its connection with
+/// its bytes unread would reset it and lose what is still queued for it.
+/// The bytes sent to the kubelet and to the client, or why each ended.
+async fn relay<C, K>(client: C, kubelet: K) -> (std::io::Result<u64>, std::io::Result<u64>)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite,
+    K: tokio::io::AsyncRead + tokio::io::AsyncWrite,
+{
+    use tokio::io::AsyncWriteExt;
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut kubelet_read, mut kubelet_write) = tokio::io::split(kubelet);
+    let up = async {
+        let copied = tokio::io::copy(&mut client_read, &mut kubelet_write).await;
+        let _ = kubelet_write.shutdown().await;
+        if copied.is_err() {
+            // The kubelet is gone: read the client to its end all the same.
+            let _ = tokio::io::copy(&mut client_read, &mut tokio::io::sink()).await;
+        }
+        copied
+    };
+    let down = async {
+        let copied = tokio::io::copy(&mut kubelet_read, &mut client_write).await;
+        let _ = client_write.shutdown().await;
+        copied
+    };
+    let mut up = std::pin::pin!(up);
+    let mut down = std::pin::pin!(down);
+    tokio::select! {
+        sent = &mut up => (sent, down.await),
+        received = &mut down => {
+            let sent = tokio::time::timeout(CLOSE_LINGER, up)
+                .await
+                .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
+            (sent, received)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An exec's status is the kubelet's last write; the client may still
+    /// be sending (stdin's close) when the kubelet has gone.
+    #[tokio::test]
+    async fn the_kubelets_last_bytes_reach_the_client_though_the_clients_find_it_gone() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (client_near, mut client_far) = tokio::io::duplex(64);
+        let (kubelet_near, mut kubelet_far) = tokio::io::duplex(64);
+        kubelet_far.write_all(b"exit code 3").await.unwrap();
+        drop(kubelet_far);
+        client_far.write_all(b"stdin closed").await.unwrap();
+        let relaying = tokio::spawn(relay(client_near, kubelet_near));
+        let mut seen = Vec::new();
+        client_far.read_to_end(&mut seen).await.unwrap();
+        assert_eq!(seen, b"exit code 3");
+        drop(client_far);
+        let (sent, received) = relaying.await.unwrap();
+        assert_eq!(
+            sent.unwrap_err().kind(),
+            std::io::ErrorKind::BrokenPipe,
+            "the kubelet is gone"
+        );
+        assert_eq!(received.unwrap(), 11);
+    }
+
+    /// A client that half-closes (port-forward's end of upload) still gets
+    /// everything the kubelet sends after.
+    #[tokio::test]
+    async fn a_clients_half_close_leaves_the_kubelets_direction_open() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (client_near, client_far) = tokio::io::duplex(64);
+        let (kubelet_near, kubelet_far) = tokio::io::duplex(64);
+        let relaying = tokio::spawn(relay(client_near, kubelet_near));
+        let (mut client_read, mut client_write) = tokio::io::split(client_far);
+        let (mut kubelet_read, mut kubelet_write) = tokio::io::split(kubelet_far);
+        client_write.write_all(b"request").await.unwrap();
+        client_write.shutdown().await.unwrap();
+        let mut request = Vec::new();
+        kubelet_read.read_to_end(&mut request).await.unwrap();
+        assert_eq!(request, b"request");
+        kubelet_write.write_all(b"answer").await.unwrap();
+        kubelet_write.shutdown().await.unwrap();
+        let mut answer = Vec::new();
+        client_read.read_to_end(&mut answer).await.unwrap();
+        assert_eq!(answer, b"answer");
+        let (sent, received) = relaying.await.unwrap();
+        assert_eq!((sent.unwrap(), received.unwrap()), (7, 6));
+    }
 
     #[test]
     fn only_connection_upgrade_with_an_upgrade_header_is_an_upgrade() {

@@ -462,6 +462,49 @@ async fn a_client_that_goes_away_ends_the_command() {
     kubelet.stop().await;
 }
 
+/// After its status and Close the kubelet reads on until the client's
+/// Close: a connection dropped with the client's bytes unread is reset,
+/// and a reset throws away what is still queued to the client (the
+/// status itself, on a loaded machine). Here the client writes after the
+/// kubelet's Close and must find the connection still read, then ended
+/// cleanly.
+#[tokio::test]
+async fn the_kubelet_waits_for_the_clients_close() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let kubelet = Kubelet::start().await;
+    let url = kubelet.exec_url("app", &["true"], "stdout=true");
+    let (mut socket, _) = connect(&url, "v5.channel.k8s.io").await.unwrap();
+    loop {
+        let message = tokio::time::timeout(PATIENCE, socket.next())
+            .await
+            .expect("the session ends")
+            .expect("a message before the status")
+            .unwrap();
+        if matches!(&message, Message::Binary(bytes) if bytes.first() == Some(&3)) {
+            break;
+        }
+    }
+    let tokio_tungstenite::MaybeTlsStream::Plain(tcp) = socket.get_mut() else {
+        panic!("the test kubelet serves plain HTTP");
+    };
+    // Long enough for a kubelet that does not wait to have closed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Masked client frames (a zero key): a message on stdin, then Close 1000.
+    tcp.write_all(&[0x82, 0x82, 0, 0, 0, 0, 0, b'x'])
+        .await
+        .expect("the stdin message is written");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    tcp.write_all(&[0x88, 0x82, 0, 0, 0, 0, 0x03, 0xe8])
+        .await
+        .expect("the Close is written to a connection still open");
+    let mut rest = Vec::new();
+    tokio::time::timeout(PATIENCE, tcp.read_to_end(&mut rest))
+        .await
+        .expect("the kubelet ends the connection")
+        .expect("an orderly end, not a reset");
+    kubelet.stop().await;
+}
+
 #[tokio::test]
 async fn an_idle_connection_is_closed_and_its_command_stopped() {
     let kubelet = Kubelet::start_with(&["sleep", "300"], Duration::from_millis(500)).await;

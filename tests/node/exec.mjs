@@ -30,10 +30,20 @@ function run(command, stdin) {
   return new Promise((resolve, reject) => {
     const out = collector();
     const err = collector();
+    let ended = false;
     exec
       .exec(namespace, pod, "main", command, out.stream, err.stream, stdin, false, (status) => {
+        ended = true;
         // The socket may still hold output when the status arrives.
         setTimeout(() => resolve({ stdout: out.text(), stderr: err.text(), status }), 200);
+      })
+      .then((socket) => {
+        socket.on("close", (code) => {
+          if (!ended) {
+            reject(new Error(`${command.join(" ")}: closed (${code}) without a status; ` +
+              `stdout ${JSON.stringify(out.text())}, stderr ${JSON.stringify(err.text())}`));
+          }
+        });
       })
       .catch(reject);
   });

@@ -16,6 +16,8 @@ pub fn byte_stream(socket: WebSocket) -> DuplexStream {
     let (mut sink, mut stream) = socket.split();
     tokio::spawn(async move {
         let inbound = async {
+            // Once the stream is gone, the socket is still read to its end.
+            let mut open = true;
             while let Some(Ok(message)) = stream.next().await {
                 let bytes = match message {
                     Message::Binary(bytes) => bytes,
@@ -23,8 +25,8 @@ pub fn byte_stream(socket: WebSocket) -> DuplexStream {
                     Message::Close(_) => break,
                     Message::Ping(_) | Message::Pong(_) => continue,
                 };
-                if write.write_all(&bytes).await.is_err() {
-                    break;
+                if open && write.write_all(&bytes).await.is_err() {
+                    open = false;
                 }
             }
             let _ = write.shutdown().await;
@@ -44,9 +46,13 @@ pub fn byte_stream(socket: WebSocket) -> DuplexStream {
             }
             let _ = sink.send(Message::Close(None)).await;
         };
+        // After our Close the client has a moment to answer with its own.
+        let mut inbound = std::pin::pin!(inbound);
         tokio::select! {
-            () = inbound => {}
-            () = outbound => {}
+            () = &mut inbound => {}
+            () = outbound => {
+                let _ = tokio::time::timeout(super::websocket::CLOSE_LINGER, inbound).await;
+            }
         }
     });
     theirs

@@ -17,6 +17,11 @@ use super::session::Session;
 const QUEUE: usize = 8;
 /// The largest message a client may send; larger ones end the connection.
 pub const MAX_MESSAGE: usize = 1024 * 1024;
+/// How long, after our Close, the client has to answer with its own
+/// before the connection is dropped. Dropping a socket with the client's
+/// bytes unread makes the kernel reset it and throw away what is still
+/// queued to send: the status and the Close themselves.
+pub const CLOSE_LINGER: Duration = Duration::from_secs(5);
 
 /// Runs one exec or attach session on an upgraded socket.
 pub async fn serve_exec(
@@ -41,7 +46,7 @@ pub async fn serve_exec(
         return;
     }
     let (input_tx, input_rx) = mpsc::channel(QUEUE);
-    let reading = tokio::spawn(read_client(stream, protocol, input_tx, activity.clone()));
+    let mut reading = tokio::spawn(read_client(stream, protocol, input_tx, activity.clone()));
     let (output_tx, mut output_rx) = mpsc::channel(QUEUE);
     let running = session.run(input_rx, output_tx);
     let writing = async {
@@ -82,6 +87,8 @@ pub async fn serve_exec(
                 reason: Utf8Bytes::from_static(""),
             })))
             .await;
+        // The client's Close (or its end) completes the handshake.
+        let _ = tokio::time::timeout(CLOSE_LINGER, &mut reading).await;
     }
     reading.abort();
 }

@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 use super::channel::{ChannelProtocol, Frame};
 use super::idle::Activity;
 use super::portforward::{self, Forwarded};
+use super::websocket;
 
 /// Messages queued each way per port.
 const QUEUE: usize = 8;
@@ -100,10 +101,14 @@ pub async fn serve(
             })))
             .await;
     };
-    // The client leaving, or every connection ending, ends the session.
+    // The client leaving, or every connection ending, ends the session;
+    // after our Close the client has a moment to answer with its own.
+    let mut reading = std::pin::pin!(reading);
     tokio::select! {
-        () = reading => {}
-        () = writing => {}
+        () = &mut reading => {}
+        () = writing => {
+            let _ = tokio::time::timeout(websocket::CLOSE_LINGER, reading).await;
+        }
         () = activity.idle_for(idle_timeout) => {
             tracing::info!(?idle_timeout, "closing an idle port-forward connection");
         }
