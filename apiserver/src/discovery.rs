@@ -67,7 +67,7 @@ async fn version_response() -> Response {
 }
 
 /// The `version.Info` of `/version`: the version of the API types served
-/// ([`crate::version`]). The kubectl dispatcher picks its client binary
+/// ([`skiff_machinery::version`]). The kubectl dispatcher picks its client binary
 /// by the minor.
 pub fn version_info() -> Value {
     let arch = match std::env::consts::ARCH {
@@ -76,9 +76,9 @@ pub fn version_info() -> Value {
         other => other,
     };
     json!({
-        "major": crate::version::MAJOR,
-        "minor": crate::version::MINOR,
-        "gitVersion": crate::version::GIT_VERSION,
+        "major": skiff_machinery::version::MAJOR,
+        "minor": skiff_machinery::version::MINOR,
+        "gitVersion": skiff_machinery::version::GIT_VERSION,
         "gitCommit": option_env!("SKIFF_GIT_COMMIT").unwrap_or("unknown"),
         "gitTreeState": option_env!("SKIFF_GIT_TREE_STATE").unwrap_or("clean"),
         "buildDate": option_env!("SKIFF_BUILD_DATE").unwrap_or("1970-01-01T00:00:00Z"),

@@ -52,12 +52,12 @@ pub fn check(
         .map(duplicate_fields)
         .unwrap_or_default()
         .into_iter()
-        .map(|f| format!("duplicate field {}", crate::selectors::go_quote(&f)))
+        .map(|f| format!("duplicate field {}", skiff_machinery::quote::go_quote(&f)))
         .collect();
     problems.extend(
         crate::validation::strict_unknown_fields(resource, object)
             .into_iter()
-            .map(|f| format!("unknown field {}", crate::selectors::go_quote(&f))),
+            .map(|f| format!("unknown field {}", skiff_machinery::quote::go_quote(&f))),
     );
     match mode {
         Mode::Strict if !problems.is_empty() => Err(crate::validation::strict_decoding_error(

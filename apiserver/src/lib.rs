@@ -39,18 +39,15 @@ pub mod reply;
 pub mod request_info;
 pub mod resources;
 pub(crate) mod schema;
-pub mod selectors;
 pub mod server;
 pub mod service_alloc;
 pub mod serving;
-pub mod skip_verify;
 pub mod status;
 pub mod storage;
 pub mod subresources;
 pub mod table;
 pub mod user;
 pub mod validation;
-pub mod version;
 pub mod warning;
 pub mod watch;
 

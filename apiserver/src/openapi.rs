@@ -281,7 +281,7 @@ pub fn group_version_document(group: &str, version: &str) -> Value {
     }
     json!({
         "openapi": "3.0.0",
-        "info": { "title": "Kubernetes", "version": crate::version::GIT_VERSION },
+        "info": { "title": "Kubernetes", "version": skiff_machinery::version::GIT_VERSION },
         "paths": paths,
         "components": { "schemas": schemas },
     })

@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use crate::registry::{DeleteOptions, ListOptions, Propagation};
 use crate::resources::ResourceType;
-use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult, Cause};
+use skiff_machinery::selectors::{FieldSelector, LabelSelector};
 
 /// The options kinds of the write verbs, as Kubernetes names them in a
 /// 422 about an option.

@@ -8,9 +8,9 @@ use serde_json::{json, Value};
 use crate::namespace;
 use crate::object::{self, metadata_mut};
 use crate::resources::ResourceType;
-use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
 use crate::storage::{prefix_end, Storage, StorageError};
+use skiff_machinery::selectors::{FieldSelector, LabelSelector};
 
 /// The namespaces that exist from the start.
 pub const DEFAULT_NAMESPACES: &[&str] =
@@ -136,7 +136,7 @@ impl Propagation {
                     reason: "FieldValueNotSupported",
                     message: format!(
                         "Unsupported value: {}: supported values: \"Foreground\", \"Background\", \"Orphan\"",
-                        crate::selectors::go_quote(other)
+                        skiff_machinery::quote::go_quote(other)
                     ),
                     field: "propagationPolicy".into(),
                 }],

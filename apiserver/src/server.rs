@@ -629,7 +629,7 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
             let check = |object: &Value| {
                 let mut found: Vec<String> = duplicates
                     .iter()
-                    .map(|f| format!("duplicate field {}", crate::selectors::go_quote(f)))
+                    .map(|f| format!("duplicate field {}", skiff_machinery::quote::go_quote(f)))
                     .collect();
                 found.extend(field_validation::check(served, validation, object, None)?);
                 if validation == field_validation::Mode::Strict && !found.is_empty() {

@@ -227,6 +227,13 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
+/// A label or field selector the API cannot read: a 400 with its message.
+impl From<skiff_machinery::selectors::SelectorError> for ApiError {
+    fn from(err: skiff_machinery::selectors::SelectorError) -> Self {
+        ApiError::bad_request(err.message)
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

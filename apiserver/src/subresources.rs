@@ -10,9 +10,9 @@ use crate::registry::{
     storage_error, DeleteOptions, ListOptions, Propagation, Registry, Target, Write,
 };
 use crate::resources;
-use crate::selectors::LabelSelector;
 use crate::status::{ApiError, ApiResult, Cause};
 use crate::storage::StorageError;
+use skiff_machinery::selectors::LabelSelector;
 
 /// The Scale of an object of `resource`: a workload's, or a custom
 /// resource's at the paths of its CRD's `subresources.scale`.
@@ -230,7 +230,7 @@ pub async fn bind(
                 reason: "FieldValueNotSupported",
                 message: format!(
                     "Unsupported value: {}: supported values: \"Node\", \"<empty>\"",
-                    crate::selectors::go_quote(kind)
+                    skiff_machinery::quote::go_quote(kind)
                 ),
                 field: "target.kind".into(),
             }],

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
     Secret,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
-use skiff_apiserver::admission::quantity::Quantity;
+use skiff_machinery::quantity::Quantity;
 
 use crate::volumes::PreparedVolumes;
 

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
-use skiff_apiserver::admission::quantity::Quantity;
+use skiff_machinery::quantity::Quantity;
 
 use crate::env::container_request;
 

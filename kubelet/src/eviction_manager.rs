@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use skiff_apiserver::admission::quantity::Quantity;
+use skiff_machinery::quantity::Quantity;
 use tokio::sync::watch;
 
 use crate::eviction::{

@@ -722,7 +722,7 @@ fn scaled_score(score: i64, weight: i64) -> i64 {
 /// Why `name` is not a valid managed resource (an extended resource
 /// name: `example.com/foo`), as kube-scheduler's validation says it.
 fn invalid_extended_resource_name(name: &str) -> Option<String> {
-    let errors = skiff_apiserver::validation::is_qualified_name(name);
+    let errors = skiff_machinery::validation::is_qualified_name(name);
     if !errors.is_empty() {
         return Some(errors.join(", "));
     }
@@ -1242,7 +1242,7 @@ fn tls_settings(
         (true, _) => builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(
-                skiff_apiserver::skip_verify::SkipServerVerification(provider),
+                skiff_machinery::skip_verify::SkipServerVerification(provider),
             )),
         (false, Some(pem)) => builder.with_root_certificates(trust_roots(&pem)?),
         (false, None) => builder.with_root_certificates(system_roots()),

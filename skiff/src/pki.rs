@@ -349,7 +349,7 @@ impl Pki {
             .context("TLS protocol versions")?
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(
-                skiff_apiserver::skip_verify::SkipServerVerification(provider),
+                skiff_machinery::skip_verify::SkipServerVerification(provider),
             ))
             .with_client_auth_cert(
                 pem_certs(&credentials.cert_pem)?,

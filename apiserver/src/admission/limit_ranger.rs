@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::quantity::Quantity;
 use super::{list, Attributes, Operation};
 use crate::registry::Registry;
 use crate::status::ApiResult;
+use skiff_machinery::quantity::Quantity;
 
 const LIMIT_RANGES: (&str, &str, &str) = ("", "v1", "limitranges");
 

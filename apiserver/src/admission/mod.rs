@@ -11,7 +11,6 @@ pub mod defaults;
 pub mod limit_ranger;
 pub mod namespace_lifecycle;
 pub mod priority;
-pub mod quantity;
 pub mod resource_quota;
 pub mod service_account;
 pub mod webhook;

@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::quantity::Quantity;
 use super::{list, list_resource, Attributes, Operation};
 use crate::object;
 use crate::registry::Registry;
 use crate::resources::ResourceType;
 use crate::status::{ApiError, ApiResult};
 use crate::storage::StorageError;
+use skiff_machinery::quantity::Quantity;
 
 const QUOTAS: (&str, &str, &str) = ("", "v1", "resourcequotas");
 

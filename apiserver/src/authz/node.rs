@@ -153,7 +153,8 @@ async fn restrict_read(
         namespace: Some(r.namespace.as_str()),
     };
     let options = crate::registry::ListOptions {
-        fields: crate::selectors::FieldSelector::parse(&format!("spec.nodeName={node}")).ok(),
+        fields: skiff_machinery::selectors::FieldSelector::parse(&format!("spec.nodeName={node}"))
+            .ok(),
         ..Default::default()
     };
     let used = match registry.list(&pods, &options).await {

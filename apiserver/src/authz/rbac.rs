@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::selectors::LabelSelector;
 use crate::user::UserInfo;
+use skiff_machinery::selectors::LabelSelector;
 
 /// What a request asks to do, as authorization sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! starts matching as ADDED.
 
 use super::object::{CachedObject, ChangeType, EventType, WatchEvent};
-use crate::selectors::{FieldSelector, LabelSelector};
+use skiff_machinery::selectors::{FieldSelector, LabelSelector};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Filter {

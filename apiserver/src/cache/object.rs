@@ -89,8 +89,8 @@ impl CachedObject {
 /// the bytes are not one JSON object.
 fn parse_selectable(resource: &ResourceType, stored: &[u8]) -> Option<Value> {
     let mut paths = vec!["kind", "metadata.labels"];
-    for field in crate::selectors::supported_fields(resource.kind) {
-        crate::selectors::paths_read(field, &mut paths);
+    for field in skiff_machinery::selectors::supported_fields(resource.kind) {
+        skiff_machinery::selectors::paths_read(field, &mut paths);
     }
     let mut reader = serde_json::Deserializer::from_slice(stored);
     let parsed = Wanted(paths).deserialize(&mut reader).ok()?;
@@ -257,7 +257,7 @@ impl Selectable {
             .get("kind")
             .and_then(Value::as_str)
             .unwrap_or(resource.kind);
-        let names = crate::selectors::supported_fields(kind);
+        let names = skiff_machinery::selectors::supported_fields(kind);
         let mut with_kind;
         let object = match object.get("kind") {
             Some(_) => object,
@@ -272,7 +272,7 @@ impl Selectable {
         let fields = names
             .iter()
             .map(|name| {
-                text.push_str(&crate::selectors::field_value(object, name));
+                text.push_str(&skiff_machinery::selectors::field_value(object, name));
                 offset(text.len())
             })
             .collect();
@@ -435,7 +435,7 @@ mod tests {
 
     #[test]
     fn selectors_see_the_same_fields_as_on_the_whole_object() {
-        use crate::selectors::{FieldSelector, LabelSelector};
+        use skiff_machinery::selectors::{FieldSelector, LabelSelector};
         // No `kind` in the stored object: the resource's kind is used.
         let pod = json!({
             "metadata": {"name": "p", "namespace": "ns",

@@ -326,7 +326,7 @@ async fn paged_lists_from_the_cache_continue_in_the_store() {
     // With a selector, the limit counts matching objects.
     let web = ListOptions {
         limit: 2,
-        labels: Some(crate::selectors::LabelSelector::parse("app=web").unwrap()),
+        labels: Some(skiff_machinery::selectors::LabelSelector::parse("app=web").unwrap()),
         ..list_options("0")
     };
     // Consistent (no resourceVersion): it sees the writes made meanwhile.
@@ -345,7 +345,7 @@ async fn watchers_see_each_change_once_in_order_with_selectors_applied() {
     let from = create(&registry, "a", "web").await;
     let cache = &registry.cache;
     let web = Filter {
-        labels: Some(crate::selectors::LabelSelector::parse("app=web").unwrap()),
+        labels: Some(skiff_machinery::selectors::LabelSelector::parse("app=web").unwrap()),
         ..filter_of(&in_default(), &ListOptions::default())
     };
     let mut all = cache
@@ -406,7 +406,9 @@ async fn watchers_with_the_same_filter_share_it_and_each_sees_its_own_events() {
     let from = create(&registry, "a", "web").await;
     let cache = &registry.cache;
     let by_app = |app: &str| Filter {
-        labels: Some(crate::selectors::LabelSelector::parse(&format!("app={app}")).unwrap()),
+        labels: Some(
+            skiff_machinery::selectors::LabelSelector::parse(&format!("app={app}")).unwrap(),
+        ),
         ..filter_of(&in_default(), &ListOptions::default())
     };
     let mut watches = Vec::new();

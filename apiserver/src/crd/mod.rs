@@ -267,7 +267,7 @@ pub fn validate_definition(crd: &Value) -> Vec<Cause> {
             "metadata.name",
             format!(
                 "Invalid value: {}: must be spec.names.plural+\".\"+spec.group",
-                crate::selectors::go_quote(name)
+                skiff_machinery::quote::go_quote(name)
             ),
         ));
     }
@@ -277,7 +277,7 @@ pub fn validate_definition(crd: &Value) -> Vec<Cause> {
             "spec.scope",
             format!(
                 "Unsupported value: {}: supported values: \"Cluster\", \"Namespaced\"",
-                crate::selectors::go_quote(spec["scope"].as_str().unwrap_or_default())
+                skiff_machinery::quote::go_quote(spec["scope"].as_str().unwrap_or_default())
             ),
         ));
     }
@@ -327,7 +327,7 @@ pub fn validate_definition(crd: &Value) -> Vec<Cause> {
                         &format!("{path}.type"),
                         format!(
                             "Invalid value: {}: must be object at the root",
-                            crate::selectors::go_quote(root_type)
+                            skiff_machinery::quote::go_quote(root_type)
                         ),
                     ));
                 }
@@ -342,7 +342,7 @@ pub fn validate_definition(crd: &Value) -> Vec<Cause> {
                 "spec.conversion.strategy",
                 format!(
                     "Unsupported value: {}: supported values: \"None\"",
-                    crate::selectors::go_quote(strategy)
+                    skiff_machinery::quote::go_quote(strategy)
                 ),
             ));
         }
@@ -364,14 +364,14 @@ fn check_schema_types(schema: &Value, path: &str, causes: &mut Vec<Cause>) {
         Some(Value::String(kind)) if !kind.is_empty() && !SCHEMA_TYPES.contains(&kind.as_str()) => {
             let listed: Vec<String> = SCHEMA_TYPES
                 .iter()
-                .map(|t| crate::selectors::go_quote(t))
+                .map(|t| skiff_machinery::quote::go_quote(t))
                 .collect();
             causes.push(cause(
                 "FieldValueNotSupported",
                 &format!("{path}.type"),
                 format!(
                     "Unsupported value: {}: supported values: {}",
-                    crate::selectors::go_quote(kind),
+                    skiff_machinery::quote::go_quote(kind),
                     listed.join(", ")
                 ),
             ));

@@ -12,7 +12,7 @@ use prost::Message;
 use serde_json::{json, Map, Value};
 
 use super::{content_hash, custom_documents, if_none_match, Document, DOCUMENTS};
-use crate::version;
+use skiff_machinery::version;
 
 /// What kubectl and client-go ask for (`@v1.0`, as kube-openapi still
 /// accepts it) and what Kubernetes answers with (`.v1.0`).

@@ -11,8 +11,8 @@ use super::{
     cause, field, forbidden, go_quote, invalid, invalid_each, is_qualified_name,
     is_valid_label_value, items, not_supported, text, validate_label_selector,
 };
-use crate::admission::quantity::Quantity;
 use crate::status::Cause;
+use skiff_machinery::quantity::Quantity;
 
 /// A Node's taints, pod CIDRs and status quantities.
 pub(super) fn validate_node(causes: &mut Vec<Cause>, object: &Value) {

@@ -6,11 +6,11 @@
 use serde_json::Value;
 
 use super::{forbidden, invalid, invalid_each, is_qualified_name, not_supported, required};
-use crate::admission::quantity::{Quantity, QuantityError};
 use crate::resources::ResourceType;
 use crate::schema::{fields_of, Shape};
-use crate::selectors::go_quote;
 use crate::status::Cause;
+use skiff_machinery::quantity::{Quantity, QuantityError};
+use skiff_machinery::quote::go_quote;
 
 /// The schema definition every quantity field has.
 const QUANTITY: &str = "io.k8s.apimachinery.pkg.api.resource.Quantity";

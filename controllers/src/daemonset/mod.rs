@@ -25,7 +25,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client};
 use parking_lot::Mutex;
-use skiff_apiserver::selectors::LabelSelector;
+use skiff_machinery::selectors::LabelSelector;
 
 use crate::backoff::Failures;
 use crate::history::HistoryError;

@@ -101,7 +101,7 @@ fn pods_of(ctx: &Context, job: &Job) -> Vec<Arc<Pod>> {
         .as_ref()
         .and_then(|s| s.selector.as_ref())
         .and_then(|s| serde_json::to_value(s).ok())
-        .and_then(|v| skiff_apiserver::selectors::LabelSelector::from_json(&v).ok());
+        .and_then(|v| skiff_machinery::selectors::LabelSelector::from_json(&v).ok());
     ctx.pods.state_filter(|pod| {
         let labels = pod.metadata.labels.as_ref();
         pod.metadata.namespace.as_deref() == namespace

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use skiff_apiserver::admission::quantity::Quantity;
-use skiff_apiserver::selectors::LabelSelector;
+use skiff_machinery::quantity::Quantity;
+use skiff_machinery::selectors::LabelSelector;
 
 /// On a claim or volume whose binding the controller finished.
 pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";

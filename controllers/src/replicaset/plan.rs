@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
-use skiff_apiserver::selectors::LabelSelector;
+use skiff_machinery::selectors::LabelSelector;
 
 use super::pods::{controller_ref, is_active};
 use super::ranking::pods_to_delete;

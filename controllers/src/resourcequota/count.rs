@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceQuota;
 use serde_json::{json, Map, Value};
-use skiff_apiserver::admission::quantity::Quantity;
+use skiff_machinery::quantity::Quantity;
 use skiff_apiserver::admission::resource_quota::Usage;
 use skiff_apiserver::resources::ResourceType;
 

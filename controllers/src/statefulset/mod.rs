@@ -21,7 +21,7 @@ use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client};
-use skiff_apiserver::selectors::LabelSelector;
+use skiff_machinery::selectors::LabelSelector;
 
 use crate::backoff::Failures;
 use crate::history::HistoryError;

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use skiff_apiserver::admission::quantity::Quantity;
+use skiff_machinery::quantity::Quantity;
 
 use super::config::{NodeConfig, ResourceList, DEFAULT_MAX_PODS, KUBELET_VERSION};
 use super::host::HostInfo;

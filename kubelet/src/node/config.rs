@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::Taint;
-use skiff_apiserver::admission::quantity::Quantity;
+use skiff_machinery::quantity::Quantity;
 
 /// A flag value that does not parse; each says what was expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -192,7 +192,7 @@ pub const DEFAULT_MAX_PODS: i64 = 110;
 pub const DEFAULT_KUBELET_PORT: u16 = 10250;
 /// nodeInfo.kubeletVersion: the version the API reports, one for all of
 /// skiff.
-pub const KUBELET_VERSION: &str = skiff_apiserver::version::GIT_VERSION;
+pub const KUBELET_VERSION: &str = skiff_machinery::version::GIT_VERSION;
 
 impl NodeConfig {
     /// A node named `name` at `address`, with the real kubelet's defaults.

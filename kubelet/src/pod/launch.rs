@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use kube::{Api, Client};
-use skiff_apiserver::admission::quantity::Quantity;
+use skiff_machinery::quantity::Quantity;
 
 use crate::env::{self, EnvSources, NodeFacts};
 use crate::probe::ProbeTarget;

@@ -16,7 +16,7 @@ use super::{probe_host, resolve_port, ProbeResult, ProbeTarget};
 
 /// The User-Agent Kubernetes' prober sends, for the API version skiff
 /// serves.
-const PROBE_USER_AGENT: &str = skiff_apiserver::version::PROBE_USER_AGENT;
+const PROBE_USER_AGENT: &str = skiff_machinery::version::PROBE_USER_AGENT;
 
 pub(super) async fn run(
     action: &HTTPGetAction,

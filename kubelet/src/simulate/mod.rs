@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use k8s_openapi::api::core::v1::Taint;
 use kube::{Api, Client};
-use skiff_apiserver::admission::quantity::Quantity;
+use skiff_machinery::quantity::Quantity;
 
 use crate::node::config::ResourceList;
 use crate::node::lease::{lease_api, DEFAULT_LEASE_DURATION_SECONDS, DEFAULT_RENEW_INTERVAL};

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
-use skiff_apiserver::admission::quantity::Quantity;
+use skiff_machinery::quantity::Quantity;
 
 /// What a container without a CPU request counts as when spreading load
 /// (kube-scheduler's non-zero defaults): 0.1 CPU and 200 MiB.

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::{each, set};
-use crate::admission::quantity::Quantity;
+use skiff_machinery::quantity::Quantity;
 
 /// A Pod: its spec's defaults, plus requests taken from limits where only
 /// limits are given (Kubernetes does this for pods, not templates).

@@ -16,8 +16,8 @@ use serde_json::Value;
 
 use super::{list, read, Attributes, NAMESPACES};
 use crate::registry::Registry;
-use crate::selectors::LabelSelector;
 use crate::status::{ApiError, ApiResult};
+use skiff_machinery::selectors::LabelSelector;
 
 pub const GROUP: &str = "admissionregistration.k8s.io";
 const MUTATING: (&str, &str, &str) = (GROUP, "v1", "mutatingwebhookconfigurations");
@@ -225,7 +225,7 @@ fn webhooks_of(mut configurations: Vec<Arc<Value>>) -> Vec<Value> {
 fn selector(webhook: &Value, field: &str) -> ApiResult<Option<LabelSelector>> {
     match webhook.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(s) => LabelSelector::from_json(s).map(Some),
+        Some(s) => Ok(Some(LabelSelector::from_json(s)?)),
     }
 }
 

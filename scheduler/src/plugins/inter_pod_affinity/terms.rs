@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, WeightedPodAffinityTerm};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector as LabelSelectorSpec, LabelSelectorRequirement,
 };
-use skiff_apiserver::selectors::LabelSelector;
+use skiff_machinery::selectors::LabelSelector;
 
 /// Which namespaces a term's `namespaceSelector` selects.
 #[derive(Debug, Clone)]

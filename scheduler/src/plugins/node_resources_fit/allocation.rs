@@ -81,7 +81,7 @@ pub fn is_extended_resource_name(name: &str) -> bool {
     if is_native_resource(name) || name.starts_with("requests.") {
         return false;
     }
-    skiff_apiserver::validation::is_qualified_name(&format!("requests.{name}")).is_empty()
+    skiff_machinery::validation::is_qualified_name(&format!("requests.{name}")).is_empty()
 }
 
 fn is_native_resource(name: &str) -> bool {

@@ -124,7 +124,7 @@ impl NodeResourcesFit {
         let mut errors = Vec::new();
         let ignored_resources = args.ignored_resources.unwrap_or_default();
         for (i, name) in ignored_resources.iter().enumerate() {
-            for message in skiff_apiserver::validation::is_qualified_name(name) {
+            for message in skiff_machinery::validation::is_qualified_name(name) {
                 errors.push(format!(
                     "ignoredResources[{i}]: Invalid value: {name:?}: {message}"
                 ));
@@ -137,7 +137,7 @@ impl NodeResourcesFit {
                     "ignoredResourceGroups[{i}]: Invalid value: {group:?}: resource group name can't contain '/'"
                 ));
             }
-            for message in skiff_apiserver::validation::is_qualified_name(group) {
+            for message in skiff_machinery::validation::is_qualified_name(group) {
                 errors.push(format!(
                     "ignoredResourceGroups[{i}]: Invalid value: {group:?}: {message}"
                 ));

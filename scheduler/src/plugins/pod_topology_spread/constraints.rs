@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Toleration, TopologySpreadConstraint
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector as LabelSelectorSpec, LabelSelectorRequirement,
 };
-use skiff_apiserver::selectors::LabelSelector;
+use skiff_machinery::selectors::LabelSelector;
 
 use crate::framework::{ClusterObjects, PodInfo};
 use crate::plugins::node_affinity::RequiredNodeAffinity;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as ApiLabelSelector;
-use skiff_apiserver::selectors::LabelSelector;
+use skiff_machinery::selectors::LabelSelector;
 
 use crate::framework::{
     ClusterObjects, CycleState, NodeInfo, NodeScore, Plugin, PodInfo, Point, PreFilterResult,

@@ -1,0 +1,14 @@
+//! What skiff's API server and its clients (the scheduler, the
+//! controllers, the kubelet) share, as Kubernetes keeps it in
+//! `k8s.io/apimachinery` and `k8s.io/component-helpers`: quantities,
+//! label and field selectors, the syntax of names and labels, Go's
+//! quoting, the version skiff reports, and a TLS verifier for servers
+//! whose certificates are not checked. It depends on no part of skiff, so
+//! a client built on it never builds the store or the API server.
+
+pub mod quantity;
+pub mod quote;
+pub mod selectors;
+pub mod skip_verify;
+pub mod validation;
+pub mod version;
