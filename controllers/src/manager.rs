@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kube::Client;
-use skiff_scheduler::leader::{self, LeaseConfig};
+use skiff_machinery::leader::{self, LeaseConfig};
 
 /// One controller: its name on the command line and how it runs (until
 /// its task is aborted).

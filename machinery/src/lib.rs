@@ -2,12 +2,18 @@
 //! controllers, the kubelet) share, as Kubernetes keeps it in
 //! `k8s.io/apimachinery` and `k8s.io/component-helpers`: quantities,
 //! label and field selectors, the syntax of names and labels, Go's
-//! quoting, the version skiff reports, and a TLS verifier for servers
+//! quoting, ResourceQuota's usage evaluator, node affinity and taint
+//! matching, Lease leader election (feature `leader-election`), the
+//! version skiff reports, and a TLS verifier for servers
 //! whose certificates are not checked. It depends on no part of skiff, so
 //! a client built on it never builds the store or the API server.
 
+#[cfg(feature = "leader-election")]
+pub mod leader;
 pub mod quantity;
+pub mod quota;
 pub mod quote;
+pub mod scheduling;
 pub mod selectors;
 pub mod skip_verify;
 pub mod validation;

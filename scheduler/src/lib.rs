@@ -6,7 +6,6 @@ pub mod cache;
 pub mod config;
 pub mod extender;
 pub mod framework;
-pub mod leader;
 pub mod metrics;
 pub mod plugins;
 pub mod queue;

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use kube::Client;
 
 use crate::config::SchedulerConfig;
-use crate::leader::{self, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::scheduler::Scheduler;
+use skiff_machinery::leader::{self, LeaseConfig};
 
 pub struct RunOptions {
     pub config: SchedulerConfig,

@@ -4,8 +4,6 @@
 //! quota's resourceVersion; given back when the object leaves the store.
 //! Not quota scopes or scope selectors (every quota counts everything).
 
-use std::collections::BTreeMap;
-
 use serde_json::{json, Map, Value};
 
 use super::{list, list_resource, Attributes, Operation};
@@ -15,121 +13,13 @@ use crate::resources::ResourceType;
 use crate::status::{ApiError, ApiResult};
 use crate::storage::StorageError;
 use skiff_machinery::quantity::Quantity;
+use skiff_machinery::quota::{self, counted_resource, counted_resources, GroupResource, Usage};
 
 const QUOTAS: (&str, &str, &str) = ("", "v1", "resourcequotas");
 
 /// How many times a charge is retried when another write changed the
 /// quota meanwhile.
 const CAS_ATTEMPTS: usize = 32;
-
-/// Resource name → amount.
-pub type Usage = BTreeMap<String, Quantity>;
-
-/// What one object uses, by every name a quota may limit it under.
-pub fn usage(resource: &ResourceType, object: &Value) -> Usage {
-    let mut used = Usage::new();
-    if resource.kind == "Pod" && resource.group.is_empty() && is_terminal(object) {
-        return used;
-    }
-    let one = Quantity::count(1);
-    let counted = match resource.group {
-        "" => format!("count/{}", resource.plural),
-        group => format!("count/{}.{group}", resource.plural),
-    };
-    used.insert(counted, one);
-    if !resource.group.is_empty() {
-        return used;
-    }
-    match resource.plural {
-        "pods"
-        | "services"
-        | "configmaps"
-        | "secrets"
-        | "persistentvolumeclaims"
-        | "replicationcontrollers"
-        | "resourcequotas" => {
-            used.insert(resource.plural.to_string(), one);
-        }
-        _ => {}
-    }
-    match resource.plural {
-        "pods" => pod_usage(object, &mut used),
-        "services" => service_usage(object, &mut used),
-        "persistentvolumeclaims" => {
-            if let Some(storage) = object
-                .pointer("/spec/resources/requests/storage")
-                .and_then(Quantity::from_json)
-            {
-                used.insert("requests.storage".into(), storage);
-            }
-        }
-        _ => {}
-    }
-    used
-}
-
-fn is_terminal(pod: &Value) -> bool {
-    matches!(
-        pod["status"]["phase"].as_str(),
-        Some("Succeeded" | "Failed")
-    )
-}
-
-/// A pod's compute requests and limits: the larger of the containers' sum
-/// and any one init container, per resource.
-fn pod_usage(pod: &Value, used: &mut Usage) {
-    for list in ["requests", "limits"] {
-        let mut sums: BTreeMap<String, Quantity> = BTreeMap::new();
-        for container in pod["spec"]["containers"].as_array().into_iter().flatten() {
-            for (name, q) in resource_list(&container["resources"][list]) {
-                let sum = sums.entry(name).or_default();
-                *sum = sum.plus(q);
-            }
-        }
-        for container in pod["spec"]["initContainers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            for (name, q) in resource_list(&container["resources"][list]) {
-                let sum = sums.entry(name).or_default();
-                if q > *sum {
-                    *sum = q;
-                }
-            }
-        }
-        for (name, q) in sums {
-            if list == "requests" && (name == "cpu" || name == "memory") {
-                used.insert(name.clone(), q);
-            }
-            used.insert(format!("{list}.{name}"), q);
-        }
-    }
-}
-
-fn service_usage(service: &Value, used: &mut Usage) {
-    let ports = service["spec"]["ports"].as_array().map_or(0, Vec::len) as i64;
-    match service["spec"]["type"].as_str() {
-        Some("NodePort") => {
-            used.insert("services.nodeports".into(), Quantity::count(ports));
-        }
-        Some("LoadBalancer") => {
-            used.insert("services.loadbalancers".into(), Quantity::count(1));
-            if service["spec"]["allocateLoadBalancerNodePorts"] != json!(false) {
-                used.insert("services.nodeports".into(), Quantity::count(ports));
-            }
-        }
-        _ => {}
-    }
-}
-
-fn resource_list(list: &Value) -> Vec<(String, Quantity)> {
-    list.as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Some((k.clone(), Quantity::from_json(v)?)))
-        .collect()
-}
 
 /// `new - old`, without the names that do not change.
 fn delta(new: &Usage, old: &Usage) -> Usage {
@@ -181,51 +71,41 @@ async fn count_namespace(
     namespace: &str,
     hard: &Map<String, Value>,
 ) -> ApiResult<Map<String, Value>> {
-    let mut resources: Vec<&'static ResourceType> = Vec::new();
-    for name in hard.keys() {
-        if let Some(resource) = resource_of(name) {
-            if !resources.iter().any(|r| std::ptr::eq(*r, resource)) {
-                resources.push(resource);
-            }
-        }
-    }
     let mut total = Usage::new();
-    for resource in resources {
+    for counted in counted_resources(hard.keys().map(String::as_str)) {
+        let Some(resource) = served(counted) else {
+            continue;
+        };
         for item in list_resource(registry, resource, Some(namespace)).await? {
-            for (name, q) in usage(resource, &item) {
-                let sum = total.entry(name).or_default();
-                *sum = sum.plus(q);
-            }
+            quota::add(&mut total, usage(resource, &item));
         }
     }
     Ok(hard
         .iter()
         .map(|(name, limit)| {
-            let mut used = total.get(name).copied().unwrap_or_default();
-            used.binary |= Quantity::from_json(limit).is_some_and(|l| l.binary);
-            (name.clone(), json!(used.to_string()))
+            let limit = match limit {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            (name.clone(), json!(quota::shown_used(&total, name, &limit)))
         })
         .collect())
 }
 
-/// The resource a quota name counts.
+/// The resource a quota name counts, if the API serves it.
 pub fn resource_of(name: &str) -> Option<&'static ResourceType> {
-    let find = |group: &str, plural: &str| {
-        crate::resources::all()
-            .iter()
-            .find(|r| r.group == group && r.plural == plural)
-    };
-    if let Some(counted) = name.strip_prefix("count/") {
-        let (plural, group) = counted.split_once('.').unwrap_or((counted, ""));
-        return find(group, plural);
-    }
-    match name {
-        "cpu" | "memory" => find("", "pods"),
-        "requests.storage" => find("", "persistentvolumeclaims"),
-        n if n.starts_with("requests.") || n.starts_with("limits.") => find("", "pods"),
-        n if n.starts_with("services.") => find("", "services"),
-        n => find("", n),
-    }
+    served(counted_resource(name))
+}
+
+fn served(counted: GroupResource<'_>) -> Option<&'static ResourceType> {
+    crate::resources::all()
+        .iter()
+        .find(|r| r.group == counted.group && r.plural == counted.resource)
+}
+
+/// What one object of a served resource uses.
+fn usage(resource: &ResourceType, object: &Value) -> Usage {
+    quota::usage(GroupResource::new(resource.group, resource.plural), object)
 }
 
 /// The validating part: charges the write's usage to every quota of the
@@ -492,39 +372,6 @@ mod tests {
             .iter()
             .find(|r| r.plural == plural)
             .expect("served")
-    }
-
-    #[test]
-    fn usage_counts_pods_and_their_compute() {
-        let pod = json!({"spec": {
-            "containers": [
-                {"name": "a", "resources": {"requests": {"cpu": "100m"}, "limits": {"memory": "1Gi"}}},
-                {"name": "b", "resources": {"requests": {"cpu": "200m"}}}
-            ],
-            "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "500m"}}}]
-        }});
-        let used = usage(find("pods"), &pod);
-        assert_eq!(used["pods"], Quantity::count(1));
-        assert_eq!(used["count/pods"], Quantity::count(1));
-        assert_eq!(
-            used["requests.cpu"].to_string(),
-            "500m",
-            "the init container is larger"
-        );
-        assert_eq!(used["cpu"].to_string(), "500m");
-        assert_eq!(used["limits.memory"].to_string(), "1Gi");
-        let done = json!({"status": {"phase": "Succeeded"}});
-        assert!(usage(find("pods"), &done).is_empty());
-        let deploy = crate::resources::find("apps", "v1", "deployments").unwrap();
-        assert_eq!(
-            usage(deploy, &json!({})).keys().collect::<Vec<_>>(),
-            ["count/deployments.apps"]
-        );
-        let service = json!({"spec": {"type": "NodePort", "ports": [{"port": 1}, {"port": 2}]}});
-        assert_eq!(
-            usage(find("services"), &service)["services.nodeports"],
-            Quantity::count(2)
-        );
     }
 
     #[test]

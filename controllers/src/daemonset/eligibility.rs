@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{
     Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
     PodSpec, Toleration,
 };
-use skiff_scheduler::plugins::node_affinity::RequiredNodeAffinity;
-use skiff_scheduler::plugins::taint_toleration::{tolerates, NO_EXECUTE, NO_SCHEDULE};
+use skiff_machinery::scheduling::node_affinity::RequiredNodeAffinity;
+use skiff_machinery::scheduling::taints::{tolerates, NO_EXECUTE, NO_SCHEDULE};
 
 /// The taints every daemon pod tolerates, with their effects
 /// (`AddOrUpdateDaemonPodTolerations`): a daemon runs on nodes that are

@@ -11,7 +11,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use skiff_scheduler::plugins::node_affinity::RequiredNodeAffinity;
+use skiff_machinery::scheduling::node_affinity::RequiredNodeAffinity;
 
 use super::eligibility::{eligibility, target_node, template_pod, Eligibility};
 use crate::history::CONTROLLER_REVISION_HASH;

@@ -1,14 +1,13 @@
-//! The pure part of a quota recount: which resources to list, what they
-//! use (by the apiserver's own `usage`, so admission and the controller
-//! agree), and the status patch (none when the status is current).
+//! The pure part of a quota recount: what the listed objects use (by the
+//! usage evaluator admission charges with, `skiff_machinery::quota`, so
+//! the two agree), and the status patch (none when the status is current).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceQuota;
 use serde_json::{json, Map, Value};
 use skiff_machinery::quantity::Quantity;
-use skiff_apiserver::admission::resource_quota::Usage;
-use skiff_apiserver::resources::ResourceType;
+use skiff_machinery::quota::{self, GroupResource, Usage};
 
 /// `spec.hard`: name → limit.
 pub fn hard(quota: &ResourceQuota) -> BTreeMap<String, String> {
@@ -19,42 +18,21 @@ pub fn hard(quota: &ResourceQuota) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The resources to list to count every name of `hard`, each once.
-pub fn resources(
-    hard: &BTreeMap<String, String>,
-    resource_of: fn(&str) -> Option<&'static ResourceType>,
-) -> Vec<&'static ResourceType> {
-    let mut found: Vec<&'static ResourceType> = Vec::new();
-    for resource in hard.keys().filter_map(|name| resource_of(name)) {
-        if !found.iter().any(|r| std::ptr::eq(*r, resource)) {
-            found.push(resource);
-        }
-    }
-    found
-}
-
-/// What the listed objects use, for every name of `hard`, written as the
-/// admission plugin writes it (binary units when the limit has them).
+/// What the listed objects (by the resource they were listed from) use,
+/// for every name of `hard`, written as the admission plugin writes it
+/// (binary units when the limit has them).
 pub fn used(
     hard: &BTreeMap<String, String>,
-    objects: &[(&'static ResourceType, Vec<Value>)],
-    usage: fn(&ResourceType, &Value) -> Usage,
+    objects: &[(GroupResource<'_>, Vec<Value>)],
 ) -> BTreeMap<String, String> {
     let mut total = Usage::new();
     for (resource, items) in objects {
         for item in items {
-            for (name, q) in usage(resource, item) {
-                let sum = total.entry(name).or_default();
-                *sum = sum.plus(q);
-            }
+            quota::add(&mut total, quota::usage(*resource, item));
         }
     }
     hard.iter()
-        .map(|(name, limit)| {
-            let mut used = total.get(name).copied().unwrap_or_default();
-            used.binary |= Quantity::parse(limit).is_some_and(|l| l.binary);
-            (name.clone(), used.to_string())
-        })
+        .map(|(name, limit)| (name.clone(), quota::shown_used(&total, name, limit)))
         .collect()
 }
 
@@ -108,7 +86,6 @@ pub fn status_patch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use skiff_apiserver::admission::resource_quota::{resource_of, usage};
 
     fn quota(hard: Value, status: Value) -> ResourceQuota {
         serde_json::from_value(json!({
@@ -118,12 +95,8 @@ mod tests {
         .unwrap()
     }
 
-    fn listed(plural: &str, items: Vec<Value>) -> (&'static ResourceType, Vec<Value>) {
-        let resource = skiff_apiserver::resources::all()
-            .iter()
-            .find(|r| r.plural == plural && r.group.is_empty())
-            .unwrap();
-        (resource, items)
+    fn listed(plural: &str, items: Vec<Value>) -> (GroupResource<'_>, Vec<Value>) {
+        (GroupResource::new("", plural), items)
     }
 
     #[test]
@@ -133,9 +106,9 @@ mod tests {
             json!({}),
         );
         let hard = hard(&q);
-        let plurals: Vec<&str> = resources(&hard, resource_of)
+        let plurals: Vec<&str> = quota::counted_resources(hard.keys().map(String::as_str))
             .iter()
-            .map(|r| r.plural)
+            .map(|r| r.resource)
             .collect();
         assert_eq!(
             plurals,
@@ -174,7 +147,7 @@ mod tests {
                 vec![json!({"spec": {"resources": {"requests": {"storage": "1Gi"}}}})],
             ),
         ];
-        let used = used(&hard, &objects, usage);
+        let used = used(&hard, &objects);
         assert_eq!(used["pods"], "2", "terminal pods are not counted");
         assert_eq!(used["requests.cpu"], "750m");
         assert_eq!(used["limits.memory"], "512Mi");

@@ -2,8 +2,10 @@
 //! the objects of its namespace (every 5 minutes, and soon after an object
 //! it counts changes or goes), with `status.hard` mirroring `spec.hard`.
 //! Admission charges a write to the quotas as it happens and gives usage
-//! back on delete; this controller counts the same way (the apiserver's own
-//! [`usage`] function) and corrects any drift. Not: scopes, scope selectors.
+//! back on delete; this controller counts the same way (the usage
+//! evaluator they share, `skiff_machinery::quota`) and corrects any drift.
+//! The resources a quota names are found through discovery, as
+//! kube-controller-manager finds them. Not: scopes, scope selectors.
 
 pub mod count;
 
@@ -21,8 +23,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde_json::Value;
-use skiff_apiserver::admission::resource_quota::{resource_of, usage};
-use skiff_apiserver::resources::ResourceType;
+use skiff_machinery::quota::{self, GroupResource};
 
 use crate::backoff::{key, Failures};
 use crate::manager::Controller;
@@ -44,6 +45,8 @@ const DEBOUNCE: Duration = Duration::from_millis(500);
 pub struct Context {
     client: Client,
     failures: Failures,
+    /// The served resources discovery found, by group and plural.
+    discovered: std::sync::Mutex<std::collections::HashMap<(String, String), ApiResource>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +66,7 @@ pub async fn run(client: Client) {
     let ctx = Arc::new(Context {
         client: client.clone(),
         failures: Failures::default(),
+        discovered: Default::default(),
     });
     let quota_events = watcher(
         Api::<ResourceQuota>::all(client.clone()),
@@ -137,18 +141,29 @@ async fn reconcile(quota: Arc<ResourceQuota>, ctx: Arc<Context>) -> Result<Actio
     let key = key(&quota.metadata);
     let namespace = quota.metadata.namespace.clone().unwrap_or_default();
     let hard = count::hard(&quota);
-    let mut objects: Vec<(&'static ResourceType, Vec<Value>)> = Vec::new();
-    for resource in count::resources(&hard, resource_of) {
-        let listed = list(&ctx.client, resource, &namespace)
-            .await
-            .map_err(|source| Error::Api {
-                key: key.clone(),
-                action: format!("listing {}", resource.plural),
+    let mut objects: Vec<(GroupResource<'_>, Vec<Value>)> = Vec::new();
+    for counted in quota::counted_resources(hard.keys().map(String::as_str)) {
+        let api_error = |action: String| {
+            let key = key.clone();
+            move |source| Error::Api {
+                key,
+                action,
                 source,
-            })?;
-        objects.push((resource, listed));
+            }
+        };
+        let Some(resource) = ctx
+            .served(counted)
+            .await
+            .map_err(api_error(format!("discovering {}", counted.resource)))?
+        else {
+            continue;
+        };
+        let listed = list(&ctx.client, &resource, &namespace)
+            .await
+            .map_err(api_error(format!("listing {}", counted.resource)))?;
+        objects.push((counted, listed));
     }
-    let used = count::used(&hard, &objects, usage);
+    let used = count::used(&hard, &objects);
     if let Some(patch) = count::status_patch(&quota, &hard, &used) {
         let api: Api<ResourceQuota> = Api::namespaced(ctx.client.clone(), &namespace);
         let name = quota.metadata.name.as_deref().unwrap_or_default();
@@ -171,24 +186,41 @@ async fn reconcile(quota: Arc<ResourceQuota>, ctx: Arc<Context>) -> Result<Actio
     Ok(Action::requeue(SYNC_PERIOD))
 }
 
+impl Context {
+    /// The resource as the API serves it (its preferred version), or
+    /// `None` when it serves no such resource.
+    async fn served(&self, counted: GroupResource<'_>) -> Result<Option<ApiResource>, kube::Error> {
+        let key = (counted.group.to_string(), counted.resource.to_string());
+        if let Some(found) = self.discovered.lock().expect("not poisoned").get(&key) {
+            return Ok(Some(found.clone()));
+        }
+        let group = match kube::discovery::oneshot::group(&self.client, counted.group).await {
+            Ok(group) => group,
+            Err(kube::Error::Discovery(_)) => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        let found = group
+            .recommended_resources()
+            .into_iter()
+            .map(|(resource, _)| resource)
+            .find(|resource| resource.plural == counted.resource);
+        if let Some(found) = &found {
+            self.discovered
+                .lock()
+                .expect("not poisoned")
+                .insert(key, found.clone());
+        }
+        Ok(found)
+    }
+}
+
 /// Every object of `resource` in `namespace`, as JSON.
 async fn list(
     client: &Client,
-    resource: &ResourceType,
+    api_resource: &ApiResource,
     namespace: &str,
 ) -> Result<Vec<Value>, kube::Error> {
-    let api_version = match resource.group {
-        "" => resource.version.to_string(),
-        group => format!("{group}/{}", resource.version),
-    };
-    let api_resource = ApiResource {
-        group: resource.group.into(),
-        version: resource.version.into(),
-        api_version,
-        kind: resource.kind.into(),
-        plural: resource.plural.into(),
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &api_resource);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, api_resource);
     let listed = api.list(&ListParams::default()).await?;
     Ok(listed
         .items

@@ -5,7 +5,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
-use skiff_scheduler::plugins::taint_toleration::tolerates;
+use skiff_machinery::scheduling::taints::tolerates;
 
 /// The NoExecute effect.
 pub const NO_EXECUTE: &str = "NoExecute";

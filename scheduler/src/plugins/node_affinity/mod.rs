@@ -3,8 +3,6 @@
 //! nodes matching its weighted preferred terms. Pod-to-pod affinity is
 //! InterPodAffinity's job, not this plugin's.
 
-pub mod selector;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -16,7 +14,9 @@ use crate::framework::{
     MAX_NODE_SCORE,
 };
 
-pub use selector::{NodeSelector, PreferredTerms, RequiredNodeAffinity};
+pub use skiff_machinery::scheduling::node_affinity::{
+    NodeSelector, PreferredTerms, RequiredNodeAffinity, OBJECT_NAME_FIELD,
+};
 
 pub const NAME: &str = "NodeAffinity";
 
@@ -113,7 +113,7 @@ fn pinned_node_names(pod: &Pod) -> Option<BTreeSet<String>> {
     for term in terms {
         let mut term_names: Option<BTreeSet<String>> = None;
         for r in term.match_fields.iter().flatten() {
-            if r.key != selector::OBJECT_NAME_FIELD || r.operator != "In" {
+            if r.key != OBJECT_NAME_FIELD || r.operator != "In" {
                 continue;
             }
             let values: BTreeSet<String> = r.values.iter().flatten().cloned().collect();

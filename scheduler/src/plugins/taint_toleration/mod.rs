@@ -25,9 +25,9 @@ pub const NAME: &str = "TaintToleration";
 
 const PRE_SCORE_KEY: &str = "PreScoreTaintToleration";
 
-pub const NO_SCHEDULE: &str = "NoSchedule";
-pub const NO_EXECUTE: &str = "NoExecute";
-pub const PREFER_NO_SCHEDULE: &str = "PreferNoSchedule";
+pub use skiff_machinery::scheduling::taints::{
+    tolerated, tolerates, NO_EXECUTE, NO_SCHEDULE, PREFER_NO_SCHEDULE,
+};
 
 /// Condition type, the status that taints, and the taint key.
 const CONDITION_TAINTS: &[(&str, &str, &str)] = &[
@@ -52,32 +52,6 @@ pub struct TaintToleration;
 pub fn new(args: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
     super::no_args(NAME, args)?;
     Ok(Arc::new(TaintToleration))
-}
-
-/// Whether `toleration` tolerates `taint`, as `Toleration.ToleratesTaint`:
-/// an empty effect matches every effect, an empty key (with Exists) every
-/// key; the operator is Equal unless it says Exists.
-pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    let effect = toleration.effect.as_deref().unwrap_or_default();
-    if !effect.is_empty() && effect != taint.effect {
-        return false;
-    }
-    let key = toleration.key.as_deref().unwrap_or_default();
-    if !key.is_empty() && key != taint.key {
-        return false;
-    }
-    match toleration.operator.as_deref().unwrap_or_default() {
-        "" | "Equal" => {
-            toleration.value.as_deref().unwrap_or_default()
-                == taint.value.as_deref().unwrap_or_default()
-        }
-        "Exists" => true,
-        _ => false,
-    }
-}
-
-pub fn tolerated(tolerations: &[Toleration], taint: &Taint) -> bool {
-    tolerations.iter().any(|t| tolerates(t, taint))
 }
 
 /// The node's taints, then those its conditions stand for (see the module

@@ -5,11 +5,11 @@
 
 use std::collections::BTreeMap;
 
+use crate::validation::{is_qualified_name, is_valid_label_value};
 use k8s_openapi::api::core::v1::{
     Node, NodeSelector as ApiNodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
     PreferredSchedulingTerm,
 };
-use skiff_machinery::validation::{is_qualified_name, is_valid_label_value};
 
 /// The only field a `matchFields` requirement can select on.
 pub const OBJECT_NAME_FIELD: &str = "metadata.name";
