@@ -2,12 +2,13 @@
 //! controllers, the kubelet) share, as Kubernetes keeps it in
 //! `k8s.io/apimachinery` and `k8s.io/component-helpers`: quantities,
 //! label and field selectors, the syntax of names and labels, Go's
-//! quoting, ResourceQuota's usage evaluator, node affinity and taint
+//! quoting, Go's durations, ResourceQuota's usage evaluator, node affinity and taint
 //! matching, Lease leader election (feature `leader-election`), the
 //! version skiff reports, and a TLS verifier for servers
 //! whose certificates are not checked. It depends on no part of skiff, so
 //! a client built on it never builds the store or the API server.
 
+pub mod duration;
 #[cfg(feature = "leader-election")]
 pub mod leader;
 pub mod quantity;

@@ -188,7 +188,7 @@ impl Extender {
         }
         let timeout = match config.http_timeout.as_deref() {
             None | Some("") => DEFAULT_EXTENDER_TIMEOUT,
-            Some(text) => match parse_go_duration(text) {
+            Some(text) => match skiff_machinery::duration::parse_signed(text) {
                 Ok((_, true)) => {
                     return Err(ConfigError::new(
                         "httpTimeout",
@@ -959,84 +959,6 @@ fn node_list_names(value: &Value, path: &str) -> Result<Vec<String>, String> {
         names.push(name);
     }
     Ok(names)
-}
-
-// ---- Durations ----
-
-/// Go's time.ParseDuration (`30s`, `1m30s`, `1.5h`, `500ms`, `0`): the
-/// magnitude and whether it is negative.
-fn parse_go_duration(text: &str) -> Result<(Duration, bool), String> {
-    let invalid = || format!("time: invalid duration {text:?}");
-    let (negative, mut rest) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    if rest == "0" {
-        return Ok((Duration::ZERO, false));
-    }
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    const LIMIT: u128 = i64::MAX as u128;
-    let mut total: u128 = 0;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let (whole, after) = rest.split_at(digits);
-        let (fraction, after) = match after.strip_prefix('.') {
-            Some(after) => {
-                let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-                after.split_at(digits)
-            }
-            None => ("", after),
-        };
-        if whole.is_empty() && fraction.is_empty() {
-            return Err(invalid());
-        }
-        let unit_len = after
-            .char_indices()
-            .find(|(_, c)| *c == '.' || c.is_ascii_digit())
-            .map_or(after.len(), |(i, _)| i);
-        if unit_len == 0 {
-            return Err(format!("time: missing unit in duration {text:?}"));
-        }
-        let (unit, after) = after.split_at(unit_len);
-        let nanos_per: u128 = match unit {
-            "ns" => 1,
-            "us" | "µs" | "μs" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => return Err(format!("time: unknown unit {unit:?} in duration {text:?}")),
-        };
-        let mut value: u128 = 0;
-        for digit in whole.bytes() {
-            value = value
-                .checked_mul(10)
-                .and_then(|v| v.checked_add(u128::from(digit - b'0')))
-                .filter(|v| *v <= LIMIT)
-                .ok_or_else(invalid)?;
-        }
-        let mut nanos = value
-            .checked_mul(nanos_per)
-            .filter(|v| *v <= LIMIT)
-            .ok_or_else(invalid)?;
-        // The fraction: its first 18 digits are plenty for nanoseconds.
-        let fraction = &fraction[..fraction.len().min(18)];
-        if !fraction.is_empty() {
-            let numerator: u128 = fraction.parse().map_err(|_| invalid())?;
-            let scale = 10u128.pow(fraction.len() as u32);
-            nanos += numerator * nanos_per / scale;
-        }
-        total = total
-            .checked_add(nanos)
-            .filter(|v| *v <= LIMIT)
-            .ok_or_else(invalid)?;
-        rest = after;
-    }
-    let nanos = u64::try_from(total).map_err(|_| invalid())?;
-    Ok((Duration::from_nanos(nanos), negative && nanos > 0))
 }
 
 // ---- HTTP ----

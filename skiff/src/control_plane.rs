@@ -261,39 +261,10 @@ impl ControllerFlags {
     }
 }
 
-/// A Go-style duration as kube-controller-manager takes it: `500ms`,
-/// `40s`, `5m`, `1h`, or a sum such as `1m30s`.
+/// A duration flag as kube-controller-manager takes it: Go's syntax
+/// (`500ms`, `40s`, `1m30s`), not negative.
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let bad = || {
-        format!(
-            "invalid duration {text:?}: use a number with a unit (ms, s, m, h), e.g. 40s or 1m30s"
-        )
-    };
-    let mut total = std::time::Duration::ZERO;
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .ok_or_else(bad)?;
-        let value: f64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ms" => value / 1000.0,
-            "s" => value,
-            "m" => value * 60.0,
-            "h" => value * 3600.0,
-            _ => return Err(bad()),
-        };
-        total += std::time::Duration::try_from_secs_f64(seconds).map_err(|_| bad())?;
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
+    skiff_machinery::duration::parse(text.trim())
 }
 
 #[derive(Debug, Clone, Args)]

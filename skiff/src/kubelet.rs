@@ -230,24 +230,10 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// `10s`, `500ms`, `5m`, `1h`, or whole seconds.
+/// A duration flag as the kubelet takes it: Go's syntax (`10s`,
+/// `500ms`, `5m`), not negative.
 pub fn parse_duration(text: &str) -> Result<Duration> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| anyhow!("{text:?} is not a duration (e.g. 10s, 500ms, 5m)"))?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => bail!("{text:?} has an unknown unit {unit:?}; use ms, s, m or h"),
-    };
-    Ok(Duration::from_secs_f64(seconds))
+    skiff_machinery::duration::parse(text.trim()).map_err(|err| anyhow!(err))
 }
 
 /// The kubelet `skiff up` runs beside its API, stopped before the API.
@@ -300,7 +286,7 @@ mod tests {
         assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
-        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert!(parse_duration("2").is_err(), "Go wants a unit");
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("3d").is_err());
     }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use skiff_apiserver::limits::{parse_go_duration, Limits};
+use skiff_apiserver::limits::Limits;
 
 #[derive(Debug, Clone, Args)]
 pub struct LimitFlags {
@@ -38,8 +38,8 @@ pub struct LimitFlags {
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
-    match parse_go_duration(text) {
-        Some(d) if !d.is_zero() => Ok(d),
+    match skiff_machinery::duration::parse(text) {
+        Ok(d) if !d.is_zero() => Ok(d),
         _ => Err(format!(
             "{text:?} is not a positive duration such as 60s or 2m"
         )),

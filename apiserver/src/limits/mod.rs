@@ -333,38 +333,7 @@ fn requested_timeout(uri: &Uri) -> Option<Duration> {
     let value = query
         .split('&')
         .find_map(|pair| pair.strip_prefix("timeout="))?;
-    parse_go_duration(value)
-}
-
-/// A Go duration of one or more number-unit parts (`1m30s`, `500ms`, `2h`).
-pub fn parse_go_duration(text: &str) -> Option<Duration> {
-    let mut rest = text;
-    let mut total = 0f64;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number: f64 = rest[..number_len].parse().ok()?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        total += number * seconds;
-    }
-    Duration::try_from_secs_f64(total).ok()
+    skiff_machinery::duration::parse(value).ok()
 }
 
 /// The middleware: every request passes the limits before the API sees it.
@@ -476,19 +445,6 @@ mod tests {
             ReadOnly
         );
         assert_eq!(kind(Method::GET, "/version"), ReadOnly);
-    }
-
-    #[test]
-    fn go_durations_parse() {
-        assert_eq!(parse_go_duration("30s"), Some(Duration::from_secs(30)));
-        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_go_duration("1.5h"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_go_duration("0s"), Some(Duration::ZERO));
-        assert_eq!(parse_go_duration(""), None);
-        assert_eq!(parse_go_duration("30"), None);
-        assert_eq!(parse_go_duration("5x"), None);
-        assert_eq!(parse_go_duration("-5s"), None);
     }
 
     #[test]

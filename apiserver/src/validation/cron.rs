@@ -205,43 +205,9 @@ fn non_negative_int(expr: &str) -> Result<u64, String> {
     }
 }
 
-/// Go's `time.ParseDuration`: `[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+`, or `0`.
+/// Go's `time.ParseDuration`, whose errors robfig/cron passes on.
 fn parse_duration(text: &str) -> Result<(), String> {
-    let quoted = go_quote(text);
-    let mut rest = text.strip_prefix(['+', '-']).unwrap_or(text);
-    if rest == "0" {
-        return Ok(());
-    }
-    if rest.is_empty() {
-        return Err(format!("time: invalid duration {quoted}"));
-    }
-    while !rest.is_empty() {
-        let number_len = rest
-            .bytes()
-            .take_while(|b| b.is_ascii_digit() || *b == b'.')
-            .count();
-        let number = &rest[..number_len];
-        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
-            return Err(format!("time: invalid duration {quoted}"));
-        }
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .char_indices()
-            .find(|(_, c)| c.is_ascii_digit() || *c == '.')
-            .map_or(rest.len(), |(i, _)| i);
-        let unit = &rest[..unit_len];
-        if unit.is_empty() {
-            return Err(format!("time: missing unit in duration {quoted}"));
-        }
-        if !matches!(unit, "ns" | "us" | "µs" | "μs" | "ms" | "s" | "m" | "h") {
-            return Err(format!(
-                "time: unknown unit {} in duration {quoted}",
-                go_quote(unit)
-            ));
-        }
-        rest = &rest[unit_len..];
-    }
-    Ok(())
+    skiff_machinery::duration::parse_signed(text).map(|_| ())
 }
 
 /// Go's `time.LoadLocation` of an IANA name.

@@ -212,35 +212,13 @@ fn value(text: &str, bounds: &Bounds) -> Result<u32, String> {
 
 /// A Go duration (`90s`, `1h30m`, `1.5h`, `500ms`), as `@every` takes.
 fn go_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("bad duration {text:?} after @every; write it like 1h30m or 90s");
-    let mut total = 0f64;
-    let mut rest = text;
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..number_end].parse().map_err(|_| bad())?;
-        rest = &rest[number_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_end] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return Err(bad()),
-        };
-        total += number * seconds;
-        rest = &rest[unit_end..];
-    }
-    // Like robfig/cron, whole seconds.
-    Ok(Duration::from_secs(total as u64))
+    let (every, negative) = skiff_machinery::duration::parse_signed(text)
+        .map_err(|err| format!("bad duration after @every: {err}; write it like 1h30m or 90s"))?;
+    // Like robfig/cron, whole seconds; below one second is every second.
+    Ok(match negative {
+        true => Duration::ZERO,
+        false => Duration::from_secs(every.as_secs()),
+    })
 }
 
 impl Schedule {

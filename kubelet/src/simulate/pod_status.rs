@@ -158,43 +158,7 @@ pub fn succeeded_status(pod: &Pod, now: Timestamp) -> Value {
 /// when absent or not a duration (it then runs until deleted).
 pub fn run_for(pod: &Pod) -> Option<Duration> {
     let text = pod.metadata.annotations.as_ref()?.get(RUN_FOR_ANNOTATION)?;
-    parse_go_duration(text)
-}
-
-/// Parses a Go duration: `300ms`, `1.5h`, `2h45m`, `10s` (units ns, us,
-/// µs, ms, s, m, h); negative durations are refused.
-pub fn parse_go_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    if text == "0" {
-        return Some(Duration::ZERO);
-    }
-    let mut rest = text;
-    let mut total_nanos = 0f64;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .filter(|&n| n > 0)?;
-        let value: f64 = rest[..number_len].parse().ok()?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let nanos = match &rest[..unit_len] {
-            "ns" => 1.0,
-            "us" | "µs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        total_nanos += value * nanos;
-        rest = &rest[unit_len..];
-    }
-    (total_nanos < u64::MAX as f64).then(|| Duration::from_nanos(total_nanos.round() as u64))
+    skiff_machinery::duration::parse(text.trim()).ok()
 }
 
 #[cfg(test)]
@@ -283,13 +247,5 @@ mod tests {
     #[test]
     fn go_durations_parse() {
         assert_eq!(run_for(&pod()), Some(Duration::from_secs(5)));
-        assert_eq!(parse_go_duration("300ms"), Some(Duration::from_millis(300)));
-        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("1.5h"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
-        assert_eq!(parse_go_duration("2us"), Some(Duration::from_micros(2)));
-        for bad in ["", "5", "s", "5x", "-5s", "1m-3s"] {
-            assert_eq!(parse_go_duration(bad), None, "{bad}");
-        }
     }
 }

@@ -543,44 +543,6 @@ fn extenders_are_validated_together() {
 }
 
 #[test]
-fn durations_parse_as_go_parses_them() {
-    let ok = |text: &str| parse_go_duration(text).unwrap();
-    assert_eq!(ok("30s"), (Duration::from_secs(30), false));
-    assert_eq!(ok("1m30s"), (Duration::from_secs(90), false));
-    assert_eq!(ok("1.5h"), (Duration::from_secs(5400), false));
-    assert_eq!(ok("500ms"), (Duration::from_millis(500), false));
-    assert_eq!(ok(".5s"), (Duration::from_millis(500), false));
-    assert_eq!(
-        ok("1h2m3s4ms5us6ns"),
-        (Duration::new(3723, 4_005_006), false)
-    );
-    assert_eq!(ok("2µs"), (Duration::from_micros(2), false));
-    assert_eq!(ok("0"), (Duration::ZERO, false));
-    assert_eq!(ok("+0"), (Duration::ZERO, false));
-    assert_eq!(ok("-0s"), (Duration::ZERO, false));
-    assert_eq!(ok("-2s"), (Duration::from_secs(2), true));
-    assert_eq!(ok("2562047h"), (Duration::from_secs(2562047 * 3600), false));
-    for bad in [
-        "",
-        "s",
-        "1",
-        "-",
-        ".s",
-        "1x",
-        "1s2",
-        "9999999999999h",
-        "99999999999999999999s",
-        "1..5s",
-    ] {
-        assert!(parse_go_duration(bad).is_err(), "{bad:?}");
-    }
-    assert_eq!(
-        parse_go_duration("abc").unwrap_err(),
-        "time: invalid duration \"abc\""
-    );
-}
-
-#[test]
 fn urls_are_split_for_the_call() {
     let target = Target::parse("http://127.0.0.1:8080/scheduler/filter").unwrap();
     assert_eq!(
