@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use skiff_machinery::quantity::Quantity;
 
 use crate::volumes::PreparedVolumes;
+use skiff_machinery::quote::go_quote;
 
 /// `PATH` when the container sets none, as container images usually do.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -369,24 +370,6 @@ pub(crate) fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
         .map(|(k, v)| format!("{k}={}", go_quote(v)))
         .collect();
     lines.join("\n")
-}
-
-fn go_quote(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    out.push('"');
-    for c in value.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 fn add_env_from(

@@ -16,7 +16,13 @@ fn skiff_dependencies() -> Result<BTreeMap<String, Vec<String>>> {
         .parent()
         .context("the workspace root")?;
     let output = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(root)
         .output()
         .context("running cargo metadata")?;

@@ -23,7 +23,7 @@ impl ExecOutcome {
                 "status": "Failure",
                 "message": format!(
                     "command terminated with non-zero exit code: error executing command {}, exit code {code}",
-                    go_string_slice(command)
+                    go_list(command)
                 ),
                 "reason": "NonZeroExitCode",
                 "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]},
@@ -53,7 +53,7 @@ impl ExecOutcome {
 }
 
 /// A list as Go's `%v` prints a `[]string`: `[sh -c exit 3]`.
-fn go_string_slice(items: &[String]) -> String {
+fn go_list(items: &[String]) -> String {
     format!("[{}]", items.join(" "))
 }
 

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::api::core::v1::{Taint, Toleration};
 use serde_json::Value;
+use skiff_machinery::scheduling::taints::{tolerates, NO_SCHEDULE};
 
 use crate::framework::{CycleState, NodeInfo, Plugin, PodInfo, Point, Status};
 
@@ -25,19 +26,13 @@ pub fn new(args: &Value) -> Result<Arc<dyn Plugin>, String> {
 /// Whether `toleration` tolerates the taint `node.kubernetes.io/unschedulable`
 /// (no value) with effect NoSchedule.
 fn tolerates_unschedulable(toleration: &Toleration) -> bool {
-    let effect = toleration.effect.as_deref().unwrap_or_default();
-    if !effect.is_empty() && effect != "NoSchedule" {
-        return false;
-    }
-    let key = toleration.key.as_deref().unwrap_or_default();
-    if !key.is_empty() && key != TAINT_NODE_UNSCHEDULABLE {
-        return false;
-    }
-    match toleration.operator.as_deref().unwrap_or_default() {
-        "" | "Equal" => toleration.value.as_deref().unwrap_or_default().is_empty(),
-        "Exists" => true,
-        _ => false,
-    }
+    let taint = Taint {
+        key: TAINT_NODE_UNSCHEDULABLE.to_string(),
+        effect: NO_SCHEDULE.to_string(),
+        value: None,
+        time_added: None,
+    };
+    tolerates(toleration, &taint)
 }
 
 impl Plugin for NodeUnschedulable {
