@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::replicaset::retry_delay;
+/// The first retry after a failed sync, doubled on each further failure.
+const RETRY_BASE: Duration = Duration::from_millis(5);
+/// The longest wait between retries.
+const RETRY_MAX: Duration = Duration::from_secs(1000);
 
 /// Failures so far, by object key.
 #[derive(Debug, Default)]
@@ -28,6 +31,13 @@ impl Failures {
     }
 }
 
+/// The back-off before retry number `failures` (5ms doubled up to 1000s),
+/// kube-controller-manager's default per-item rate limiter.
+pub fn retry_delay(failures: u32) -> Duration {
+    let exponent = failures.saturating_sub(1).min(31);
+    RETRY_BASE.saturating_mul(1 << exponent).min(RETRY_MAX)
+}
+
 /// `namespace/name` of any object.
 pub fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
     format!(
@@ -40,6 +50,14 @@ pub fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retries_back_off_exponentially_up_to_a_limit() {
+        assert_eq!(retry_delay(1), Duration::from_millis(5));
+        assert_eq!(retry_delay(2), Duration::from_millis(10));
+        assert_eq!(retry_delay(5), Duration::from_millis(80));
+        assert_eq!(retry_delay(40), RETRY_MAX);
+    }
 
     #[test]
     fn failures_back_off_until_forgotten() {

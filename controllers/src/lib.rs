@@ -7,6 +7,7 @@
 //! - one module per controller, named as kube-controller-manager names it.
 
 pub mod backoff;
+pub mod common;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;

@@ -4,7 +4,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use serde_json::json;
 
-pub use crate::replicaset::fixtures::{ago, pod, PodBuilder, NOW};
+pub use crate::common::fixtures::{ago, pod, PodBuilder, NOW};
 
 use super::eligibility::pin_to_node;
 use crate::history::CONTROLLER_REVISION_HASH;

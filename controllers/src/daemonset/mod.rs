@@ -28,10 +28,10 @@ use parking_lot::Mutex;
 use skiff_machinery::selectors::LabelSelector;
 
 use crate::backoff::Failures;
+use crate::common::expectations::Expectations;
+use crate::common::pods::controller_ref;
 use crate::history::HistoryError;
 use crate::manager::Controller;
-use crate::replicaset::pods::controller_ref;
-use crate::replicaset::Expectations;
 
 /// The `daemonset` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
@@ -89,7 +89,10 @@ impl Context {
 /// Why a sync failed; each is retried with back-off.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{action} DaemonSet {key}: {}", crate::replicaset::api_message(source))]
+    #[error(
+        "{action} DaemonSet {key}: {}",
+        crate::common::api::api_message(source)
+    )]
     Api {
         key: String,
         action: &'static str,

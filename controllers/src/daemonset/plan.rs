@@ -14,8 +14,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use skiff_machinery::scheduling::node_affinity::RequiredNodeAffinity;
 
 use super::eligibility::{eligibility, target_node, template_pod, Eligibility};
+use crate::common::pods::{is_available, phase};
 use crate::history::CONTROLLER_REVISION_HASH;
-use crate::replicaset::pods::{is_available, phase};
 
 /// At most this many pods are created or deleted by one sync
 /// (the DaemonSet controller's `BurstReplicas`).

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
 
 use super::plan::{eligibilities, is_updated, pods_by_node};
-use crate::replicaset::pods::{available_at, is_available, is_ready};
+use crate::common::pods::{available_at, is_available, is_ready};
 
 /// Margin added to a requeue so that the pod is available when it runs.
 const AVAILABILITY_MARGIN: Duration = Duration::from_millis(100);

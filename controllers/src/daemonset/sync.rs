@@ -9,7 +9,7 @@ use futures::future::join_all;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, DaemonSetStatus};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::Api;
 use serde_json::json;
@@ -18,9 +18,9 @@ use super::plan::{self, Inputs, Plan};
 use super::pod_control::{controller_reference, new_pod};
 use super::status::{compute_status, is_current, status_patch};
 use super::{controlled_pods, key_of, Context, Error};
+use crate::common::api::{api_message, status_code};
+use crate::common::pod_control::{self, slow_start_batches};
 use crate::history::{self, HistoryError, Owner};
-use crate::replicaset::plan::slow_start_batches;
-use crate::replicaset::{api_message, status_code};
 
 /// Syncs one DaemonSet.
 pub async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -258,37 +258,12 @@ async fn delete_pods(
     if victims.is_empty() {
         return None;
     }
-    let uids = victims.iter().filter_map(|p| p.metadata.uid.clone());
-    ctx.expectations
-        .lock()
-        .expect_deletions(key, uids, Timestamp::now());
-    let deletes = victims.iter().map(|pod| {
-        let api: Api<Pod> = Api::namespaced(
-            ctx.client.clone(),
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-        );
-        let params = DeleteParams {
-            grace_period_seconds: force.then_some(0),
-            preconditions: Some(Preconditions {
-                uid: pod.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        async move { api.delete(&name, &params).await }
-    });
-    let mut failure = None;
-    for (pod, result) in victims.iter().zip(join_all(deletes).await) {
-        let Err(err) = result else { continue };
-        ctx.expectations
-            .lock()
-            .deletion_failed(key, pod.metadata.uid.as_deref().unwrap_or_default());
-        if status_code(&err) != Some(404) {
-            failure.get_or_insert_with(|| format!("deleting a daemon pod: {}", api_message(&err)));
-        }
-    }
-    failure
+    let grace = force.then_some(0);
+    let failed =
+        pod_control::delete_pods(&ctx.client, &ctx.expectations, key, victims, grace).await;
+    failed
+        .first()
+        .map(|(_, err)| format!("deleting a daemon pod: {}", api_message(err)))
 }
 
 /// Deletes revisions beyond revisionHistoryLimit that neither the current

@@ -20,8 +20,8 @@ use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 
 use crate::backoff::{key, Failures};
+use crate::common::api::{api_message, status_code};
 use crate::manager::Controller;
-use crate::replicaset::{api_message, status_code};
 
 /// The `disruption` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {

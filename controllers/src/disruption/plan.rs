@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use skiff_machinery::selectors::LabelSelector;
 
-use crate::replicaset::pods::{controller_ref, is_ready};
+use crate::common::pods::{controller_ref, is_ready};
 
 /// The condition type kube writes on every budget.
 pub const DISRUPTION_ALLOWED: &str = "DisruptionAllowed";

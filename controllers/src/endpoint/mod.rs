@@ -22,8 +22,8 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::backoff::{key, Failures};
+use crate::common::api::{api_message, status_code};
 use crate::manager::Controller;
-use crate::replicaset::{api_message, status_code};
 
 /// The `endpoint` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {

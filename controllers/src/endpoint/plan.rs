@@ -14,7 +14,7 @@ use super::pods::{
     hostname, is_headless, pod_ip, publishes_not_ready, resolve_ports, selects,
     should_be_in_endpoints, target_ref, ResolvedPort,
 };
-use crate::replicaset::pods::is_ready;
+use crate::common::pods::is_ready;
 
 /// When the change the Endpoints reflect happened (kube writes it so that
 /// latency to programmed endpoints can be measured).

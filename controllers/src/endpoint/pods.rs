@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::replicaset::pods::phase;
+use crate::common::pods::phase;
 
 /// A port of an endpoint, as both Endpoints and EndpointSlices list it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

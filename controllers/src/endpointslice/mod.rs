@@ -21,9 +21,9 @@ use kube::{Api, Client};
 use parking_lot::Mutex;
 
 use crate::backoff::{key, Failures};
+use crate::common::api::{api_message, status_code};
 use crate::endpoint::pods;
 use crate::manager::Controller;
-use crate::replicaset::{api_message, status_code};
 use plan::{MANAGED_BY, MANAGED_BY_LABEL, MAX_ENDPOINTS_PER_SLICE, SERVICE_NAME_LABEL};
 use tracker::Tracker;
 

@@ -10,12 +10,12 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use crate::common::pods::is_ready;
 use crate::endpoint::plan::{labels as endpoint_labels, trigger_time, LAST_CHANGE_TRIGGER_TIME};
 use crate::endpoint::pods::{
     hostname, is_headless, pod_ip, publishes_not_ready, resolve_ports, selects,
     should_be_in_endpoints, target_ref, ResolvedPort,
 };
-use crate::replicaset::pods::is_ready;
 
 /// kube-controller-manager's `--max-endpoints-per-slice` default.
 pub const MAX_ENDPOINTS_PER_SLICE: usize = 100;

@@ -15,8 +15,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
 
+use crate::common::api::status_code;
 use crate::deployment::hash::{fnv32a, safe_encode, FNV32_OFFSET_BASIS};
-use crate::replicaset::status_code;
 
 /// The label naming the revision a pod (and a revision) belongs to.
 pub const CONTROLLER_REVISION_HASH: &str = "controller-revision-hash";

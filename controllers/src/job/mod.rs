@@ -32,9 +32,9 @@ use kube::{Api, Client};
 use parking_lot::Mutex;
 
 use crate::backoff::Failures;
+use crate::common::expectations::Expectations;
+use crate::common::pods::controller_ref;
 use crate::manager::Controller;
-use crate::replicaset::pods::controller_ref;
-use crate::replicaset::Expectations;
 use backoff::BackoffRecord;
 use tracking::has_finalizer;
 

@@ -12,7 +12,7 @@ use kube::{Api, Client};
 
 use super::job_of;
 use super::tracking::{has_finalizer, remove_finalizer_patch};
-use crate::replicaset::pods::controller_ref;
+use crate::common::pods::controller_ref;
 
 /// How often the pod cache is swept for orphans.
 const SWEEP_PERIOD: Duration = Duration::from_secs(5);

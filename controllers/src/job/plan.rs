@@ -17,7 +17,7 @@ use super::conditions::{self, true_condition};
 use super::failure_policy::{judge, Verdict};
 use super::indexes;
 use super::tracking::{finish_time, has_finalizer, is_failed, is_terminating};
-use crate::replicaset::pods::{is_active, is_ready, phase};
+use crate::common::pods::{is_active, is_ready, phase};
 use crate::replicaset::ranking::pods_to_delete;
 
 /// At most this many pods are created or deleted by one sync

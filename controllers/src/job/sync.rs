@@ -8,7 +8,7 @@ use futures::future::join_all;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::Api;
 
@@ -17,8 +17,8 @@ use super::plan::{plan, Input};
 use super::pod_template::new_pod;
 use super::tracking::{has_finalizer, remove_finalizer_patch};
 use super::{api_message, status_code, Context, Error};
-use crate::replicaset::plan::slow_start_batches;
-use crate::replicaset::pods::controller_ref;
+use crate::common::pod_control::{self, slow_start_batches};
+use crate::common::pods::controller_ref;
 
 pub async fn sync(job: &Job, ctx: &Context, key: &str) -> Result<Action, Error> {
     let pods = pods_of(ctx, job);
@@ -180,36 +180,8 @@ pub async fn remove_finalizers(ctx: &Context, key: &str, pods: &[Arc<Pod>]) -> R
 
 /// Deletes `pods` (each on the condition of its UID); the first failure.
 async fn delete_pods(ctx: &Context, key: &str, pods: &[Arc<Pod>]) -> Option<String> {
-    let uids = pods.iter().filter_map(|p| p.metadata.uid.clone());
-    ctx.expectations
-        .lock()
-        .expect_deletions(key, uids, Timestamp::now());
-    let deletes = pods.iter().map(|pod| {
-        let api: Api<Pod> = Api::namespaced(
-            ctx.client.clone(),
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-        );
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: pod.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        async move { api.delete(&name, &params).await }
-    });
-    let mut failure = None;
-    for (pod, result) in pods.iter().zip(join_all(deletes).await) {
-        let Err(err) = result else { continue };
-        ctx.expectations
-            .lock()
-            .deletion_failed(key, pod.metadata.uid.as_deref().unwrap_or_default());
-        if status_code(&err) != Some(404) {
-            failure.get_or_insert_with(|| api_message(&err));
-        }
-    }
-    failure
+    let failed = pod_control::delete_pods(&ctx.client, &ctx.expectations, key, pods, None).await;
+    failed.first().map(|(_, err)| api_message(err))
 }
 
 /// Creates one pod per entry of `create`, in slow-start batches.

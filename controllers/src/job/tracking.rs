@@ -9,7 +9,7 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::replicaset::pods::phase;
+use crate::common::pods::phase;
 
 /// The finalizer that keeps a Job's pod until the Job has counted it.
 pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";

@@ -225,7 +225,7 @@ impl Monitor {
 pub fn ready_pods_on<'a>(node: &str, pods: &'a [Arc<Pod>]) -> Vec<&'a Arc<Pod>> {
     pods.iter()
         .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-        .filter(|p| crate::replicaset::pods::is_ready(p))
+        .filter(|p| crate::common::pods::is_ready(p))
         .collect()
 }
 

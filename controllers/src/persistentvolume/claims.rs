@@ -13,7 +13,7 @@ use serde_json::json;
 use super::plan::{self, ClaimAction, Provisioning, BOUND_BY_CONTROLLER};
 use super::{caches_ready, ignore_not_found, provisioner, Context, Error, SYNC_PERIOD};
 use crate::backoff::key;
-use crate::replicaset::status_code;
+use crate::common::api::status_code;
 
 pub async fn reconcile(
     claim: Arc<PersistentVolumeClaim>,

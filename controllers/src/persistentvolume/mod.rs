@@ -23,8 +23,8 @@ use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client};
 
 use crate::backoff::{key, Failures};
+use crate::common::api::{api_message, status_code};
 use crate::manager::Controller;
-use crate::replicaset::{api_message, status_code};
 
 /// The `persistentvolume-binder` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {

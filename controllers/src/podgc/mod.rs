@@ -140,7 +140,7 @@ async fn collect(client: &Client, pod: &Pod, reason: Reason) -> Result<(), Error
             source,
         }
     };
-    let finished = matches!(crate::replicaset::pods::phase(pod), "Succeeded" | "Failed");
+    let finished = matches!(crate::common::pods::phase(pod), "Succeeded" | "Failed");
     if reason.marks_failed() && !finished {
         let patch = failed_patch(reason, Timestamp::now());
         match api

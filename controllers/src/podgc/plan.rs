@@ -11,7 +11,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 
-use crate::replicaset::pods::phase;
+use crate::common::pods::phase;
 
 /// How long a node must be missing before its pods are collected (kube's
 /// `quarantineTime`): a node may be recreated meanwhile.

@@ -2,19 +2,14 @@
 //! ReplicaSet's selector, adopting and releasing pods by ownerReference,
 //! and reports them in its status. Rollouts are the Deployment controller's.
 
-mod expectations;
-#[cfg(test)]
-pub(crate) mod fixtures;
 pub mod plan;
 pub mod pod_control;
-pub mod pods;
 pub mod ranking;
 pub mod status;
 mod sync;
 pub mod triggers;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -25,10 +20,11 @@ use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client};
 use parking_lot::Mutex;
 
-pub use expectations::{Expectations, EXPECTATIONS_TIMEOUT};
 pub use sync::key_of;
 
 use crate::backoff::Failures;
+use crate::common::api::api_message;
+use crate::common::expectations::Expectations;
 use crate::manager::Controller;
 use status::ManageFailure;
 
@@ -41,11 +37,6 @@ pub const CONTROLLER: Controller = Controller {
 /// ReplicaSets synced at once (kube-controller-manager's
 /// `--concurrent-replicaset-syncs` default).
 pub const CONCURRENT_SYNCS: u16 = 5;
-
-/// The first retry after a failed sync, doubled on each further failure.
-const RETRY_BASE: Duration = Duration::from_millis(5);
-/// The longest wait between retries.
-const RETRY_MAX: Duration = Duration::from_secs(1000);
 
 /// What every sync shares: the client, the pod cache, expectations, and
 /// the failures behind each ReplicaSet's back-off.
@@ -72,22 +63,6 @@ pub enum Error {
     Manage { key: String, failure: ManageFailure },
     #[error("the pod cache of the ReplicaSet controller stopped")]
     PodCacheStopped,
-}
-
-/// The HTTP status of an API error.
-pub fn status_code(err: &kube::Error) -> Option<u16> {
-    match err {
-        kube::Error::Api(status) => Some(status.code),
-        _ => None,
-    }
-}
-
-/// The apiserver's message for an API error, else the error itself.
-pub fn api_message(err: &kube::Error) -> String {
-    match err {
-        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
-        other => other.to_string(),
-    }
 }
 
 /// Watches ReplicaSets and pods and syncs ReplicaSets until aborted.
@@ -162,26 +137,11 @@ fn error_policy(rs: Arc<ReplicaSet>, err: &Error, ctx: Arc<Context>) -> Action {
     Action::requeue(delay)
 }
 
-/// The back-off before retry number `failures` (5ms doubled up to 1000s),
-/// kube-controller-manager's default per-item rate limiter.
-pub fn retry_delay(failures: u32) -> Duration {
-    let exponent = failures.saturating_sub(1).min(31);
-    RETRY_BASE.saturating_mul(1 << exponent).min(RETRY_MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replicaset::fixtures::{pod, replica_set, NOW};
+    use crate::common::fixtures::{pod, replica_set, NOW};
     use crate::replicaset::plan::{claim, scale, selector, Scale};
-
-    #[test]
-    fn retries_back_off_exponentially_up_to_a_limit() {
-        assert_eq!(retry_delay(1), Duration::from_millis(5));
-        assert_eq!(retry_delay(2), Duration::from_millis(10));
-        assert_eq!(retry_delay(5), Duration::from_millis(80));
-        assert_eq!(retry_delay(40), RETRY_MAX);
-    }
 
     /// A sync that created pods the cache does not show yet: the next
     /// sync must wait for them, not create them again.

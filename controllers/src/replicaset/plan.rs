@@ -8,15 +8,12 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use skiff_machinery::selectors::LabelSelector;
 
-use super::pods::{controller_ref, is_active};
 use super::ranking::pods_to_delete;
+use crate::common::pods::{controller_ref, is_active};
 
 /// At most this many pods are created or deleted by one sync
 /// (kube-controller-manager's `BurstReplicas`).
 pub const BURST_REPLICAS: usize = 500;
-
-/// The first batch of a slow-start create (`SlowStartInitialBatchSize`).
-pub const SLOW_START_INITIAL_BATCH_SIZE: usize = 1;
 
 /// `spec.selector` as a matcher.
 pub fn selector(rs: &ReplicaSet) -> Result<LabelSelector, String> {
@@ -104,25 +101,10 @@ pub fn desired_replicas(rs: &ReplicaSet) -> usize {
     usize::try_from(replicas).unwrap_or(0)
 }
 
-/// Batch sizes of a slow-start create of `count` pods: 1, 2, 4, … until
-/// `count` is reached, so that a create that keeps failing fails once
-/// rather than `count` times.
-pub fn slow_start_batches(count: usize) -> Vec<usize> {
-    let mut batches = Vec::new();
-    let mut remaining = count;
-    let mut size = SLOW_START_INITIAL_BATCH_SIZE.min(remaining);
-    while size > 0 {
-        batches.push(size);
-        remaining -= size;
-        size = (2 * size).min(remaining);
-    }
-    batches
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replicaset::fixtures::{pod, replica_set, NOW};
+    use crate::common::fixtures::{pod, replica_set, NOW};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn arcs(pods: Vec<Pod>) -> Vec<Arc<Pod>> {
@@ -137,15 +119,6 @@ mod tests {
 
     fn claim_of(rs: &ReplicaSet, pods: &[Arc<Pod>]) -> Claim {
         claim(rs, &selector(rs).unwrap(), pods)
-    }
-
-    #[test]
-    fn slow_start_doubles_up_to_what_is_missing() {
-        assert_eq!(slow_start_batches(0), Vec::<usize>::new());
-        assert_eq!(slow_start_batches(1), [1]);
-        assert_eq!(slow_start_batches(3), [1, 2]);
-        assert_eq!(slow_start_batches(10), [1, 2, 4, 3]);
-        assert_eq!(slow_start_batches(500), [1, 2, 4, 8, 16, 32, 64, 128, 245]);
     }
 
     #[test]

@@ -73,7 +73,7 @@ fn owners_patch(pod: &Pod, owners: Vec<OwnerReference>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replicaset::fixtures::{pod, replica_set};
+    use crate::common::fixtures::{pod, replica_set};
 
     #[test]
     fn pods_are_made_from_the_template() {

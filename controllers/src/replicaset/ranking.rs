@@ -7,7 +7,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::pods::{is_ready, max_container_restarts, phase, ready_since};
+use crate::common::pods::{is_ready, max_container_restarts, phase, ready_since};
 
 /// `Less` when `a` should be deleted before `b`: unassigned before
 /// assigned, Pending before Unknown before Running, not ready before
@@ -71,7 +71,7 @@ fn newer_first(a: Option<Timestamp>, b: Option<Timestamp>) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replicaset::fixtures::{ago, pod};
+    use crate::common::fixtures::{ago, pod};
 
     fn names(pods: &[Arc<Pod>]) -> Vec<&str> {
         pods.iter()

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{json, Value};
 
-use super::pods::{available_at, is_available, is_ready};
+use crate::common::pods::{available_at, is_available, is_ready};
 
 /// The condition type set while creates or deletes fail.
 pub const REPLICA_FAILURE: &str = "ReplicaFailure";
@@ -165,7 +165,7 @@ pub fn status_patch(status: &ReplicaSetStatus) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replicaset::fixtures::{ago, pod, replica_set, NOW};
+    use crate::common::fixtures::{ago, pod, replica_set, NOW};
 
     fn pods(rs: &ReplicaSet) -> Vec<Arc<Pod>> {
         [

@@ -10,14 +10,16 @@ use futures::future::join_all;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::Api;
 
-use super::plan::{self, slow_start_batches, Scale};
+use super::plan::{self, Scale};
 use super::pod_control::{adopt_patch, new_pod, release_patch};
 use super::status::{compute_status, is_current, status_patch, ManageFailure};
-use super::{api_message, status_code, Context, Error};
+use super::{Context, Error};
+use crate::common::api::{api_message, status_code};
+use crate::common::pod_control::{self, slow_start_batches};
 
 /// `namespace/name`, the key of expectations and back-off.
 pub fn key_of(rs: &ReplicaSet) -> String {
@@ -232,40 +234,15 @@ async fn delete_pods(
     key: &str,
     victims: &[Arc<Pod>],
 ) -> (HashSet<String>, Option<ManageFailure>) {
-    let uids = victims.iter().filter_map(|p| p.metadata.uid.clone());
-    ctx.expectations
-        .lock()
-        .expect_deletions(key, uids, Timestamp::now());
-    let deletes = victims.iter().map(|pod| {
-        let api: Api<Pod> = Api::namespaced(
-            ctx.client.clone(),
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-        );
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: pod.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        async move { api.delete(pod_name(pod), &params).await }
-    });
-    let mut failure = None;
-    let mut deleted = HashSet::new();
-    for (pod, result) in victims.iter().zip(join_all(deletes).await) {
-        if result.is_err() {
-            ctx.expectations
-                .lock()
-                .deletion_failed(key, pod.metadata.uid.as_deref().unwrap_or_default());
-        }
-        match result {
-            Ok(_) => deleted.extend(pod.metadata.uid.clone()),
-            Err(err) if status_code(&err) == Some(404) => deleted.extend(pod.metadata.uid.clone()),
-            Err(err) => {
-                failure.get_or_insert_with(|| ManageFailure::Delete(api_message(&err)));
-            }
-        }
-    }
+    let failed = pod_control::delete_pods(&ctx.client, &ctx.expectations, key, victims, None).await;
+    let failure = failed
+        .first()
+        .map(|(_, err)| ManageFailure::Delete(api_message(err)));
+    let deleted = victims
+        .iter()
+        .filter(|pod| !failed.iter().any(|(gone, _)| Arc::ptr_eq(gone, pod)))
+        .filter_map(|pod| pod.metadata.uid.clone())
+        .collect();
     (deleted, failure)
 }
 
@@ -304,7 +281,7 @@ fn pod_name(pod: &Pod) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replicaset::fixtures::NOW;
+    use crate::common::fixtures::NOW;
 
     #[test]
     fn requeue_at_the_earliest_of_availability_and_expectations_timeout() {

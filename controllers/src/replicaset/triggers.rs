@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
 
 use super::plan::selector;
-use super::pods::controller_ref;
+use crate::common::pods::controller_ref;
 
 /// The ReplicaSets to sync when `pod` changes, among `replica_sets`.
 pub fn replica_sets_for_pod(
@@ -41,7 +41,7 @@ pub fn replica_sets_for_pod(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replicaset::fixtures::{pod, replica_set};
+    use crate::common::fixtures::{pod, replica_set};
 
     #[test]
     fn pods_map_to_their_controller_or_to_matching_replica_sets() {

@@ -26,8 +26,8 @@ use serde_json::Value;
 use skiff_machinery::quota::{self, GroupResource};
 
 use crate::backoff::{key, Failures};
+use crate::common::api::{api_message, status_code};
 use crate::manager::Controller;
-use crate::replicaset::{api_message, status_code};
 
 /// The `resourcequota` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {

@@ -3,7 +3,7 @@
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::json;
 
-pub use crate::replicaset::fixtures::{ago, pod, PodBuilder, NOW};
+pub use crate::common::fixtures::{ago, pod, PodBuilder, NOW};
 
 use crate::history::CONTROLLER_REVISION_HASH;
 

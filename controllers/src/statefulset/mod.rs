@@ -24,9 +24,9 @@ use kube::{Api, Client};
 use skiff_machinery::selectors::LabelSelector;
 
 use crate::backoff::Failures;
+use crate::common::pods::controller_ref;
 use crate::history::HistoryError;
 use crate::manager::Controller;
-use crate::replicaset::pods::controller_ref;
 
 /// The `statefulset` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
@@ -49,7 +49,7 @@ pub struct Context {
 pub enum Error {
     #[error(
         "{action} StatefulSet {key}: {}",
-        crate::replicaset::api_message(source)
+        crate::common::api::api_message(source)
     )]
     Api {
         key: String,
@@ -164,7 +164,7 @@ mod tests {
             stateful_set_of(&pod),
             Some(ObjectRef::new("web").within("default"))
         );
-        let other = crate::replicaset::fixtures::pod("x")
+        let other = crate::common::fixtures::pod("x")
             .controlled_by("ReplicaSet", "web")
             .build();
         assert_eq!(stateful_set_of(&other), None);

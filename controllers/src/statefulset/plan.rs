@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::identity::{ordinal_of, revision_of};
-use crate::replicaset::pods::{is_available, is_ready, phase};
+use crate::common::pods::{is_available, is_ready, phase};
 
 /// Which revision's template a new pod is made from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::identity::{ordinal_of, revision_of};
 use super::plan::{is_rolling_update, is_running_and_ready, is_terminating, Revisions};
-use crate::replicaset::pods::{available_at, is_available, phase};
+use crate::common::pods::{available_at, is_available, phase};
 
 /// Margin added to a requeue so that the pod is available when it runs.
 const AVAILABILITY_MARGIN: Duration = Duration::from_millis(100);

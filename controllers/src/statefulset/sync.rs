@@ -16,9 +16,9 @@ use super::identity::{self, controller_reference, new_claims, new_pod, retention
 use super::plan::{self, Revision, Revisions, Step};
 use super::status::{compute_status, is_current, status_patch};
 use super::{key_of, Context, Error};
+use crate::common::api::status_code;
 use crate::daemonset::controlled_pods;
 use crate::history::{self, HistoryError, Owner};
-use crate::replicaset::status_code;
 
 /// Syncs one StatefulSet.
 pub async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Context>) -> Result<Action, Error> {

@@ -129,7 +129,7 @@ pub fn due(
 /// collector's).
 fn is_evictable(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none()
-        && !matches!(crate::replicaset::pods::phase(pod), "Succeeded" | "Failed")
+        && !matches!(crate::common::pods::phase(pod), "Succeeded" | "Failed")
 }
 
 /// The DisruptionTarget condition kube's taint manager sets before it

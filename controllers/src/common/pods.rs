@@ -87,7 +87,7 @@ pub fn max_container_restarts(pod: &Pod) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replicaset::fixtures::{pod, NOW};
+    use crate::common::fixtures::{pod, NOW};
 
     #[test]
     fn terminal_and_terminating_pods_are_not_active() {

@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 
-use super::pods::controller_ref;
+use crate::common::pods::controller_ref;
 
 /// How long an expectation is trusted before the sync goes ahead anyway
 /// (kube-controller-manager's `ExpectationsTimeout`), for observations
@@ -169,7 +169,7 @@ impl Expectations {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replicaset::fixtures::{pod, replica_set, NOW};
+    use crate::common::fixtures::{pod, replica_set, NOW};
 
     fn owned(name: &str) -> Arc<Pod> {
         Arc::new(pod(name).owned_by(&replica_set("web", 3)).build())

@@ -1,0 +1,12 @@
+//! What the controllers share, as kube-controller-manager's
+//! `controller_utils` holds it: reading a pod (`pods`), the expectations
+//! that keep a stale cache from doubling a create or delete, the pod
+//! writes (`pod_control`), reading the API's refusals (`api`), and the
+//! test objects (`fixtures`).
+
+pub mod api;
+pub mod expectations;
+#[cfg(test)]
+pub(crate) mod fixtures;
+pub mod pod_control;
+pub mod pods;
