@@ -1,5 +1,6 @@
 //! What the controllers share, as kube-controller-manager's
-//! `controller_utils` holds it: reading a pod (`pods`), the expectations
+//! `controller_utils` holds it: reading a pod (`pods`), owner references
+//! (`owners`), the expectations
 //! that keep a stale cache from doubling a create or delete, the pod
 //! writes (`pod_control`), reading the API's refusals (`api`), and the
 //! test objects (`fixtures`).
@@ -8,5 +9,6 @@ pub mod api;
 pub mod expectations;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod owners;
 pub mod pod_control;
 pub mod pods;

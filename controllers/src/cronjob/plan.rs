@@ -10,7 +10,7 @@ use jiff::tz::TimeZone;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{CronJob, CronJobStatus, Job, JobTemplateSpec};
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::missed::{earliest, missed, TOO_MANY_MISSED};
 use super::schedule::parse;
@@ -290,14 +290,7 @@ pub fn job_for(cj: &CronJob, scheduled: Timestamp, tz: &TimeZone) -> Job {
             namespace: cj.metadata.namespace.clone(),
             labels: meta.labels,
             annotations: Some(annotations),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "batch/v1".into(),
-                kind: "CronJob".into(),
-                name: cj.metadata.name.clone().unwrap_or_default(),
-                uid: cj.metadata.uid.clone().unwrap_or_default(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
+            owner_references: Some(vec![crate::common::owners::controller_reference(cj)]),
             ..Default::default()
         },
         spec: template.spec,

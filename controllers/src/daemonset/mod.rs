@@ -29,6 +29,7 @@ use skiff_machinery::selectors::LabelSelector;
 
 use crate::backoff::Failures;
 use crate::common::expectations::Expectations;
+use crate::common::owners::controller_of;
 use crate::common::pods::controller_ref;
 use crate::history::HistoryError;
 use crate::manager::Controller;
@@ -214,12 +215,11 @@ pub async fn run(client: Client) {
             };
             std::future::ready(changed)
         });
-    let by_pod = daemon_sets.clone();
     let by_node = daemon_sets.clone();
     let queue = futures::stream::select(
         trigger_self(ds_events, ()),
         futures::stream::select(
-            trigger_with(pod_events, move |pod: Pod| daemon_set_of(&pod, &by_pod)),
+            trigger_with(pod_events, |pod: Pod| controller_of::<DaemonSet>(&pod)),
             trigger_with(node_events, move |_node: Node| {
                 by_node
                     .state()
@@ -244,14 +244,6 @@ pub async fn run(client: Client) {
         }
     })
     .await;
-}
-
-/// The DaemonSet controlling `pod`, if any.
-fn daemon_set_of(pod: &Pod, _cache: &Store<DaemonSet>) -> Option<ObjectRef<DaemonSet>> {
-    let owner = controller_ref(pod)?;
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    (owner.kind == "DaemonSet" && owner.api_version == "apps/v1")
-        .then(|| ObjectRef::new(&owner.name).within(namespace))
 }
 
 /// Syncs once the pod and node caches are filled.

@@ -4,23 +4,12 @@
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::eligibility::{add_daemon_tolerations, pin_to_node};
 use super::plan::{template_generation, POD_TEMPLATE_GENERATION};
+use crate::common::owners::controller_reference;
 use crate::history::CONTROLLER_REVISION_HASH;
-
-/// The controller reference a DaemonSet puts on its pods and revisions.
-pub fn controller_reference(ds: &DaemonSet) -> OwnerReference {
-    OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: "DaemonSet".into(),
-        name: ds.metadata.name.clone().unwrap_or_default(),
-        uid: ds.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
-}
 
 /// The pod for `node` from `template` at revision `hash`
 /// (`CreatePodTemplate` and `ReplaceDaemonSetPodNodeNameNodeAffinity`).

@@ -15,10 +15,11 @@ use kube::Api;
 use serde_json::json;
 
 use super::plan::{self, Inputs, Plan};
-use super::pod_control::{controller_reference, new_pod};
+use super::pod_control::new_pod;
 use super::status::{compute_status, is_current, status_patch};
 use super::{controlled_pods, key_of, Context, Error};
 use crate::common::api::{api_message, status_code};
+use crate::common::owners::controller_reference;
 use crate::common::pod_control::{self, slow_start_batches};
 use crate::history::{self, HistoryError, Owner};
 

@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use skiff_machinery::selectors::LabelSelector;
 
 use super::PlanError;
+use crate::common::owners::controller_reference;
 
 /// The ReplicaSets the Deployment keeps, and the writes ownership needs.
 #[derive(Debug, Default)]
@@ -28,18 +29,6 @@ pub fn selector(d: &Deployment) -> Result<Option<LabelSelector>, PlanError> {
     let selector = LabelSelector::from_json(&json)
         .map_err(|e| PlanError::InvalidSelector(e.message.to_string()))?;
     Ok((!selector.is_empty()).then_some(selector))
-}
-
-/// The ownerReference a Deployment puts on its ReplicaSets.
-pub fn owner_reference(d: &Deployment) -> OwnerReference {
-    OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        name: d.metadata.name.clone().unwrap_or_default(),
-        uid: d.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
 }
 
 fn controller_of(rs: &ReplicaSet) -> Option<&OwnerReference> {
@@ -78,7 +67,7 @@ pub fn claim(d: &Deployment, selector: &LabelSelector, replica_sets: &[ReplicaSe
                     .metadata
                     .owner_references
                     .get_or_insert_with(Vec::new)
-                    .push(owner_reference(d));
+                    .push(controller_reference(d));
                 claim.owned.push((adopted, true));
             }
             None => {}

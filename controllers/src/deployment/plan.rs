@@ -276,7 +276,7 @@ impl<'a> Rollout<'a> {
                 )),
                 namespace: self.d.metadata.namespace.clone(),
                 labels: Some(labels),
-                owner_references: Some(vec![claim::owner_reference(self.d)]),
+                owner_references: Some(vec![crate::common::owners::controller_reference(self.d)]),
                 ..Default::default()
             },
             spec: Some(ReplicaSetSpec {

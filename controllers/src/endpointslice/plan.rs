@@ -8,7 +8,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::common::pods::is_ready;
 use crate::endpoint::plan::{labels as endpoint_labels, trigger_time, LAST_CHANGE_TRIGGER_TIME};
@@ -229,14 +229,7 @@ fn new_slice(
     now: Timestamp,
 ) -> EndpointSlice {
     let name = service.metadata.name.clone().unwrap_or_default();
-    let owner = OwnerReference {
-        api_version: "v1".into(),
-        kind: "Service".into(),
-        name: name.clone(),
-        uid: service.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    };
+    let owner = crate::common::owners::controller_reference(service);
     let placeholder = endpoints.is_empty() && ports.is_empty();
     let mut slice = EndpointSlice {
         metadata: ObjectMeta {

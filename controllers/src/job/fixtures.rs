@@ -8,8 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 use super::indexes::COMPLETION_INDEX;
-use super::pod_template::controller_reference;
 use super::tracking::TRACKING_FINALIZER;
+use crate::common::owners::controller_reference;
 
 pub const NOW: Timestamp = Timestamp::constant(1_750_000_000, 0);
 

@@ -5,25 +5,14 @@
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, EnvVar, EnvVarSource, ObjectFieldSelector, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::indexes::COMPLETION_INDEX;
 use super::tracking::TRACKING_FINALIZER;
+use crate::common::owners::controller_reference;
 
 /// The env var kube gives each container of an Indexed Job's pod.
 pub const COMPLETION_INDEX_ENV: &str = "JOB_COMPLETION_INDEX";
-
-/// The controller reference a Job puts on its pods.
-pub fn controller_reference(job: &Job) -> OwnerReference {
-    OwnerReference {
-        api_version: "batch/v1".into(),
-        kind: "Job".into(),
-        name: job.metadata.name.clone().unwrap_or_default(),
-        uid: job.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
-}
 
 /// A new pod of `job`, for completion `index` when the Job is Indexed.
 pub fn new_pod(job: &Job, index: Option<i32>) -> Option<Pod> {

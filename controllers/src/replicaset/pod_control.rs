@@ -1,22 +1,11 @@
 //! The writes a ReplicaSet makes to pods, as values: the pod it creates
 //! from its template, and the patches that adopt and release a pod.
 
+use crate::common::owners::controller_reference;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::{json, Value};
-
-/// The controller reference a ReplicaSet puts on its pods.
-pub fn controller_reference(rs: &ReplicaSet) -> OwnerReference {
-    OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: "ReplicaSet".into(),
-        name: rs.metadata.name.clone().unwrap_or_default(),
-        uid: rs.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
-}
 
 /// A new pod from `spec.template`: its labels, annotations, finalizers
 /// and spec, `generateName: <rs-name>-`, controlled by the ReplicaSet.

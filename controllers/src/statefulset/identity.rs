@@ -11,24 +11,13 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use crate::common::owners::controller_reference;
 use crate::history::CONTROLLER_REVISION_HASH;
 
 /// The label with the pod's name, which a per-pod Service can select.
 pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
 /// The label with the pod's ordinal.
 pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
-
-/// The controller reference a StatefulSet puts on its pods and revisions.
-pub fn controller_reference(set: &StatefulSet) -> OwnerReference {
-    OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: "StatefulSet".into(),
-        name: set_name(set).to_string(),
-        uid: set.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
-}
 
 fn set_name(set: &StatefulSet) -> &str {
     set.metadata.name.as_deref().unwrap_or_default()

@@ -18,13 +18,13 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client};
 use skiff_machinery::selectors::LabelSelector;
 
 use crate::backoff::Failures;
-use crate::common::pods::controller_ref;
+use crate::common::owners::controller_of;
 use crate::history::HistoryError;
 use crate::manager::Controller;
 
@@ -110,7 +110,7 @@ pub async fn run(client: Client) {
         .touched_objects();
     let queue = futures::stream::select(
         trigger_self(set_events, ()),
-        trigger_with(pod_events, |pod: Pod| stateful_set_of(&pod)),
+        trigger_with(pod_events, |pod: Pod| controller_of::<StatefulSet>(&pod)),
     );
     let config = Config::default().concurrency(CONCURRENT_SYNCS);
     applier(
@@ -127,14 +127,6 @@ pub async fn run(client: Client) {
         }
     })
     .await;
-}
-
-/// The StatefulSet controlling `pod`, if any.
-fn stateful_set_of(pod: &Pod) -> Option<ObjectRef<StatefulSet>> {
-    let owner = controller_ref(pod)?;
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    (owner.kind == "StatefulSet" && owner.api_version == "apps/v1")
-        .then(|| ObjectRef::new(&owner.name).within(namespace))
 }
 
 async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -161,12 +153,12 @@ mod tests {
     fn pods_trigger_the_stateful_set_controlling_them() {
         let pod = member("web", 0, "web-1").build();
         assert_eq!(
-            stateful_set_of(&pod),
-            Some(ObjectRef::new("web").within("default"))
+            controller_of::<StatefulSet>(&pod),
+            Some(kube::runtime::reflector::ObjectRef::new("web").within("default"))
         );
         let other = crate::common::fixtures::pod("x")
             .controlled_by("ReplicaSet", "web")
             .build();
-        assert_eq!(stateful_set_of(&other), None);
+        assert_eq!(controller_of::<StatefulSet>(&other), None);
     }
 }

@@ -12,11 +12,12 @@ use kube::runtime::controller::Action;
 use kube::Api;
 use serde_json::json;
 
-use super::identity::{self, controller_reference, new_claims, new_pod, retention};
+use super::identity::{self, new_claims, new_pod, retention};
 use super::plan::{self, Revision, Revisions, Step};
 use super::status::{compute_status, is_current, status_patch};
 use super::{key_of, Context, Error};
 use crate::common::api::status_code;
+use crate::common::owners::controller_reference;
 use crate::daemonset::controlled_pods;
 use crate::history::{self, HistoryError, Owner};
 
