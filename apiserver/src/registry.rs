@@ -420,7 +420,8 @@ impl Registry {
                 let from = self.load_custom_resources().await.map_err(|e| e.message)? + 1;
                 let mut changes = self
                     .storage
-                    .watch(&prefix, &end, from)
+                    // A deleted CRD is known by its previous value.
+                    .watch(&prefix, &end, from, true)
                     .await
                     .map_err(|e| e.to_string())?;
                 while let Some(batch) = changes.next().await {

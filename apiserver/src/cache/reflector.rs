@@ -40,7 +40,10 @@ pub async fn run(cache: Arc<ResourceCache>, storage: Storage, start_at: i64) {
             },
         };
         start_at = 0;
-        let ended = match storage.watch(&cache.prefix, &end, revision + 1).await {
+        let ended = match storage
+            .watch(&cache.prefix, &end, revision + 1, false)
+            .await
+        {
             Ok(stream) => {
                 retry = RETRY_FIRST;
                 follow(&cache, stream).await

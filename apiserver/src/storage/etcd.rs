@@ -265,6 +265,7 @@ impl EtcdStorage {
         start: &str,
         end: &str,
         from: i64,
+        with_previous: bool,
     ) -> StorageResult<EtcdWatch> {
         let (requests, rx) = mpsc::channel(4);
         let create = WatchRequest {
@@ -272,7 +273,7 @@ impl EtcdStorage {
                 key: start.as_bytes().to_vec(),
                 range_end: end.as_bytes().to_vec(),
                 start_revision: from,
-                prev_kv: true,
+                prev_kv: with_previous,
                 ..Default::default()
             })),
         };

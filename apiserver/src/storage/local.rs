@@ -173,13 +173,19 @@ pub struct LocalWatch {
     from: i64,
 }
 
-pub(super) fn watch(store: &Store, start: &str, end: &str, from: i64) -> StorageResult<LocalWatch> {
+pub(super) fn watch(
+    store: &Store,
+    start: &str,
+    end: &str,
+    from: i64,
+    with_previous: bool,
+) -> StorageResult<LocalWatch> {
     let watcher = store
         .watch(WatchRequest {
             key: start.as_bytes().to_vec(),
             range_end: end.as_bytes().to_vec(),
             start_revision: from,
-            prev_kv: true,
+            prev_kv: with_previous,
             ..Default::default()
         })
         .map_err(convert)?;

@@ -370,13 +370,26 @@ impl Storage {
         }
     }
 
-    /// Changes to keys in `[start, end)` from revision `from` on (with the
-    /// previous value of each).
-    pub async fn watch(&self, start: &str, end: &str, from: i64) -> StorageResult<ChangeStream> {
+    /// Changes to keys in `[start, end)` from revision `from` on, with
+    /// the previous value of each when `with_previous` (a follower that
+    /// keeps its own copy of every object, as the watch cache does, has
+    /// no use for it, and the store would read and send it for nothing).
+    pub async fn watch(
+        &self,
+        start: &str,
+        end: &str,
+        from: i64,
+        with_previous: bool,
+    ) -> StorageResult<ChangeStream> {
         self.requests.count_watch(start);
         let source = match &self.backend {
-            Backend::Local(s) => local::watch(s, start, end, from).map(WatchSource::Local),
-            Backend::Etcd(e) => e.watch(start, end, from).await.map(WatchSource::Etcd),
+            Backend::Local(s) => {
+                local::watch(s, start, end, from, with_previous).map(WatchSource::Local)
+            }
+            Backend::Etcd(e) => e
+                .watch(start, end, from, with_previous)
+                .await
+                .map(WatchSource::Etcd),
         }?;
         Ok(ChangeStream {
             source,
@@ -394,4 +407,44 @@ impl Storage {
 pub fn prefix_end(prefix: &str) -> String {
     String::from_utf8(skiff_store::mvcc::prefix_end(prefix.as_bytes()))
         .unwrap_or_else(|_| "\0".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A watch carries the values before each change only when asked.
+    #[tokio::test]
+    async fn previous_values_come_only_when_asked_for() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = skiff_store::Store::open(skiff_store::StoreConfig::new(dir.path()))
+            .await
+            .expect("the store opens");
+        let storage = Storage::local(store);
+        let created = storage.create("/k/a", b"one".to_vec(), 0).await.unwrap();
+        let updated = storage
+            .update("/k/a", b"two".to_vec(), created, 0)
+            .await
+            .unwrap();
+        storage.delete("/k/a", updated).await.unwrap();
+        let end = prefix_end("/k/");
+        for (with_previous, expected) in [
+            (true, vec![None, Some("one"), Some("two")]),
+            (false, vec![None, None, None]),
+        ] {
+            let mut changes = storage
+                .watch("/k/", &end, created, with_previous)
+                .await
+                .unwrap();
+            let mut seen = Vec::new();
+            while seen.len() < 3 {
+                seen.extend(changes.next().await.expect("changes").unwrap());
+            }
+            let previous: Vec<Option<&str>> = seen
+                .iter()
+                .map(|c| c.prev.as_deref().map(|p| std::str::from_utf8(p).unwrap()))
+                .collect();
+            assert_eq!(previous, expected, "with_previous: {with_previous}");
+        }
+    }
 }
