@@ -44,6 +44,18 @@ pub enum WalError {
     },
 
     #[error(
+        "write-ahead log segment {} holds entry {found} where entry {expected} or an \
+         earlier one was appended next; an entry between them is missing, so acknowledged \
+         records would be lost: restore this member from a snapshot or a healthy peer",
+        path.display()
+    )]
+    EntryGap {
+        path: PathBuf,
+        expected: u64,
+        found: u64,
+    },
+
+    #[error(
         "write-ahead log in {} is already open by another process or handle; \
          stop the other skiff instance using this data directory",
         dir.display()

@@ -83,12 +83,40 @@ impl Default for WalOptions {
 #[derive(Debug, Default)]
 struct LogState {
     last_index: u64,
+    /// While replaying: the index the next Entry may have at most (the one
+    /// after the last Entry; a lower one replaces a suffix, as a new leader
+    /// does), unless a Snapshot record since allows the one after it.
+    next_entry: Option<u64>,
+    after_snapshot: Option<u64>,
     /// Latest of each, carried into every new segment.
     hard_state: Option<WalRecord>,
     snapshot: Option<WalRecord>,
 }
 
 impl LogState {
+    /// While replaying: `Err((expected, found))` when `record` is an Entry
+    /// that leaves a gap after the entries before it. Raft appends entries
+    /// one after another (or over a suffix), and a snapshot restarts them
+    /// after its index, so a gap means a record that was appended is gone.
+    fn check_replayed(&mut self, record: &WalRecord) -> Result<(), (u64, u64)> {
+        match record {
+            WalRecord::Entry { index, .. } => {
+                let fits = match self.next_entry {
+                    None => true,
+                    Some(next) => *index <= next || self.after_snapshot == Some(*index),
+                };
+                if !fits {
+                    return Err((self.next_entry.unwrap_or_default(), *index));
+                }
+                self.next_entry = Some(index + 1);
+                self.after_snapshot = None;
+            }
+            WalRecord::Snapshot { index, .. } => self.after_snapshot = Some(index + 1),
+            WalRecord::HardState { .. } => {}
+        }
+        Ok(())
+    }
+
     /// Returns the index if `record` is an Entry.
     fn observe(&mut self, record: &WalRecord) -> Option<u64> {
         match record {
@@ -427,6 +455,13 @@ fn replay(
     for (position, (seq, path)) in listed.into_iter().enumerate() {
         let mut segment = Segment::new(seq, path.clone(), 0);
         let scan = segment::scan(&path, |record| {
+            state
+                .check_replayed(&record)
+                .map_err(|(expected, found)| WalError::EntryGap {
+                    path: path.clone(),
+                    expected,
+                    found,
+                })?;
             if let Some(index) = state.observe(&record) {
                 segment.note_entry(index);
             }

@@ -172,19 +172,20 @@ fn write_three(dir: &Path) -> (Vec<WalRecord>, PathBuf) {
 /// Reopens after damage: `survivors` replay, the file is cut back to them, and
 /// a new append is durable across one more reopen.
 fn assert_recovers(dir: &Path, path: &Path, survivors: &[WalRecord]) {
+    let next = entry_indexes(survivors).into_iter().max().unwrap_or(0) + 1;
     {
         let (mut wal, replayed) = open(dir, NO_ROLL);
         assert_eq!(replayed, survivors);
         assert_eq!(fs::metadata(path).unwrap().len(), encoded_len(survivors));
         assert_eq!(wal.size_bytes(), encoded_len(survivors));
-        wal.append(&entry(9, b"after recovery"));
+        wal.append(&entry(next, b"after recovery"));
         wal.sync().unwrap();
     }
     let (wal, replayed) = open(dir, NO_ROLL);
     let mut expected = survivors.to_vec();
-    expected.push(entry(9, b"after recovery"));
+    expected.push(entry(next, b"after recovery"));
     assert_eq!(replayed, expected);
-    assert_eq!(wal.last_index(), 9);
+    assert_eq!(wal.last_index(), next);
 }
 
 #[test]
@@ -289,6 +290,30 @@ fn corruption_in_an_older_segment_is_an_error() {
         );
         assert_eq!(segment_files(dir.path()), files, "nothing may be removed");
     }
+}
+
+/// Entries replay one after another, over a suffix (a new leader's), or
+/// after a snapshot's index; a record missing between two is an error.
+#[test]
+fn an_entry_missing_from_the_middle_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut wal, _) = open(dir.path(), NO_ROLL);
+    write_entries(&mut wal, [1, 2, 3, 2, 3, 4]);
+    wal.append(&WalRecord::Snapshot { index: 10, term: 1 });
+    write_entries(&mut wal, [11, 12]);
+    drop(wal);
+    let (_, replayed) = open(dir.path(), NO_ROLL);
+    assert_eq!(entry_indexes(&replayed), [1, 2, 3, 2, 3, 4, 11, 12]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut wal, _) = open(dir.path(), NO_ROLL);
+    write_entries(&mut wal, [1, 2, 4]);
+    drop(wal);
+    let err = open_err(dir.path(), NO_ROLL);
+    assert!(
+        matches!(err, WalError::EntryGap { expected: 3, found: 4, .. }),
+        "{err}"
+    );
 }
 
 #[test]
