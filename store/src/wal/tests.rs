@@ -311,7 +311,14 @@ fn an_entry_missing_from_the_middle_is_an_error() {
     drop(wal);
     let err = open_err(dir.path(), NO_ROLL);
     assert!(
-        matches!(err, WalError::EntryGap { expected: 3, found: 4, .. }),
+        matches!(
+            err,
+            WalError::EntryGap {
+                expected: 3,
+                found: 4,
+                ..
+            }
+        ),
         "{err}"
     );
 }

@@ -22,6 +22,10 @@ pub struct Watcher {
     range: KeyRange,
     /// Events below this revision were asked not to be sent.
     min_rev: i64,
+    /// The revision of the last events sent (0: none yet). A watch sends
+    /// each revision once, in order; a revision at or below this one again
+    /// would be the hub handing a batch over twice.
+    sent: i64,
     no_put: bool,
     no_delete: bool,
     prev_kv: bool,
@@ -46,6 +50,7 @@ impl Watcher {
             pending: VecDeque::new(),
             range,
             min_rev,
+            sent: 0,
             no_put: req.no_put,
             no_delete: req.no_delete,
             prev_kv: req.prev_kv,
@@ -142,8 +147,22 @@ impl Watcher {
 
     /// The response for one revision's events: those this watch wants,
     /// `None` when there are none.
-    fn events_response(&self, batch: &RevisionEvents) -> Option<WatchResponse> {
+    fn events_response(&mut self, batch: &RevisionEvents) -> Option<WatchResponse> {
         if batch.revision < self.min_rev {
+            return None;
+        }
+        if batch.revision <= self.sent {
+            debug_assert!(
+                false,
+                "watch {} was handed revision {} after sending {}",
+                self.id, batch.revision, self.sent
+            );
+            tracing::error!(
+                watch = self.id,
+                revision = batch.revision,
+                sent = self.sent,
+                "a watch was handed a revision it has sent; not sending it again"
+            );
             return None;
         }
         let mut events: Vec<Event> = batch
@@ -158,6 +177,7 @@ impl Watcher {
         if self.prev_kv {
             self.fill_prev_kv(&mut events);
         }
+        self.sent = batch.revision;
         Some(WatchResponse {
             watch_id: self.id,
             header: ResponseHeader {
@@ -189,5 +209,56 @@ impl Watcher {
 impl Drop for Watcher {
     fn drop(&mut self) {
         self.hub.cancel(self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::KeyValue;
+    use crate::node::testing::open_temp;
+
+    fn put_at(revision: i64) -> WatchMessage {
+        WatchMessage::Events(Arc::new(RevisionEvents {
+            revision,
+            events: vec![Event {
+                kind: EventType::Put,
+                kv: KeyValue {
+                    key: b"/a/1".to_vec(),
+                    mod_revision: revision,
+                    ..Default::default()
+                },
+                prev_kv: None,
+            }],
+        }))
+    }
+
+    /// A revision handed over twice (or out of order) is never sent twice:
+    /// debug builds stop on it, release builds drop it.
+    #[tokio::test]
+    async fn a_revision_is_sent_once_and_in_order() {
+        let (store, _dir) = open_temp().await;
+        let mut watch = store
+            .watch(WatchRequest {
+                key: b"/a/".to_vec(),
+                range_end: b"/a0".to_vec(),
+                ..Default::default()
+            })
+            .unwrap();
+        let sent = watch.respond(put_at(5)).map(|r| r.header.revision);
+        assert_eq!(sent, Some(5));
+        for stale in [5, 4] {
+            let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                watch.respond(put_at(stale))
+            }));
+            match again {
+                Err(_) => assert!(cfg!(debug_assertions), "only debug builds stop"),
+                Ok(resp) => {
+                    assert!(!cfg!(debug_assertions), "a debug build stops");
+                    assert!(resp.is_none(), "revision {stale} sent again");
+                }
+            }
+        }
+        assert_eq!(watch.respond(put_at(6)).map(|r| r.header.revision), Some(6));
     }
 }
