@@ -195,28 +195,14 @@ pub fn storage_error(target: &Target, name: &str, err: StorageError) -> ApiError
     }
 }
 
-/// `{"rv": N, "start": key}` in URL-safe base64: where a list goes on.
-fn encode_continue(revision: i64, start: &str) -> String {
-    use base64::Engine;
-    let token = json!({"rv": revision, "start": start}).to_string();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token)
-}
-
-fn decode_continue(token: &str) -> ApiResult<(i64, String)> {
-    use base64::Engine;
-    let bad = || ApiError::bad_request("invalid continue token: start the list again without it");
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(token.trim_end_matches('='))
-        .map_err(|_| bad())?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
-    let revision = value["rv"].as_i64().filter(|r| *r > 0).ok_or_else(bad)?;
-    let start = value["start"].as_str().ok_or_else(bad)?.to_string();
-    Ok((revision, start))
-}
-
 fn same_spec(a: &Value, b: &Value) -> bool {
     a.get("spec") == b.get("spec")
 }
+
+mod custom_resources;
+mod list;
+
+pub use list::{ListChunks, ListJson};
 
 impl Registry {
     pub fn new(storage: Storage) -> Registry {
@@ -388,120 +374,6 @@ impl Registry {
     /// Whether the default namespaces, classes and roles exist (readyz).
     pub fn is_bootstrapped(&self) -> bool {
         self.bootstrapped.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Serves the custom resources of every stored CRD (at startup);
-    /// returns the revision they were read at.
-    pub async fn load_custom_resources(&self) -> ApiResult<i64> {
-        let resource = crd_resource();
-        let prefix = resource.storage_prefix();
-        let page = self
-            .storage
-            .list(&prefix, &crate::storage::prefix_end(&prefix), 0, 0)
-            .await
-            .map_err(|err| ApiError::internal(format!("listing CRDs: {err:?}")))?;
-        for kv in page.kvs {
-            crate::crd::register(&object::from_stored(resource, &kv.value, kv.mod_revision)?);
-        }
-        Ok(page.revision)
-    }
-
-    /// Keeps this server's custom resources in step with the stored CRDs,
-    /// those another apiserver of the cluster writes included: a list,
-    /// then a watch from just after it, and again after a failure. Ends
-    /// when the server stops.
-    pub async fn follow_custom_resources(&self) {
-        let resource = crd_resource();
-        let prefix = resource.storage_prefix();
-        let end = prefix_end(&prefix);
-        let mut stopping = self.stopping();
-        while !*stopping.borrow() {
-            let followed = async {
-                let from = self.load_custom_resources().await.map_err(|e| e.message)? + 1;
-                let mut changes = self
-                    .storage
-                    // A deleted CRD is known by its previous value.
-                    .watch(&prefix, &end, from, true)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                while let Some(batch) = changes.next().await {
-                    for change in batch.map_err(|e| e.to_string())? {
-                        match change.kind {
-                            crate::storage::ChangeKind::Put => {
-                                if let Ok(crd) =
-                                    object::from_stored(resource, &change.value, change.revision)
-                                {
-                                    crate::crd::register(&crd);
-                                }
-                            }
-                            crate::storage::ChangeKind::Delete => {
-                                let gone = change.prev.as_ref().and_then(|prev| {
-                                    object::from_stored(resource, prev, change.revision).ok()
-                                });
-                                if let Some(crd) = gone {
-                                    crate::resources::unregister_custom(object::name(&crd));
-                                }
-                            }
-                        }
-                    }
-                }
-                Err::<(), String>("the watch of CRDs ended".into())
-            };
-            tokio::select! {
-                result = followed => {
-                    if let Err(why) = result {
-                        tracing::debug!(%why, "following CRDs again in a second");
-                    }
-                }
-                _ = stopping.changed() => return,
-            }
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        }
-    }
-
-    /// A CRD is gone: its versions are no longer served and every object
-    /// of it (all versions share one prefix) is deleted.
-    async fn remove_custom_resource(&self, crd: &Value) {
-        // From the CRD itself, not its registered rows: another task (the
-        // CRD follower) may have unregistered them already.
-        let (Some(group), Some(plural)) = (
-            crd["spec"]["group"].as_str().filter(|g| !g.is_empty()),
-            crd["spec"]["names"]["plural"]
-                .as_str()
-                .filter(|p| !p.is_empty()),
-        ) else {
-            return;
-        };
-        let prefix = format!("/registry/{group}/{plural}/");
-        crate::resources::unregister_custom(object::name(crd));
-        let end = crate::storage::prefix_end(&prefix);
-        match self.storage.list(&prefix, &end, 0, 0).await {
-            Ok(page) => {
-                for kv in page.kvs {
-                    if let Err(err) = self.storage.delete(&kv.key, kv.mod_revision).await {
-                        tracing::warn!(key = %kv.key, error = ?err, "deleting a custom object");
-                    }
-                }
-            }
-            Err(err) => tracing::warn!(%prefix, error = ?err, "listing custom objects"),
-        }
-    }
-
-    /// The stored object and its revision, read from the store.
-    pub(crate) async fn read(&self, target: &Target<'_>, name: &str) -> ApiResult<(Value, i64)> {
-        let key = target.resource.key(target.namespace, name);
-        match self.storage.get(&key).await {
-            Ok(Some(kv)) => Ok((
-                object::from_stored(target.resource, &kv.value, kv.mod_revision)?,
-                kv.mod_revision,
-            )),
-            Ok(None) => Err(ApiError::not_found(
-                target.resource.group,
-                target.resource.plural,
-                name,
-            )),
-            Err(err) => Err(storage_error(target, name, err)),
-        }
     }
 
     pub(crate) fn admission(&self) -> &crate::admission::Admission {
@@ -1267,162 +1139,6 @@ impl Registry {
         }
     }
 
-    /// A list the watch cache can serve, as the JSON body of the reply,
-    /// built from each object's stored bytes without parsing them (the
-    /// path of a plain `GET …/pods?resourceVersion=0`). `None`: the cache
-    /// cannot serve it; [`Self::list`] will.
-    pub async fn list_json(
-        &self,
-        target: &Target<'_>,
-        options: &ListOptions,
-    ) -> ApiResult<Option<ListJson>> {
-        let resource = target.resource;
-        let Some(cached) = self.cache.list(target, options).await? else {
-            return Ok(None);
-        };
-        let mut head = b"{\"apiVersion\":".to_vec();
-        head.extend(serde_json::to_vec(&resource.api_version()).unwrap_or_default());
-        head.extend_from_slice(b",\"items\":[");
-        let mut tail = b"],\"kind\":".to_vec();
-        tail.extend(serde_json::to_vec(resource.list_kind).unwrap_or_default());
-        tail.extend_from_slice(b",\"metadata\":");
-        let metadata = list_metadata(cached.revision, cached.next_start.as_deref());
-        tail.extend(serde_json::to_vec(&metadata).unwrap_or_default());
-        tail.push(b'}');
-        if cached.objects.iter().all(|o| o.splices()) {
-            return Ok(Some(ListJson::Chunks(ListChunks {
-                head: Some(head),
-                objects: cached.objects.into_iter(),
-                first: true,
-                tail: Some(tail),
-            })));
-        }
-        // Some object's bytes are not the registry's: parse those.
-        let size: usize = cached.objects.iter().map(|o| o.stored.len() + 32).sum();
-        let mut body = Vec::with_capacity(head.len() + size + tail.len());
-        body.extend_from_slice(&head);
-        for (i, object) in cached.objects.iter().enumerate() {
-            if i > 0 {
-                body.push(b',');
-            }
-            if !object.write_served(&mut body, object.mod_revision) {
-                let value = object.served(resource, object.mod_revision)?;
-                body.extend(serde_json::to_vec(&value).unwrap_or_default());
-            }
-        }
-        body.extend_from_slice(&tail);
-        Ok(Some(ListJson::Whole(body)))
-    }
-
-    /// GET of a collection: the objects that match, a page at a time.
-    pub async fn list(&self, target: &Target<'_>, options: &ListOptions) -> ApiResult<Value> {
-        let resource = target.resource;
-        // The watch cache serves first pages (any resourceVersion but an
-        // Exact one); a continued list reads the store at the first page's
-        // revision, which the cache's state equals.
-        if let Some(cached) = self.cache.list(target, options).await? {
-            let items = cached
-                .objects
-                .iter()
-                .map(|o| o.served(resource, o.mod_revision))
-                .collect::<ApiResult<Vec<_>>>()?;
-            return Ok(json!({
-                "kind": resource.list_kind,
-                "apiVersion": resource.api_version(),
-                "metadata": list_metadata(cached.revision, cached.next_start.as_deref()),
-                "items": items,
-            }));
-        }
-        let prefix = match (resource.namespaced, target.namespace) {
-            (true, Some(namespace)) => resource.namespace_prefix(namespace),
-            _ => resource.storage_prefix(),
-        };
-        let end = prefix_end(&prefix);
-        let (mut revision, mut start) = match &options.continue_token {
-            Some(token) => decode_continue(token)?,
-            None => {
-                let revision = match (
-                    options.resource_version.as_str(),
-                    options.resource_version_match.as_str(),
-                ) {
-                    ("" | "0", _) => 0,
-                    (rv, "Exact") => rv.parse::<i64>().map_err(|_| {
-                        ApiError::bad_request(format!("invalid resourceVersion {rv:?}"))
-                    })?,
-                    _ => 0,
-                };
-                (revision, prefix.clone())
-            }
-        };
-        let limit = options.limit.max(0);
-        let mut items = Vec::new();
-        let mut next_start = None;
-        loop {
-            let filtering = options.labels.is_some() || options.fields.is_some();
-            let want = if limit > 0 && !filtering {
-                limit - items.len() as i64
-            } else {
-                LIST_BATCH.max(limit)
-            };
-            let page = self
-                .storage
-                .list(&start, &end, revision, want)
-                .await
-                .map_err(|err| match err {
-                    StorageError::Compacted { .. } if options.continue_token.is_some() => ApiError::gone(
-                        "The provided continue parameter is too old to display a consistent list result. \
-                         You can start a new list without the continue parameter.",
-                    ),
-                    other => storage_error(target, "", other),
-                })?;
-            // A page's header carries the store's newest revision, not the
-            // one it was read at: take it only for a list at "now", so that
-            // later batches and continued pages stay at the first page's.
-            if revision == 0 {
-                revision = page.revision;
-                // A list "not older than" a revision the store has not
-                // reached cannot be served (the cache waited for it).
-                if let Some(asked) = newer_than_served(options, revision) {
-                    return Err(too_large_resource_version(asked, revision));
-                }
-            }
-            let mut last_key = None;
-            for kv in &page.kvs {
-                last_key = Some(kv.key.clone());
-                let object = object::from_stored(resource, &kv.value, kv.mod_revision)?;
-                if options.selects(&object) {
-                    items.push(object);
-                }
-                if limit > 0 && items.len() as i64 >= limit {
-                    break;
-                }
-            }
-            let Some(last) = last_key else { break };
-            let stopped_early = limit > 0 && items.len() as i64 >= limit;
-            let reached_last_of_page = page.kvs.last().map(|kv| &kv.key) == Some(&last);
-            if stopped_early {
-                if !reached_last_of_page || page.more {
-                    next_start = Some(format!("{last}\0"));
-                }
-                break;
-            }
-            if !page.more {
-                break;
-            }
-            start = format!("{last}\0");
-        }
-        let mut metadata = json!({"resourceVersion": revision.to_string()});
-        if let Some(start) = next_start {
-            metadata["continue"] = json!(encode_continue(revision, &start));
-        }
-        Ok(json!({
-            "kind": resource.list_kind,
-            "apiVersion": resource.api_version(),
-            "metadata": metadata,
-            "items": items,
-        }))
-    }
-
     /// DELETE of a collection: every matching object, as [`Self::delete`].
     pub async fn delete_collection(
         &self,
@@ -1469,95 +1185,7 @@ fn name_from_url(object: &mut Value, name: &str) -> ApiResult<()> {
     }
 }
 
-/// The CustomResourceDefinition row.
-fn crd_resource() -> &'static ResourceType {
-    let (group, version, plural) = crate::crd::CRDS;
-    crate::resources::find(group, version, plural).expect("CRDs are served")
-}
-
 /// A list's metadata: its resourceVersion and, when more follows, where.
-/// The JSON body of a list served by the watch cache.
-pub enum ListJson {
-    /// Written a chunk at a time as the connection takes it.
-    Chunks(ListChunks),
-    Whole(Vec<u8>),
-}
-
-/// Bytes of a list body per chunk: the server copies the next chunk while
-/// the client reads the last, and a list of 100 000 objects never sits in
-/// memory a second time as one buffer.
-const LIST_CHUNK: usize = 256 << 10;
-
-/// A cached list's body, a chunk of about [`LIST_CHUNK`] bytes at a time:
-/// every object's stored bytes with its resourceVersion spliced in.
-pub struct ListChunks {
-    head: Option<Vec<u8>>,
-    objects: std::vec::IntoIter<std::sync::Arc<crate::cache::CachedObject>>,
-    first: bool,
-    tail: Option<Vec<u8>>,
-}
-
-impl Iterator for ListChunks {
-    type Item = bytes::Bytes;
-
-    fn next(&mut self) -> Option<bytes::Bytes> {
-        let mut chunk = self
-            .head
-            .take()
-            .unwrap_or_else(|| Vec::with_capacity(LIST_CHUNK + 4096));
-        for object in self.objects.by_ref() {
-            if !std::mem::take(&mut self.first) {
-                chunk.push(b',');
-            }
-            // Every object splices: `list_json` checked.
-            object.write_served(&mut chunk, object.mod_revision);
-            if chunk.len() >= LIST_CHUNK {
-                return Some(chunk.into());
-            }
-        }
-        if let Some(tail) = self.tail.take() {
-            chunk.extend_from_slice(&tail);
-        }
-        (!chunk.is_empty()).then(|| chunk.into())
-    }
-}
-
-/// The resourceVersion a first page asked not to be older than, if it is
-/// newer than `served`.
-fn newer_than_served(options: &ListOptions, served: i64) -> Option<i64> {
-    if options.continue_token.is_some() || options.resource_version_match == "Exact" {
-        return None;
-    }
-    let asked: i64 = options.resource_version.parse().ok()?;
-    (asked > served).then_some(asked)
-}
-
-/// Kubernetes' answer to a read at a revision still to come: 504 with the
-/// cause ResourceVersionTooLarge, to be retried.
-fn too_large_resource_version(asked: i64, current: i64) -> ApiError {
-    let mut err = ApiError::timeout(format!(
-        "Too large resource version: {asked}, current: {current}"
-    ));
-    err.details = Some(Box::new(crate::status::Details {
-        causes: vec![crate::status::Cause {
-            reason: "ResourceVersionTooLarge",
-            message: "Too large resource version".into(),
-            field: String::new(),
-        }],
-        retry_after_seconds: Some(1),
-        ..Default::default()
-    }));
-    err
-}
-
-fn list_metadata(revision: i64, next_start: Option<&str>) -> Value {
-    let mut metadata = json!({"resourceVersion": revision.to_string()});
-    if let Some(start) = next_start {
-        metadata["continue"] = json!(encode_continue(revision, start));
-    }
-    metadata
-}
-
 /// The managedFields writer of a write.
 fn manager_of<'a>(
     write: &Write<'a>,
@@ -1694,16 +1322,6 @@ pub(crate) async fn test_registry() -> (Registry, tempfile::TempDir) {
 mod tests {
     use super::*;
     use std::time::Duration;
-
-    #[test]
-    fn continue_tokens_round_trip_and_bad_ones_are_refused() {
-        let token = encode_continue(42, "/registry/core/pods/default/b\0");
-        assert_eq!(
-            decode_continue(&token).unwrap(),
-            (42, "/registry/core/pods/default/b\0".into())
-        );
-        assert_eq!(decode_continue("not base64!").unwrap_err().code, 400);
-    }
 
     fn target(plural: &str) -> Target<'static> {
         Target {
