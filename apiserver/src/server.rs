@@ -415,6 +415,34 @@ struct Request<'a> {
     body: &'a [u8],
 }
 
+/// One call on a resource path, worked out once: what every verb's
+/// handler reads.
+struct Call<'a> {
+    registry: &'a Registry,
+    /// The version the client speaks.
+    served: &'static ResourceType,
+    /// What the registry sees: the storage version (the same unless
+    /// `served` is converted: `conversion::served`).
+    resource: &'static ResourceType,
+    target: Target<'a>,
+    query: &'a HashMap<String, String>,
+    headers: &'a HeaderMap,
+    body: &'a [u8],
+    content_type: &'a str,
+    validation: field_validation::Mode,
+    manager: &'a str,
+}
+
+impl Call<'_> {
+    /// Who writes, and whether for real (dryRun is read only by writes).
+    fn write(&self, kind: OptionsKind) -> ApiResult<Write<'_>> {
+        Ok(Write::new(
+            self.manager,
+            options::dry_run(self.query, kind)?,
+        ))
+    }
+}
+
 async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response> {
     let Request {
         method,
@@ -426,275 +454,317 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
         body,
     } = request;
     let route = parse_route(group, version, rest)?;
-    // The version the client speaks; the registry sees the storage version
-    // (the same unless `served` is converted: `conversion::served`).
     let served = route.resource;
     let resource = served.storage();
-    let validation = match method {
-        Method::GET => field_validation::Mode::Ignore,
-        _ => field_validation::Mode::from_query(query)?,
-    };
-    let manager = field_manager(query, headers)?;
-    // Who writes, and whether for real (dryRun is read only by writes).
-    let write = |kind| Ok::<_, ApiError>(Write::new(manager, options::dry_run(query, kind)?));
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let target = Target {
+    let call = Call {
+        registry,
+        served,
         resource,
-        namespace: route.namespace.as_deref(),
-    };
-    let not_allowed = |verb: &str| {
-        ApiError::method_not_allowed(format!(
-            "the server does not allow this method on the requested resource ({verb} {})",
-            resource.plural
-        ))
+        target: Target {
+            resource,
+            namespace: route.namespace.as_deref(),
+        },
+        query,
+        headers,
+        body,
+        content_type: headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
+        validation: match method {
+            Method::GET => field_validation::Mode::Ignore,
+            _ => field_validation::Mode::from_query(query)?,
+        },
+        manager: field_manager(query, headers)?,
     };
     match (&method, route.name.as_deref(), route.subresource.as_deref()) {
-        (&Method::GET, None, None) if options::flag(query, "watch")? => {
-            let options = WatchOptions {
-                list: options::list_options(resource, query, true)?,
-                allow_bookmarks: options::flag(query, "allowWatchBookmarks")?,
-                timeout: options::count(query, "timeoutSeconds")?
-                    .map(|t| Duration::from_secs(t.unsigned_abs())),
-                send_initial_events: options::flag(query, "sendInitialEvents")?,
-                table: render_as(headers, query)?,
-                convert: convert::watch_converter(served),
-            };
-            let stream = crate::watch::start(registry, &target, options).await?;
-            // Each event is one line.
-            let (group, version, kind) = (served.group, served.version, served.kind);
-            let stream = futures::StreamExt::inspect(stream, move |chunk| {
-                if let Ok(bytes) = chunk {
-                    let events = bytes.iter().filter(|b| **b == b'\n').count() as u64;
-                    if events > 0 {
-                        crate::metrics::watch_events_sent(group, version, kind, events);
-                    }
-                }
-            });
-            Ok((
-                StatusCode::OK,
-                [
-                    (header::CONTENT_TYPE, "application/json"),
-                    (header::CACHE_CONTROL, "no-cache"),
-                ],
-                Body::from_stream(stream),
-            )
-                .into_response())
-        }
-        (&Method::GET, None, None) => {
-            let options = options::list_options(resource, query, false)?;
-            let plain = render_as(headers, query)?.is_none() && std::ptr::eq(served, resource);
-            if plain {
-                // From the watch cache, without parsing each object.
-                if let Some(body) = registry.list_json(&target, &options).await? {
-                    let body = match body {
-                        ListJson::Whole(bytes) => Body::from(bytes),
-                        ListJson::Chunks(chunks) => Body::from_stream(futures::stream::iter(
-                            chunks.map(Ok::<_, std::convert::Infallible>),
-                        )),
-                    };
-                    return Ok((
-                        StatusCode::OK,
-                        [(header::CONTENT_TYPE, "application/json")],
-                        body,
-                    )
-                        .into_response());
-                }
-            }
-            let list = registry.list(&target, &options).await?;
-            let list = convert::outgoing(served, list);
-            match render_as(headers, query)? {
-                Some((version, include)) => {
-                    let items = list["items"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-                    let now = jiff::Timestamp::now();
-                    let rows = table::table(
-                        served,
-                        items,
-                        Some(&list["metadata"]),
-                        include,
-                        version,
-                        now,
-                    );
-                    Ok(table_response(version, &rows))
-                }
-                None => Ok(json_response(StatusCode::OK, &list)),
-            }
-        }
+        (&Method::GET, None, None) if options::flag(query, "watch")? => watch(&call).await,
+        (&Method::GET, None, None) => list(&call).await,
         (&Method::GET, Some(name), Some("scale")) => {
-            let scale = crate::subresources::get_scale(registry, &target, name).await?;
+            let scale = crate::subresources::get_scale(registry, &call.target, name).await?;
             Ok(json_response(StatusCode::OK, &scale))
         }
-        (&Method::PUT, Some(name), Some("scale")) => {
-            let scale = crate::object::parse_request_body(content_type, body)?;
-            let scale = crate::subresources::put_scale(
-                registry,
-                &target,
-                name,
-                scale,
-                &write(OptionsKind::Update)?,
-            )
-            .await?;
-            Ok(json_response(StatusCode::OK, &scale))
-        }
-        (&Method::PATCH, Some(name), Some("scale")) => {
-            let scale = crate::subresources::patch_scale(
-                registry,
-                &target,
-                name,
-                content_type,
-                body,
-                &write(OptionsKind::Patch)?,
-            )
-            .await?;
-            Ok(json_response(StatusCode::OK, &scale))
-        }
-        (&Method::POST, Some(name), Some("binding")) => {
-            let binding = crate::object::parse_request_body(content_type, body)?;
-            let status = crate::subresources::bind(
-                registry,
-                &target,
-                name,
-                binding,
-                &write(OptionsKind::Create)?,
-            )
-            .await?;
-            Ok(json_response(StatusCode::CREATED, &status))
-        }
+        (&Method::PUT, Some(name), Some("scale")) => put_scale(&call, name).await,
+        (&Method::PATCH, Some(name), Some("scale")) => patch_scale(&call, name).await,
+        (&Method::POST, Some(name), Some("binding")) => bind(&call, name).await,
         (&Method::POST, Some(name), Some("token")) if resource.kind == "ServiceAccount" => {
-            let request = if body.starts_with(crate::protobuf::MAGIC) {
-                crate::object::protobuf_body(body)?
-            } else {
-                crate::object::parse_body(body)?
-            };
             let namespace = route.namespace.as_deref().unwrap_or("default");
-            let token =
-                crate::authn::token_request::create(registry, namespace, name, request).await?;
-            Ok(json_response(StatusCode::CREATED, &token))
+            token_request(&call, namespace, name).await
         }
         (&Method::POST, Some(name), Some("eviction")) => {
-            let eviction = crate::object::parse_request_body(content_type, body)?;
-            let status = crate::subresources::evict(registry, &target, name, eviction).await?;
+            let eviction = crate::object::parse_request_body(call.content_type, body)?;
+            let status = crate::subresources::evict(registry, &call.target, name, eviction).await?;
             Ok(json_response(StatusCode::CREATED, &status))
         }
         (&Method::GET, Some(name), Some("log")) if resource.kind == "Pod" && group.is_empty() => {
-            crate::pod_logs::logs(registry, &target, name, query).await
+            crate::pod_logs::logs(registry, &call.target, name, query).await
         }
-        (&Method::GET, Some(name), None | Some("status")) => {
-            let at = query.get("resourceVersion").map_or("", String::as_str);
-            let object = convert::outgoing(served, registry.get_at(&target, name, at).await?);
-            match render_as(headers, query)? {
-                Some((version, include)) => {
-                    let now = jiff::Timestamp::now();
-                    let rows = table::table(
-                        served,
-                        std::slice::from_ref(&object),
-                        None,
-                        include,
-                        version,
-                        now,
-                    );
-                    Ok(table_response(version, &rows))
-                }
-                None => Ok(json_response(StatusCode::OK, &object)),
-            }
-        }
-        (&Method::POST, None, None) => {
-            let object = crate::object::parse_request_body(content_type, body)?;
-            let warnings = field_validation::check(served, validation, &object, Some(body))?;
-            let object = convert::incoming(served, object)?;
-            let write = write(OptionsKind::Create)?;
-            let created = registry.create(&target, object, &write).await?;
-            let created = convert::outgoing(served, created);
-            Ok(warned_response(StatusCode::CREATED, &created, &warnings))
-        }
+        (&Method::GET, Some(name), None | Some("status")) => get_one(&call, name).await,
+        (&Method::POST, None, None) => create(&call).await,
         (&Method::PUT, Some(name), sub @ (None | Some("status") | Some("finalize"))) => {
-            let object = crate::object::parse_request_body(content_type, body)?;
-            let warnings = field_validation::check(served, validation, &object, Some(body))?;
-            let object = convert::incoming(served, object)?;
-            let write = write(OptionsKind::Update)?;
-            let updated = registry.update(&target, name, object, sub, &write).await?;
-            let updated = convert::outgoing(served, updated);
-            Ok(warned_response(StatusCode::OK, &updated, &warnings))
+            update(&call, name, sub).await
         }
         (&Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
-            // Fields given twice in the patch itself, then unknown fields
-            // of the patched object.
-            let duplicates = match validation {
-                field_validation::Mode::Ignore => Vec::new(),
-                _ => field_validation::duplicate_fields(body),
-            };
-            let warnings = std::sync::Mutex::new(Vec::new());
-            let check = |object: &Value| {
-                let mut found: Vec<String> = duplicates
-                    .iter()
-                    .map(|f| format!("duplicate field {}", skiff_machinery::quote::go_quote(f)))
-                    .collect();
-                found.extend(field_validation::check(served, validation, object, None)?);
-                if validation == field_validation::Mode::Strict && !found.is_empty() {
-                    return Err(crate::validation::strict_decoding_error(served, &found));
-                }
-                *warnings.lock().unwrap_or_else(|e| e.into_inner()) = found;
-                Ok(())
-            };
-            if crate::patch::is_apply(content_type)
-                && query.get("fieldManager").is_none_or(|m| m.is_empty())
-            {
-                return Err(ApiError::invalid(
-                    "meta.k8s.io",
-                    "PatchOptions",
-                    "patchoptions",
-                    "",
-                    vec![crate::status::Cause {
-                        reason: "FieldValueRequired",
-                        message: "Required value: is required for apply patch".into(),
-                        field: "fieldManager".into(),
-                    }],
-                ));
-            }
-            let force = options::check_force(query, crate::patch::is_apply(content_type))?;
-            let write = write(OptionsKind::Patch)?;
-            let patch = crate::registry::Patch {
-                content_type,
-                body,
-                check: &check,
-                force,
-            };
-            let (patched, created) =
-                convert::patch(registry, served, &target, name, &patch, sub, &write).await?;
-            let warnings = warnings.into_inner().unwrap_or_else(|e| e.into_inner());
-            let code = if created {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            Ok(warned_response(code, &patched, &warnings))
+            patch(&call, name, sub).await
         }
         (&Method::DELETE, Some(name), None) => {
             let options = options::delete_options(query, body)?;
-            let deleted = registry.delete(&target, name, &options).await?;
+            let deleted = registry.delete(&call.target, name, &options).await?;
             Ok(json_response(
                 StatusCode::OK,
                 &convert::outgoing(served, deleted),
             ))
         }
-        (&Method::DELETE, None, None) => {
-            let options = options::delete_options(query, body)?;
-            let deleted = registry
-                .delete_collection(
-                    &target,
-                    &options::list_options(resource, query, false)?,
-                    &options,
-                )
-                .await?;
-            Ok(json_response(
-                StatusCode::OK,
-                &convert::outgoing(served, deleted),
-            ))
-        }
-        (method, _, _) => Err(not_allowed(method.as_str())),
+        (&Method::DELETE, None, None) => delete_collection(&call).await,
+        (method, _, _) => Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({} {})",
+            method.as_str(),
+            resource.plural
+        ))),
     }
+}
+
+/// `GET` of a collection with `watch=true`: one event per line.
+async fn watch(call: &Call<'_>) -> ApiResult<Response> {
+    let (query, served) = (call.query, call.served);
+    let options = WatchOptions {
+        list: options::list_options(call.resource, query, true)?,
+        allow_bookmarks: options::flag(query, "allowWatchBookmarks")?,
+        timeout: options::count(query, "timeoutSeconds")?
+            .map(|t| Duration::from_secs(t.unsigned_abs())),
+        send_initial_events: options::flag(query, "sendInitialEvents")?,
+        table: render_as(call.headers, query)?,
+        convert: convert::watch_converter(served),
+    };
+    let stream = crate::watch::start(call.registry, &call.target, options).await?;
+    // Each event is one line.
+    let (group, version, kind) = (served.group, served.version, served.kind);
+    let stream = futures::StreamExt::inspect(stream, move |chunk| {
+        if let Ok(bytes) = chunk {
+            let events = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+            if events > 0 {
+                crate::metrics::watch_events_sent(group, version, kind, events);
+            }
+        }
+    });
+    Ok((
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+/// `GET` of a collection: from the watch cache's bytes when it can, as a
+/// Table when asked.
+async fn list(call: &Call<'_>) -> ApiResult<Response> {
+    let (registry, served, query) = (call.registry, call.served, call.query);
+    let options = options::list_options(call.resource, query, false)?;
+    let plain = render_as(call.headers, query)?.is_none() && std::ptr::eq(served, call.resource);
+    if plain {
+        // From the watch cache, without parsing each object.
+        if let Some(body) = registry.list_json(&call.target, &options).await? {
+            let body = match body {
+                ListJson::Whole(bytes) => Body::from(bytes),
+                ListJson::Chunks(chunks) => Body::from_stream(futures::stream::iter(
+                    chunks.map(Ok::<_, std::convert::Infallible>),
+                )),
+            };
+            return Ok((
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response());
+        }
+    }
+    let list = registry.list(&call.target, &options).await?;
+    let list = convert::outgoing(served, list);
+    match render_as(call.headers, query)? {
+        Some((version, include)) => {
+            let items = list["items"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            let now = jiff::Timestamp::now();
+            let rows = table::table(
+                served,
+                items,
+                Some(&list["metadata"]),
+                include,
+                version,
+                now,
+            );
+            Ok(table_response(version, &rows))
+        }
+        None => Ok(json_response(StatusCode::OK, &list)),
+    }
+}
+
+/// `GET` of one object (or its status), as a Table when asked.
+async fn get_one(call: &Call<'_>, name: &str) -> ApiResult<Response> {
+    let served = call.served;
+    let at = call.query.get("resourceVersion").map_or("", String::as_str);
+    let object = convert::outgoing(served, call.registry.get_at(&call.target, name, at).await?);
+    match render_as(call.headers, call.query)? {
+        Some((version, include)) => {
+            let now = jiff::Timestamp::now();
+            let rows = table::table(
+                served,
+                std::slice::from_ref(&object),
+                None,
+                include,
+                version,
+                now,
+            );
+            Ok(table_response(version, &rows))
+        }
+        None => Ok(json_response(StatusCode::OK, &object)),
+    }
+}
+
+async fn put_scale(call: &Call<'_>, name: &str) -> ApiResult<Response> {
+    let scale = crate::object::parse_request_body(call.content_type, call.body)?;
+    let write = call.write(OptionsKind::Update)?;
+    let scale =
+        crate::subresources::put_scale(call.registry, &call.target, name, scale, &write).await?;
+    Ok(json_response(StatusCode::OK, &scale))
+}
+
+async fn patch_scale(call: &Call<'_>, name: &str) -> ApiResult<Response> {
+    let write = call.write(OptionsKind::Patch)?;
+    let scale = crate::subresources::patch_scale(
+        call.registry,
+        &call.target,
+        name,
+        call.content_type,
+        call.body,
+        &write,
+    )
+    .await?;
+    Ok(json_response(StatusCode::OK, &scale))
+}
+
+async fn bind(call: &Call<'_>, name: &str) -> ApiResult<Response> {
+    let binding = crate::object::parse_request_body(call.content_type, call.body)?;
+    let write = call.write(OptionsKind::Create)?;
+    let status =
+        crate::subresources::bind(call.registry, &call.target, name, binding, &write).await?;
+    Ok(json_response(StatusCode::CREATED, &status))
+}
+
+/// `POST …/serviceaccounts/NAME/token` (TokenRequest).
+async fn token_request(call: &Call<'_>, namespace: &str, name: &str) -> ApiResult<Response> {
+    let request = if call.body.starts_with(crate::protobuf::MAGIC) {
+        crate::object::protobuf_body(call.body)?
+    } else {
+        crate::object::parse_body(call.body)?
+    };
+    let token =
+        crate::authn::token_request::create(call.registry, namespace, name, request).await?;
+    Ok(json_response(StatusCode::CREATED, &token))
+}
+
+async fn create(call: &Call<'_>) -> ApiResult<Response> {
+    let served = call.served;
+    let object = crate::object::parse_request_body(call.content_type, call.body)?;
+    let warnings = field_validation::check(served, call.validation, &object, Some(call.body))?;
+    let object = convert::incoming(served, object)?;
+    let write = call.write(OptionsKind::Create)?;
+    let created = call.registry.create(&call.target, object, &write).await?;
+    let created = convert::outgoing(served, created);
+    Ok(warned_response(StatusCode::CREATED, &created, &warnings))
+}
+
+async fn update(call: &Call<'_>, name: &str, sub: Option<&str>) -> ApiResult<Response> {
+    let served = call.served;
+    let object = crate::object::parse_request_body(call.content_type, call.body)?;
+    let warnings = field_validation::check(served, call.validation, &object, Some(call.body))?;
+    let object = convert::incoming(served, object)?;
+    let write = call.write(OptionsKind::Update)?;
+    let updated = call
+        .registry
+        .update(&call.target, name, object, sub, &write)
+        .await?;
+    let updated = convert::outgoing(served, updated);
+    Ok(warned_response(StatusCode::OK, &updated, &warnings))
+}
+
+async fn patch(call: &Call<'_>, name: &str, sub: Option<&str>) -> ApiResult<Response> {
+    let (served, validation, content_type, query) =
+        (call.served, call.validation, call.content_type, call.query);
+    // Fields given twice in the patch itself, then unknown fields of the
+    // patched object.
+    let duplicates = match validation {
+        field_validation::Mode::Ignore => Vec::new(),
+        _ => field_validation::duplicate_fields(call.body),
+    };
+    let warnings = std::sync::Mutex::new(Vec::new());
+    let check = |object: &Value| {
+        let mut found: Vec<String> = duplicates
+            .iter()
+            .map(|f| format!("duplicate field {}", skiff_machinery::quote::go_quote(f)))
+            .collect();
+        found.extend(field_validation::check(served, validation, object, None)?);
+        if validation == field_validation::Mode::Strict && !found.is_empty() {
+            return Err(crate::validation::strict_decoding_error(served, &found));
+        }
+        *warnings.lock().unwrap_or_else(|e| e.into_inner()) = found;
+        Ok(())
+    };
+    if crate::patch::is_apply(content_type)
+        && query.get("fieldManager").is_none_or(|m| m.is_empty())
+    {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "PatchOptions",
+            "patchoptions",
+            "",
+            vec![crate::status::Cause {
+                reason: "FieldValueRequired",
+                message: "Required value: is required for apply patch".into(),
+                field: "fieldManager".into(),
+            }],
+        ));
+    }
+    let force = options::check_force(query, crate::patch::is_apply(content_type))?;
+    let write = call.write(OptionsKind::Patch)?;
+    let patch = crate::registry::Patch {
+        content_type,
+        body: call.body,
+        check: &check,
+        force,
+    };
+    let (patched, created) = convert::patch(
+        call.registry,
+        served,
+        &call.target,
+        name,
+        &patch,
+        sub,
+        &write,
+    )
+    .await?;
+    let warnings = warnings.into_inner().unwrap_or_else(|e| e.into_inner());
+    let code = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(warned_response(code, &patched, &warnings))
+}
+
+async fn delete_collection(call: &Call<'_>) -> ApiResult<Response> {
+    let options = options::delete_options(call.query, call.body)?;
+    let list = options::list_options(call.resource, call.query, false)?;
+    let deleted = call
+        .registry
+        .delete_collection(&call.target, &list, &options)
+        .await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &convert::outgoing(call.served, deleted),
+    ))
 }
 
 #[cfg(test)]
