@@ -251,10 +251,11 @@ mod tests {
             let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 watch.respond(put_at(stale))
             }));
+            let debug = cfg!(debug_assertions);
             match again {
-                Err(_) => assert!(cfg!(debug_assertions), "only debug builds stop"),
+                Err(_) => assert!(debug, "only debug builds stop"),
                 Ok(resp) => {
-                    assert!(!cfg!(debug_assertions), "a debug build stops");
+                    assert!(!debug, "a debug build stops");
                     assert!(resp.is_none(), "revision {stale} sent again");
                 }
             }
