@@ -427,6 +427,7 @@ async fn fill(
         .and_then(|o| o["spec"]["ports"].as_array().cloned())
         .unwrap_or_default();
     let count = service["spec"]["ports"].as_array().map_or(0, Vec::len);
+    let mut unassigned = Vec::new();
     for i in 0..count {
         let port = &service["spec"]["ports"][i];
         if !wants_ports {
@@ -482,13 +483,19 @@ async fn fill(
                 taken.node_ports.push(asked);
                 asked
             }
+            // Picked once every port asked for is taken, so that a
+            // random pick never takes a port another entry asks for.
             (None, None) => {
-                let port = pick_port(registry, ranges, service, dry_run, &taken.node_ports).await?;
-                taken.node_ports.push(port);
-                port
+                unassigned.push(i);
+                continue;
             }
         };
         service["spec"]["ports"][i]["nodePort"] = json!(node_port);
+    }
+    for i in unassigned {
+        let port = pick_port(registry, ranges, service, dry_run, &taken.node_ports).await?;
+        taken.node_ports.push(port);
+        service["spec"]["ports"][i]["nodePort"] = json!(port);
     }
     Ok(())
 }
@@ -829,6 +836,27 @@ mod allocation_tests {
             .create(service("e", json!({"clusterIP": "10.0.0.5"})))
             .await;
         assert_eq!(code, 201, "the deleted Service's IP is free: {again}");
+    }
+
+    /// A port left to be picked never takes one another entry of the same
+    /// Service asks for, whatever their order: ten Services each ask for
+    /// 30009 on their second port, and the first one's pick has the other
+    /// nine ports of the range to choose from.
+    #[tokio::test]
+    async fn a_random_node_port_leaves_the_ones_asked_for() {
+        let api = Api::new().await;
+        for i in 0..10 {
+            let name = format!("s{i}");
+            let (code, made) = api
+                .create(service(&name, json!({"type": "NodePort", "ports": [{"port": 80, "name": "a"}, {"port": 443, "name": "b", "nodePort": 30009}]})))
+                .await;
+            assert_eq!(code, 201, "{made}");
+            assert_eq!(made["spec"]["ports"][1]["nodePort"], 30009);
+            let (code, gone) = api
+                .call("DELETE", &format!("{SERVICES}/{name}"), None)
+                .await;
+            assert_eq!(code, 200, "{gone}");
+        }
     }
 
     #[tokio::test]
