@@ -178,6 +178,8 @@ pub async fn serve(
         ))
         // Every request counted and timed, whoever sent it.
         .layer(axum::middleware::from_fn(metrics::measure))
+        // The request's route worked out once, for every layer inside.
+        .layer(axum::middleware::from_fn(request_info::attach))
         // Outermost: a panic anywhere inside answers 500 and leaves the
         // connection serving.
         .layer(axum::middleware::from_fn(panic_recovery::recover));

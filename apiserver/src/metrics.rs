@@ -106,7 +106,7 @@ struct Labels([String; 7]);
 
 impl Labels {
     fn of(request: &Request) -> Labels {
-        let info = RequestInfo::of(request.method(), request.uri());
+        let info = RequestInfo::of_request(request);
         let method = request.method();
         let apply = *method == Method::PATCH
             && request
@@ -183,7 +183,7 @@ impl Drop for InFlight {
 
 /// The middleware: every request counted, timed and labelled.
 pub async fn measure(request: Request, next: Next) -> Response {
-    let kind = RequestKind::of(request.method(), request.uri());
+    let kind = RequestKind::of_request(&request);
     if kind == RequestKind::Exempt {
         return next.run(request).await;
     }

@@ -3,7 +3,21 @@
 //! deletecollection; a lower-case method for non-resource paths) and, for
 //! API paths, the group, version, resource, subresource, namespace and name.
 
+use std::borrow::Cow;
+
+use axum::extract::Request;
 use axum::http::{Method, Uri};
+use axum::middleware::Next;
+use axum::response::Response;
+
+/// The outermost middleware's: works the request's info out once and
+/// hands it down in the request's extensions, for the limits, audit,
+/// authorization and metrics to read rather than each parse the path.
+pub async fn attach(mut request: Request, next: Next) -> Response {
+    let info = RequestInfo::of(request.method(), request.uri());
+    request.extensions_mut().insert(info);
+    next.run(request).await
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestInfo {
@@ -22,6 +36,15 @@ pub struct ResourceInfo {
 }
 
 impl RequestInfo {
+    /// The info [`attach`] handed down with `request`; worked out here for
+    /// a request that did not pass it (a handler tested on its own).
+    pub fn of_request<B>(request: &axum::http::Request<B>) -> Cow<'_, RequestInfo> {
+        match request.extensions().get::<RequestInfo>() {
+            Some(info) => Cow::Borrowed(info),
+            None => Cow::Owned(RequestInfo::of(request.method(), request.uri())),
+        }
+    }
+
     pub fn of(method: &Method, uri: &Uri) -> RequestInfo {
         let non_resource = || RequestInfo {
             verb: method.as_str().to_ascii_lowercase(),
@@ -112,6 +135,31 @@ pub fn query_flag(uri: &Uri, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The layers inside read the info `attach` worked out, not their own.
+    #[tokio::test]
+    async fn the_info_is_worked_out_once_and_handed_down() {
+        use tower::ServiceExt;
+        let app = axum::Router::new()
+            .route(
+                "/api/v1/namespaces/{namespace}/pods",
+                axum::routing::get(|request: Request| async move {
+                    let info = RequestInfo::of_request(&request);
+                    let handed_down = matches!(info, Cow::Borrowed(_));
+                    format!("{} {handed_down}", info.verb)
+                }),
+            )
+            .layer(axum::middleware::from_fn(attach));
+        let request = axum::http::Request::builder()
+            .uri("/api/v1/namespaces/default/pods?watch=true")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        assert_eq!(&body[..], b"watch true");
+    }
 
     fn info(method: Method, uri: &str) -> RequestInfo {
         RequestInfo::of(&method, &uri.parse().unwrap())

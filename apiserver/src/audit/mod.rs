@@ -104,7 +104,7 @@ pub async fn record(State(auditor): State<Auditor>, request: Request, next: Next
         .get::<UserInfo>()
         .cloned()
         .unwrap_or_else(UserInfo::anonymous);
-    let info = crate::request_info::RequestInfo::of(request.method(), request.uri());
+    let info = crate::request_info::RequestInfo::of_request(&request).into_owned();
     let decision = auditor.policy.decide(&policy::Attributes {
         user: &user.name,
         groups: &user.groups,
@@ -156,7 +156,7 @@ pub async fn record(State(auditor): State<Auditor>, request: Request, next: Next
         }
         event["objectRef"] = object;
     }
-    let kind = RequestKind::of(request.method(), request.uri());
+    let kind = RequestKind::of_request(&request);
     let request = if decision.level >= Level::Request {
         let (parts, body) = request.into_parts();
         let bytes = match axum::body::to_bytes(body, crate::server::MAX_BODY_BYTES).await {

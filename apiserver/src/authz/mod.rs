@@ -349,7 +349,7 @@ pub async fn authorize(
         Ok(None) => {}
         Err(err) => return err.into_response(),
     }
-    let info = RequestInfo::of(request.method(), request.uri());
+    let info = RequestInfo::of_request(&request);
     let attributes = Attributes::of_request(&info, request.uri().path());
     match authorizer.allows(&user, &attributes).await {
         Ok(true) => match node::restrict(&authorizer.registry, &user, &attributes).await {

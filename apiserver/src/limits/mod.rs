@@ -87,11 +87,19 @@ pub enum RequestKind {
 
 impl RequestKind {
     pub fn of(method: &Method, uri: &Uri) -> RequestKind {
-        let path = uri.path();
-        if is_health_check(path) {
+        RequestKind::of_info(method, uri, &RequestInfo::of(method, uri))
+    }
+
+    /// The kind of a request, from the info handed down with it.
+    pub fn of_request<B>(request: &axum::http::Request<B>) -> RequestKind {
+        let info = RequestInfo::of_request(request);
+        RequestKind::of_info(request.method(), request.uri(), &info)
+    }
+
+    fn of_info(method: &Method, uri: &Uri, info: &RequestInfo) -> RequestKind {
+        if is_health_check(uri.path()) {
             return RequestKind::Exempt;
         }
-        let info = RequestInfo::of(method, uri);
         if *method == Method::GET && info.verb == "watch" {
             return RequestKind::Watch;
         }
@@ -149,8 +157,9 @@ fn client_of(request: &Request) -> Option<Client> {
 
 /// An exec, attach or port-forward request.
 fn is_pod_stream(request: &Request) -> bool {
-    RequestInfo::of(request.method(), request.uri())
+    RequestInfo::of_request(request)
         .resource
+        .as_ref()
         .is_some_and(|r| {
             r.resource == "pods"
                 && matches!(
@@ -338,7 +347,7 @@ fn requested_timeout(uri: &Uri) -> Option<Duration> {
 
 /// The middleware: every request passes the limits before the API sees it.
 pub async fn enforce(State(limiter): State<Limiter>, request: Request, next: Next) -> Response {
-    let kind = RequestKind::of(request.method(), request.uri());
+    let kind = RequestKind::of_request(&request);
     if kind == RequestKind::Exempt {
         return next.run(request).await;
     }
