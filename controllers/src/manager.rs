@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kube::Client;
+
+use crate::common::informers::Informers;
 use skiff_machinery::leader::{self, LeaseConfig};
 
 /// One controller: its name on the command line and how it runs (until
@@ -16,7 +18,7 @@ use skiff_machinery::leader::{self, LeaseConfig};
 #[derive(Clone, Copy)]
 pub struct Controller {
     pub name: &'static str,
-    pub run: fn(Client, Arc<Settings>) -> BoxFuture<'static, ()>,
+    pub run: fn(Arc<Informers>, Arc<Settings>) -> BoxFuture<'static, ()>,
 }
 
 /// kube-controller-manager's tunables that skiff's controllers read, with
@@ -148,13 +150,17 @@ pub async fn run(
             }
             tracing::info!(identity = %lease.identity, "controller-manager: leading");
         }
+        // One set of informers a term, shared by its controllers; their
+        // watches stop when the last controller holding them is aborted.
+        let informers = Informers::new(client.clone());
         let tasks: Vec<_> = controllers
             .iter()
             .map(|c| {
                 tracing::info!(controller = c.name, "starting controller");
-                tokio::spawn((c.run)(client.clone(), settings.clone()))
+                tokio::spawn((c.run)(informers.clone(), settings.clone()))
             })
             .collect();
+        drop(informers);
         let lost = async {
             match &lease {
                 Some(lease) => leader::hold(&client, lease).await,

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use anyhow::{ensure, Result};
+use anyhow::{bail, ensure, Result};
 use skiff_tests::kubectl::Kubectl;
 use skiff_tests::local_node::{
     apply, jsonpath, wait_for, wait_until, LocalNode, NODE, RELAXED_EVICTION,
@@ -256,7 +256,7 @@ async fn pods_of_an_unreachable_node_are_evicted_and_the_taints_go_when_it_retur
     ensure!(nodes.contains("NotReady"), "{nodes}");
 
     // Evicted after their 2 seconds, and replaced on node-1.
-    wait_until("two ready replacements on node-1", || {
+    let replaced = wait_until("two ready replacements on node-1", || {
         let pods = evictee_pods(kubectl)?;
         let replaced = pods
             .iter()
@@ -264,7 +264,14 @@ async fn pods_of_an_unreachable_node_are_evicted_and_the_taints_go_when_it_retur
             .count();
         Ok(replaced == 2)
     })
-    .await?;
+    .await;
+    if let Err(err) = replaced {
+        let pods = kubectl.run(&["get", "pods", "-o", "wide"])?;
+        let sets = kubectl.run(&["get", "replicasets", "-o", "wide"])?;
+        let log = node.server.stderr();
+        let tail: Vec<&str> = log.lines().rev().take(60).collect();
+        bail!("{err}\n{}\n{}\n{}", pods.stdout, sets.stdout, tail.join("\n"));
+    }
     let reasons = kubectl.ok(&[
         "get",
         "pods",

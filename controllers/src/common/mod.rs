@@ -3,12 +3,14 @@
 //! (`owners`), the expectations
 //! that keep a stale cache from doubling a create or delete, the pod
 //! writes (`pod_control`), reading the API's refusals (`api`), and the
-//! test objects (`fixtures`).
+//! test objects (`fixtures`); and the informers every controller of a
+//! process shares (`informers`).
 
 pub mod api;
 pub mod expectations;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod informers;
 pub mod owners;
 pub mod pod_control;
 pub mod pods;

@@ -16,17 +16,18 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
-use kube::{Api, Client};
+use kube::Client;
 use parking_lot::Mutex;
 
+use crate::common::informers::{Informers, Subscription};
 use crate::manager::Controller;
 
 /// The `cronjob` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "cronjob",
-    run: |client, _settings| Box::pin(run(client)),
+    run: |informers, _settings| Box::pin(run(informers)),
 };
 
 /// CronJobs synced at once (`--concurrent-cron-job-syncs`).
@@ -78,25 +79,21 @@ fn cron_job_of(job: &Job) -> Option<ObjectRef<CronJob>> {
 }
 
 /// Watches CronJobs and Jobs and syncs CronJobs until aborted.
-pub async fn run(client: Client) {
-    let (cron_jobs, cj_writer) = reflector::store::<CronJob>();
-    let (jobs, job_writer) = reflector::store::<Job>();
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let cron_jobs = informers.watch::<CronJob>(watcher::Config::default()).await;
+    let Subscription {
+        store: jobs,
+        events: job_events,
+    } = informers.watch::<Job>(watcher::Config::default()).await;
     let ctx = Arc::new(Context {
         client: client.clone(),
         jobs,
         failures: Mutex::new(HashMap::new()),
     });
-    let cj_events = watcher(
-        Api::<CronJob>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(cj_writer)
-    .touched_objects();
-    let job_events = watcher(Api::<Job>::all(client), watcher::Config::default())
-        .default_backoff()
-        .reflect(job_writer)
-        .touched_objects();
+    let cj_events = cron_jobs.events.touched_objects();
+    let cron_jobs = cron_jobs.store;
+    let job_events = job_events.touched_objects();
     let queue = futures::stream::select(
         trigger_self(cj_events, ()),
         trigger_with(job_events, |job: Job| cron_job_of(&job)),

@@ -21,14 +21,15 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
-use kube::{Api, Client};
+use kube::Client;
 use parking_lot::Mutex;
 use skiff_machinery::selectors::LabelSelector;
 
 use crate::backoff::Failures;
 use crate::common::expectations::Expectations;
+use crate::common::informers::Informers;
 use crate::common::owners::controller_of;
 use crate::common::pods::controller_ref;
 use crate::history::HistoryError;
@@ -37,7 +38,7 @@ use crate::manager::Controller;
 /// The `daemonset` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "daemonset",
-    run: |client, _settings| Box::pin(run(client)),
+    run: |informers, _settings| Box::pin(run(informers)),
 };
 
 /// DaemonSets synced at once (`--concurrent-daemonset-syncs`).
@@ -162,59 +163,55 @@ fn node_fingerprint(node: &Node) -> String {
 }
 
 /// Watches DaemonSets, pods and nodes and syncs DaemonSets until aborted.
-pub async fn run(client: Client) {
-    let (daemon_sets, ds_writer) = reflector::store::<DaemonSet>();
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let (nodes, node_writer) = reflector::store::<Node>();
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let daemon_sets = informers
+        .watch::<DaemonSet>(watcher::Config::default())
+        .await;
+    let pods = informers.watch::<Pod>(watcher::Config::default()).await;
+    let nodes = informers.watch::<Node>(watcher::Config::default()).await;
     let ctx = Arc::new(Context {
         client: client.clone(),
-        pods,
-        nodes,
+        pods: pods.store,
+        nodes: nodes.store,
         expectations: Mutex::new(Expectations::default()),
         failures: Failures::default(),
         failed_pods: Mutex::new(HashMap::new()),
     });
     let ds_ctx = ctx.clone();
-    let ds_events = watcher(
-        Api::<DaemonSet>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(ds_writer)
-    .inspect(move |event| {
-        if let Ok(watcher::Event::Delete(ds)) = event {
-            ds_ctx.forget(&key_of(ds));
-        }
-    })
-    .touched_objects();
+    let ds_events = daemon_sets
+        .events
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(ds)) = event {
+                ds_ctx.forget(&key_of(ds));
+            }
+        })
+        .touched_objects();
     let pod_ctx = ctx.clone();
-    let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(pod_writer)
+    let pod_events = pods
+        .events
         .inspect(move |event| pod_ctx.expectations.lock().observe_event(event))
         .touched_objects();
     let seen: Mutex<HashMap<String, String>> = Mutex::new(HashMap::new());
-    let node_events = watcher(Api::<Node>::all(client), watcher::Config::default())
-        .default_backoff()
-        .reflect(node_writer)
-        .filter_map(move |event| {
-            let changed = match event {
-                Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {
-                    let name = node.metadata.name.clone().unwrap_or_default();
-                    let print = node_fingerprint(&node);
-                    let before = seen.lock().insert(name, print.clone());
-                    (before.as_ref() != Some(&print)).then_some(Ok(node))
-                }
-                Ok(watcher::Event::Delete(node)) => {
-                    seen.lock()
-                        .remove(node.metadata.name.as_deref().unwrap_or_default());
-                    Some(Ok(node))
-                }
-                Ok(_) => None,
-                Err(err) => Some(Err(err)),
-            };
-            std::future::ready(changed)
-        });
+    let node_events = nodes.events.filter_map(move |event| {
+        let changed = match event {
+            Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let print = node_fingerprint(&node);
+                let before = seen.lock().insert(name, print.clone());
+                (before.as_ref() != Some(&print)).then_some(Ok(node))
+            }
+            Ok(watcher::Event::Delete(node)) => {
+                seen.lock()
+                    .remove(node.metadata.name.as_deref().unwrap_or_default());
+                Some(Ok(node))
+            }
+            Ok(_) => None,
+            Err(err) => Some(Err(err)),
+        };
+        std::future::ready(changed)
+    });
+    let daemon_sets = daemon_sets.store;
     let by_node = daemon_sets.clone();
     let queue = futures::stream::select(
         trigger_self(ds_events, ()),
@@ -287,8 +284,8 @@ mod tests {
     async fn failed_pod_back_off_doubles_per_node() {
         let client =
             Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
-        let (pods, _) = reflector::store::<Pod>();
-        let (nodes, _) = reflector::store::<Node>();
+        let (pods, _) = kube::runtime::reflector::store::<Pod>();
+        let (nodes, _) = kube::runtime::reflector::store::<Node>();
         let ctx = Context {
             client,
             pods,

@@ -26,7 +26,7 @@ pub use revision::{CHANGE_CAUSE, DESIRED_REPLICAS, MAX_REPLICAS, REVISION, REVIS
 
 pub const CONTROLLER: Controller = Controller {
     name: "deployment",
-    run: |client, _settings| Box::pin(reconcile::run(client)),
+    run: |informers, _settings| Box::pin(reconcile::run(informers)),
 };
 
 /// A Deployment whose spec the controller cannot act on.

@@ -9,14 +9,15 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, ReplicaSet};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::controller::Action;
-use kube::runtime::{watcher, Controller};
+use kube::runtime::controller::{applier, trigger_owners, trigger_self, Action, Config};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::plan::{plan, Plan, ReplicaSetWrite};
 use super::{revision, PlanError};
 use crate::backoff::Failures;
+use crate::common::informers::Informers;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
@@ -37,22 +38,36 @@ struct Context {
 }
 
 /// Runs the Deployment controller until its task is aborted.
-pub async fn run(client: Client) {
-    let deployments: Api<Deployment> = Api::all(client.clone());
-    let replica_sets: Api<ReplicaSet> = Api::all(client.clone());
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let deployments = informers
+        .watch::<Deployment>(watcher::Config::default())
+        .await;
+    let replica_sets = informers
+        .watch::<ReplicaSet>(watcher::Config::default())
+        .await;
     let context = Arc::new(Context {
         client,
         failures: Failures::default(),
     });
-    Controller::new(deployments, watcher::Config::default())
-        .owns(replica_sets, watcher::Config::default())
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(err) = result {
-                tracing::debug!(error = %err, "deployment sync failed; retrying with back-off");
-            }
-        })
-        .await;
+    let queue = futures::stream::select(
+        trigger_self(deployments.events.touched_objects(), ()),
+        trigger_owners::<Deployment, _>(replica_sets.events.touched_objects(), (), ()),
+    );
+    applier(
+        |d, ctx| Box::pin(reconcile(d, ctx)),
+        error_policy,
+        context,
+        deployments.store,
+        queue,
+        Config::default(),
+    )
+    .for_each(|result| async move {
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "deployment sync failed; retrying with back-off");
+        }
+    })
+    .await;
 }
 
 fn key(d: &Deployment) -> String {

@@ -15,18 +15,19 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::PostParams;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
+use crate::common::informers::{Informers, Subscription};
 use crate::manager::Controller;
 
 /// The `disruption` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "disruption",
-    run: |client, _settings| Box::pin(run(client)),
+    run: |informers, _settings| Box::pin(run(informers)),
 };
 
 pub struct Context {
@@ -54,8 +55,8 @@ pub enum Error {
 }
 
 /// A reflector store of `K` and the stream that keeps it.
-fn cache<K>(
-    client: &Client,
+async fn cache<K>(
+    informers: &Informers,
 ) -> (
     Store<K>,
     futures::stream::BoxStream<'static, Result<K, watcher::Error>>,
@@ -69,22 +70,18 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store::<K>();
-    let events = watcher(Api::<K>::all(client.clone()), Default::default())
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects()
-        .boxed();
-    (store, events)
+    let Subscription { store, events } = informers.watch::<K>(watcher::Config::default()).await;
+    (store, events.touched_objects().boxed())
 }
 
 /// Watches budgets, pods and their controllers and syncs budgets until aborted.
-pub async fn run(client: Client) {
-    let (budgets, budget_events) = cache::<PodDisruptionBudget>(&client);
-    let (pods, pod_events) = cache::<Pod>(&client);
-    let (replica_sets, rs_events) = cache::<ReplicaSet>(&client);
-    let (deployments, deployment_events) = cache::<Deployment>(&client);
-    let (stateful_sets, set_events) = cache::<StatefulSet>(&client);
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let (budgets, budget_events) = cache::<PodDisruptionBudget>(&informers).await;
+    let (pods, pod_events) = cache::<Pod>(&informers).await;
+    let (replica_sets, rs_events) = cache::<ReplicaSet>(&informers).await;
+    let (deployments, deployment_events) = cache::<Deployment>(&informers).await;
+    let (stateful_sets, set_events) = cache::<StatefulSet>(&informers).await;
     let ctx = Arc::new(Context {
         client,
         pods,

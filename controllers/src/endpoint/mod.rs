@@ -15,7 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client};
 use parking_lot::Mutex;
@@ -23,12 +23,13 @@ use tokio::sync::Notify;
 
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
+use crate::common::informers::{Informers, Subscription};
 use crate::manager::Controller;
 
 /// The `endpoint` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "endpoint",
-    run: |client, _settings| Box::pin(run(client)),
+    run: |informers, _settings| Box::pin(run(informers)),
 };
 
 /// Services synced at once (`--concurrent-endpoint-syncs` default).
@@ -63,10 +64,22 @@ pub enum Error {
 }
 
 /// Watches Services, pods and Endpoints and syncs Services until aborted.
-pub async fn run(client: Client) {
-    let (services, service_writer) = reflector::store::<Service>();
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let (endpoints, endpoints_writer) = reflector::store::<Endpoints>();
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let Subscription {
+        store: services,
+        events: service_events,
+    } = informers.watch::<Service>(watcher::Config::default()).await;
+    let Subscription {
+        store: pods,
+        events: pod_events,
+    } = informers.watch::<Pod>(watcher::Config::default()).await;
+    let Subscription {
+        store: endpoints,
+        events: endpoint_events,
+    } = informers
+        .watch::<Endpoints>(watcher::Config::default())
+        .await;
     let ctx = Arc::new(Context {
         client: client.clone(),
         services: services.clone(),
@@ -77,9 +90,7 @@ pub async fn run(client: Client) {
         sweep: Notify::new(),
     });
     let deletions = ctx.clone();
-    let service_events = watcher(Api::<Service>::all(client.clone()), Default::default())
-        .default_backoff()
-        .reflect(service_writer)
+    let service_events = service_events
         .inspect(move |event| {
             if let Ok(watcher::Event::Delete(service)) = event {
                 deletions
@@ -90,14 +101,8 @@ pub async fn run(client: Client) {
             }
         })
         .touched_objects();
-    let pod_events = watcher(Api::<Pod>::all(client.clone()), Default::default())
-        .default_backoff()
-        .reflect(pod_writer)
-        .touched_objects();
-    let endpoint_events = watcher(Api::<Endpoints>::all(client), Default::default())
-        .default_backoff()
-        .reflect(endpoints_writer)
-        .touched_objects();
+    let pod_events = pod_events.touched_objects();
+    let endpoint_events = endpoint_events.touched_objects();
     let (cached_services, cached_endpoints) = (services.clone(), endpoints.clone());
     let queue = futures::stream::select(
         trigger_self(service_events, ()),

@@ -15,13 +15,14 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client};
 use parking_lot::Mutex;
 
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
+use crate::common::informers::{Informers, Subscription};
 use crate::endpoint::pods;
 use crate::manager::Controller;
 use plan::{MANAGED_BY, MANAGED_BY_LABEL, MAX_ENDPOINTS_PER_SLICE, SERVICE_NAME_LABEL};
@@ -30,7 +31,7 @@ use tracker::Tracker;
 /// The `endpointslice` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "endpointslice",
-    run: |client, _settings| Box::pin(run(client)),
+    run: |informers, _settings| Box::pin(run(informers)),
 };
 
 /// Services synced at once (`--concurrent-service-endpoint-syncs` default).
@@ -62,10 +63,21 @@ pub enum Error {
 }
 
 /// Watches Services, pods and EndpointSlices and syncs Services until aborted.
-pub async fn run(client: Client) {
-    let (services, service_writer) = reflector::store::<Service>();
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let (slices, slice_writer) = reflector::store::<EndpointSlice>();
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let Subscription {
+        store: services,
+        events: service_events,
+    } = informers.watch::<Service>(watcher::Config::default()).await;
+    let Subscription {
+        store: pods,
+        events: pod_events,
+    } = informers.watch::<Pod>(watcher::Config::default()).await;
+    let Subscription {
+        store: slices,
+        events: slice_events,
+    } = informers.watch::<EndpointSlice>(managed).await;
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods,
@@ -74,24 +86,15 @@ pub async fn run(client: Client) {
         tracker: Mutex::new(Tracker::default()),
     });
     let forget = ctx.clone();
-    let service_events = watcher(Api::<Service>::all(client.clone()), Default::default())
-        .default_backoff()
-        .reflect(service_writer)
+    let service_events = service_events
         .inspect(move |event| {
             if let Ok(watcher::Event::Delete(service)) = event {
                 forget.tracker.lock().forget(&key(&service.metadata));
             }
         })
         .touched_objects();
-    let pod_events = watcher(Api::<Pod>::all(client.clone()), Default::default())
-        .default_backoff()
-        .reflect(pod_writer)
-        .touched_objects();
-    let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
-    let slice_events = watcher(Api::<EndpointSlice>::all(client), managed)
-        .default_backoff()
-        .reflect(slice_writer)
-        .touched_objects();
+    let pod_events = pod_events.touched_objects();
+    let slice_events = slice_events.touched_objects();
     let (cached_services, cached_slices) = (services.clone(), slices);
     let queue = futures::stream::select(
         trigger_self(service_events, ()),

@@ -17,6 +17,7 @@ use kube::Client;
 use parking_lot::{Mutex, RwLock};
 use tokio::task::{AbortHandle, JoinSet};
 
+use crate::common::informers::Informers;
 use crate::manager::Controller;
 use graph::Graph;
 use monitors::Catalog;
@@ -24,7 +25,7 @@ use queue::WorkQueue;
 
 pub const CONTROLLER: Controller = Controller {
     name: "garbagecollector",
-    run: |client, _settings| Box::pin(run(client)),
+    run: |informers, _settings| Box::pin(run(informers)),
 };
 
 /// How often discovery runs again, so that new resources (CRDs) are watched.
@@ -37,6 +38,9 @@ const WORKERS: usize = 4;
 /// What the monitors and workers share.
 pub struct GarbageCollector {
     client: Client,
+    /// The controllers' informers, whose watches of pods, nodes, … the
+    /// collector shares.
+    informers: Arc<Informers>,
     graph: Mutex<Graph>,
     queue: WorkQueue,
     catalog: RwLock<Catalog>,
@@ -46,9 +50,11 @@ pub struct GarbageCollector {
 
 /// Runs the garbage collector until its task is aborted (its monitors and
 /// workers are aborted with it).
-pub async fn run(client: Client) {
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
     let collector = Arc::new(GarbageCollector {
         client,
+        informers,
         graph: Mutex::default(),
         queue: WorkQueue::default(),
         catalog: RwLock::default(),

@@ -14,6 +14,8 @@ use kube::Client;
 
 use super::graph::ObjectNode;
 use super::GarbageCollector;
+use crate::common::informers::map_event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Resources never watched, as kube-controller-manager ignores them:
 /// events are many, short-lived and never owners.
@@ -100,18 +102,26 @@ pub async fn discover(client: &Client) -> Result<Catalog, kube::Error> {
 }
 
 /// Watches the metadata of every object of `served` into the collector's
-/// graph until aborted; marks the resource synced after its first list.
+/// graph until aborted (through the controllers' informer of the resource
+/// where there is one); marks the resource synced after its first list.
 pub async fn monitor(collector: Arc<GarbageCollector>, served: ServedResource) {
     let resource = served.resource;
-    let api: Api<PartialObjectMeta<DynamicObject>> =
-        Api::all_with(collector.client.clone(), &*resource);
-    let events = watcher(api, watcher::Config::default()).default_backoff();
-    let mut events = std::pin::pin!(events);
+    let mut events = match collector.informers.metadata(&resource).await {
+        Some(events) => events,
+        None => {
+            let api: Api<PartialObjectMeta<DynamicObject>> =
+                Api::all_with(collector.client.clone(), &*resource);
+            watcher(api, watcher::Config::default())
+                .default_backoff()
+                .map(|event| event.map(|event| map_event(event, |object| object.metadata)))
+                .boxed()
+        }
+    };
     let mut relist: Option<HashSet<String>> = None;
     while let Some(event) = events.next().await {
         let work = match event {
             Ok(watcher::Event::Apply(object)) => observe(&collector, &resource, &object),
-            Ok(watcher::Event::Delete(object)) => match object.metadata.uid.as_deref() {
+            Ok(watcher::Event::Delete(object)) => match object.uid.as_deref() {
                 Some(uid) => collector.graph.lock().forget(uid),
                 None => Vec::new(),
             },
@@ -120,7 +130,7 @@ pub async fn monitor(collector: Arc<GarbageCollector>, served: ServedResource) {
                 Vec::new()
             }
             Ok(watcher::Event::InitApply(object)) => {
-                if let (Some(seen), Some(uid)) = (relist.as_mut(), object.metadata.uid.clone()) {
+                if let (Some(seen), Some(uid)) = (relist.as_mut(), object.uid.clone()) {
                     seen.insert(uid);
                 }
                 observe(&collector, &resource, &object)
@@ -145,9 +155,9 @@ pub async fn monitor(collector: Arc<GarbageCollector>, served: ServedResource) {
 fn observe(
     collector: &GarbageCollector,
     resource: &Arc<ApiResource>,
-    object: &PartialObjectMeta<DynamicObject>,
+    object: &ObjectMeta,
 ) -> Vec<String> {
-    match ObjectNode::from_meta(&object.metadata, resource) {
+    match ObjectNode::from_meta(object, resource) {
         Some(node) => collector.graph.lock().observe(node),
         None => Vec::new(),
     }

@@ -26,13 +26,14 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
-use kube::{Api, Client};
+use kube::Client;
 use parking_lot::Mutex;
 
 use crate::backoff::Failures;
 use crate::common::expectations::Expectations;
+use crate::common::informers::{Informers, Subscription};
 use crate::common::pods::controller_ref;
 use crate::manager::Controller;
 use backoff::BackoffRecord;
@@ -41,7 +42,7 @@ use tracking::has_finalizer;
 /// The `job` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "job",
-    run: |client, _settings| Box::pin(run(client)),
+    run: |informers, _settings| Box::pin(run(informers)),
 };
 
 /// Jobs synced at once (kube-controller-manager's `--concurrent-job-syncs`).
@@ -107,9 +108,13 @@ pub fn job_of(pod: &Pod) -> Option<ObjectRef<Job>> {
 }
 
 /// Watches Jobs and pods and syncs Jobs until aborted.
-pub async fn run(client: Client) {
-    let (jobs, job_writer) = reflector::store::<Job>();
-    let (pods, pod_writer) = reflector::store::<Pod>();
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let jobs = informers.watch::<Job>(watcher::Config::default()).await;
+    let Subscription {
+        store: pods,
+        events: pod_events,
+    } = informers.watch::<Pod>(watcher::Config::default()).await;
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods: pods.clone(),
@@ -119,9 +124,8 @@ pub async fn run(client: Client) {
         failures: Failures::default(),
     });
     let job_ctx = ctx.clone();
-    let job_events = watcher(Api::<Job>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(job_writer)
+    let job_events = jobs
+        .events
         .inspect(move |event| {
             if let Ok(watcher::Event::Delete(job)) = event {
                 job_ctx.forget(&key_of(job));
@@ -129,15 +133,14 @@ pub async fn run(client: Client) {
         })
         .touched_objects();
     let pod_ctx = ctx.clone();
-    let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(pod_writer)
+    let pod_events = pod_events
         .inspect(move |event| pod_ctx.observe(event))
         .touched_objects();
     let queue = futures::stream::select(
         trigger_self(job_events, ()),
         trigger_with(pod_events, |pod: Pod| job_of(&pod)),
     );
+    let jobs = jobs.store;
     let sweeper = tokio::spawn(orphans::sweep(client, jobs.clone(), pods));
     let config = Config::default().concurrency(CONCURRENT_SYNCS);
     applier(

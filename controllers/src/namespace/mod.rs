@@ -16,17 +16,18 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller as Runner};
-use kube::runtime::watcher;
+use kube::runtime::controller::{applier, trigger_self, Action, Config};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 
+use crate::common::informers::{Informers, Subscription};
 use crate::manager::Controller;
 use content::Pass;
 
 /// The `namespace` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "namespace",
-    run: |client, _settings| Box::pin(run(client)),
+    run: |informers, _settings| Box::pin(run(informers)),
 };
 
 /// The finalizer this controller owns on every namespace.
@@ -51,17 +52,25 @@ pub enum Error {
 }
 
 /// Watches namespaces and empties those being deleted, until aborted.
-pub async fn run(client: Client) {
-    let namespaces = Api::<Namespace>::all(client.clone());
-    Runner::new(namespaces, watcher::Config::default())
-        .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENT_SYNCS))
-        .run(reconcile, error_policy, Arc::new(client))
-        .for_each(|result| async move {
-            if let Err(err) = result {
-                tracing::debug!(error = %err, "namespace controller");
-            }
-        })
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let Subscription { store, events } = informers
+        .watch::<Namespace>(watcher::Config::default())
         .await;
+    applier(
+        |namespace, client| Box::pin(reconcile(namespace, client)),
+        error_policy,
+        Arc::new(client),
+        store,
+        trigger_self(events.touched_objects(), ()),
+        Config::default().concurrency(CONCURRENT_SYNCS),
+    )
+    .for_each(|result| async move {
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "namespace controller");
+        }
+    })
+    .await;
 }
 
 fn error_policy(namespace: Arc<Namespace>, err: &Error, _client: Arc<Client>) -> Action {

@@ -16,15 +16,15 @@ pub mod taints;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 
+use crate::common::informers::Informers;
 use crate::manager::{Controller, Settings};
 use health::Probe;
 use ratelimit::ZoneLimiter;
@@ -33,7 +33,7 @@ use taints::NoExecute;
 /// The `nodelifecycle` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "nodelifecycle",
-    run: |client, settings| Box::pin(run(client, settings)),
+    run: |informers, settings| Box::pin(run(informers, settings)),
 };
 
 /// Where kubelets keep their heartbeat Leases.
@@ -52,23 +52,14 @@ pub enum Error {
 }
 
 /// Caches nodes, node Leases and pods, and monitors nodes until aborted.
-pub async fn run(client: Client, settings: Arc<Settings>) {
-    let (nodes, node_writer) = reflector::store::<Node>();
-    let (leases, lease_writer) = reflector::store::<Lease>();
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let node_events = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(node_writer)
-        .for_each(|_| async {});
-    let lease_api = Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
-    let lease_events = watcher(lease_api, watcher::Config::default())
-        .default_backoff()
-        .reflect(lease_writer)
-        .for_each(|_| async {});
-    let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(pod_writer)
-        .for_each(|_| async {});
+pub async fn run(informers: Arc<Informers>, settings: Arc<Settings>) {
+    let client = informers.client();
+    let nodes = informers.cache::<Node>(watcher::Config::default()).await;
+    let leases = informers
+        .watch_namespaced::<Lease>(NODE_LEASE_NAMESPACE, watcher::Config::default())
+        .await
+        .store;
+    let pods = informers.cache::<Pod>(watcher::Config::default()).await;
     let mut monitor = Monitor {
         client,
         settings: settings.clone(),
@@ -80,12 +71,7 @@ pub async fn run(client: Client, settings: Arc<Settings>) {
         leases,
         pods,
     };
-    tokio::select! {
-        _ = node_events => {}
-        _ = lease_events => {}
-        _ = pod_events => {}
-        _ = monitor.forever(caches) => {}
-    }
+    monitor.forever(caches).await;
 }
 
 struct Caches {

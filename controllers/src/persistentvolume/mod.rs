@@ -18,18 +18,19 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::PostParams;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client};
 
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
+use crate::common::informers::{Informers, Subscription};
 use crate::manager::Controller;
 
 /// The `persistentvolume-binder` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "persistentvolume-binder",
-    run: |client, settings| Box::pin(run(client, settings.host_path_provisioner_dir.clone())),
+    run: |informers, settings| Box::pin(run(informers, settings.host_path_provisioner_dir.clone())),
 };
 
 /// How often every claim and volume is synced again
@@ -89,11 +90,30 @@ fn ignore_not_found<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error
 
 /// Watches claims, volumes, classes and pods and syncs claims and volumes
 /// until aborted.
-pub async fn run(client: Client, base_dir: PathBuf) {
-    let (claims, claim_writer) = reflector::store::<PersistentVolumeClaim>();
-    let (volumes, volume_writer) = reflector::store::<PersistentVolume>();
-    let (classes, class_writer) = reflector::store::<StorageClass>();
-    let (pods, pod_writer) = reflector::store::<Pod>();
+pub async fn run(informers: Arc<Informers>, base_dir: PathBuf) {
+    let client = informers.client();
+    let Subscription {
+        store: claims,
+        events: claim_events,
+    } = informers
+        .watch::<PersistentVolumeClaim>(watcher::Config::default())
+        .await;
+    let Subscription {
+        store: volumes,
+        events: volume_events,
+    } = informers
+        .watch::<PersistentVolume>(watcher::Config::default())
+        .await;
+    let Subscription {
+        store: classes,
+        events: class_events,
+    } = informers
+        .watch::<StorageClass>(watcher::Config::default())
+        .await;
+    let Subscription {
+        store: pods,
+        events: pod_events,
+    } = informers.watch::<Pod>(watcher::Config::default()).await;
     let ctx = Arc::new(Context {
         client: client.clone(),
         claims: claims.clone(),
@@ -103,30 +123,10 @@ pub async fn run(client: Client, base_dir: PathBuf) {
         base_dir,
         failures: Failures::default(),
     });
-    let claim_events = watcher(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
-        Default::default(),
-    )
-    .default_backoff()
-    .reflect(claim_writer)
-    .touched_objects()
-    .boxed();
-    let volume_events = watcher(
-        Api::<PersistentVolume>::all(client.clone()),
-        Default::default(),
-    )
-    .default_backoff()
-    .reflect(volume_writer)
-    .touched_objects()
-    .boxed();
-    let class_events = watcher(Api::<StorageClass>::all(client.clone()), Default::default())
-        .default_backoff()
-        .reflect(class_writer)
-        .touched_objects();
-    let pod_events = watcher(Api::<Pod>::all(client.clone()), Default::default())
-        .default_backoff()
-        .reflect(pod_writer)
-        .touched_objects();
+    let claim_events = claim_events.touched_objects().boxed();
+    let volume_events = volume_events.touched_objects().boxed();
+    let class_events = class_events.touched_objects();
+    let pod_events = pod_events.touched_objects();
     // Each event stream feeds both queues.
     let (claim_tx, claim_rx) = futures::channel::mpsc::channel::<PersistentVolumeClaim>(1024);
     let (volume_tx, volume_rx) = futures::channel::mpsc::channel::<PersistentVolume>(1024);

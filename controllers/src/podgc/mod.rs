@@ -11,21 +11,21 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 
+use crate::common::informers::Informers;
 use crate::manager::{Controller, Settings};
 use plan::Reason;
 
 /// The `podgc` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "podgc",
-    run: |client, settings| Box::pin(run(client, settings)),
+    run: |informers, settings| Box::pin(run(informers, settings)),
 };
 
 /// How often a pass runs (kube's `gcCheckPeriod`).
@@ -45,22 +45,11 @@ pub enum Error {
 }
 
 /// Caches pods and nodes and collects until aborted.
-pub async fn run(client: Client, settings: Arc<Settings>) {
-    let (nodes, node_writer) = reflector::store::<Node>();
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let node_events = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(node_writer)
-        .for_each(|_| async {});
-    let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(pod_writer)
-        .for_each(|_| async {});
-    tokio::select! {
-        _ = node_events => {}
-        _ = pod_events => {}
-        _ = collect_forever(client, settings, nodes, pods) => {}
-    }
+pub async fn run(informers: Arc<Informers>, settings: Arc<Settings>) {
+    let client = informers.client();
+    let nodes = informers.cache::<Node>(watcher::Config::default()).await;
+    let pods = informers.cache::<Pod>(watcher::Config::default()).await;
+    collect_forever(client, settings, nodes, pods).await;
 }
 
 async fn collect_forever(

@@ -15,9 +15,9 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::Store;
 use kube::runtime::{applier, watcher, WatchStreamExt};
-use kube::{Api, Client};
+use kube::Client;
 use parking_lot::Mutex;
 
 pub use sync::key_of;
@@ -25,13 +25,14 @@ pub use sync::key_of;
 use crate::backoff::Failures;
 use crate::common::api::api_message;
 use crate::common::expectations::Expectations;
+use crate::common::informers::Informers;
 use crate::manager::Controller;
 use status::ManageFailure;
 
 /// The `replicaset` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "replicaset",
-    run: |client, _settings| Box::pin(run(client)),
+    run: |informers, _settings| Box::pin(run(informers)),
 };
 
 /// ReplicaSets synced at once (kube-controller-manager's
@@ -66,34 +67,33 @@ pub enum Error {
 }
 
 /// Watches ReplicaSets and pods and syncs ReplicaSets until aborted.
-pub async fn run(client: Client) {
-    let (replica_sets, rs_writer) = reflector::store::<ReplicaSet>();
-    let (pods, pod_writer) = reflector::store::<Pod>();
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let replica_sets = informers
+        .watch::<ReplicaSet>(watcher::Config::default())
+        .await;
+    let pods = informers.watch::<Pod>(watcher::Config::default()).await;
     let ctx = Arc::new(Context {
         client: client.clone(),
-        pods,
+        pods: pods.store,
         expectations: Mutex::new(Expectations::default()),
         failures: Failures::default(),
     });
     let rs_ctx = ctx.clone();
-    let rs_events = watcher(
-        Api::<ReplicaSet>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(rs_writer)
-    .inspect(move |event| {
-        if let Ok(watcher::Event::Delete(rs)) = event {
-            rs_ctx.expectations.lock().forget(&key_of(rs));
-        }
-    })
-    .touched_objects();
+    let rs_events = replica_sets
+        .events
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(rs)) = event {
+                rs_ctx.expectations.lock().forget(&key_of(rs));
+            }
+        })
+        .touched_objects();
     let pod_ctx = ctx.clone();
-    let pod_events = watcher(Api::<Pod>::all(client), watcher::Config::default())
-        .default_backoff()
-        .reflect(pod_writer)
+    let pod_events = pods
+        .events
         .inspect(move |event| pod_ctx.expectations.lock().observe_event(event))
         .touched_objects();
+    let replica_sets = replica_sets.store;
     let cached = replica_sets.clone();
     let queue = futures::stream::select(
         trigger_self(rs_events, ()),

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde_json::Value;
@@ -27,12 +27,13 @@ use skiff_machinery::quota::{self, GroupResource};
 
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
+use crate::common::informers::{Informers, Subscription};
 use crate::manager::Controller;
 
 /// The `resourcequota` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "resourcequota",
-    run: |client, _settings| Box::pin(run(client)),
+    run: |informers, _settings| Box::pin(run(informers)),
 };
 
 /// How often every quota is recounted (`--resource-quota-sync-period`).
@@ -61,26 +62,26 @@ pub enum Error {
 }
 
 /// Watches quotas and the objects quotas usually count, and recounts.
-pub async fn run(client: Client) {
-    let (quotas, quota_writer) = reflector::store::<ResourceQuota>();
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let Subscription {
+        store: quotas,
+        events: quota_events,
+    } = informers
+        .watch::<ResourceQuota>(watcher::Config::default())
+        .await;
     let ctx = Arc::new(Context {
         client: client.clone(),
         failures: Failures::default(),
         discovered: Default::default(),
     });
-    let quota_events = watcher(
-        Api::<ResourceQuota>::all(client.clone()),
-        Default::default(),
-    )
-    .default_backoff()
-    .reflect(quota_writer)
-    .touched_objects();
+    let quota_events = quota_events.touched_objects();
     let changes = futures::stream::select_all([
-        namespaces_of::<Pod>(&client),
-        namespaces_of::<Service>(&client),
-        namespaces_of::<ConfigMap>(&client),
-        namespaces_of::<Secret>(&client),
-        namespaces_of::<PersistentVolumeClaim>(&client),
+        namespaces_of::<Pod>(&informers).await,
+        namespaces_of::<Service>(&informers).await,
+        namespaces_of::<ConfigMap>(&informers).await,
+        namespaces_of::<Secret>(&informers).await,
+        namespaces_of::<PersistentVolumeClaim>(&informers).await,
     ]);
     let cached = quotas.clone();
     let queue = futures::stream::select(
@@ -110,8 +111,8 @@ pub async fn run(client: Client) {
 }
 
 /// The namespace of every changed or deleted object of kind `K`.
-fn namespaces_of<K>(
-    client: &Client,
+async fn namespaces_of<K>(
+    informers: &Informers,
 ) -> futures::stream::BoxStream<'static, Result<String, watcher::Error>>
 where
     K: Resource<DynamicType = ()>
@@ -119,10 +120,13 @@ where
         + std::fmt::Debug
         + serde::de::DeserializeOwned
         + Send
+        + Sync
         + 'static,
 {
-    watcher(Api::<K>::all(client.clone()), Default::default())
-        .default_backoff()
+    informers
+        .watch::<K>(watcher::Config::default())
+        .await
+        .events
         .touched_objects()
         .map(|object| object.map(|o| o.meta().namespace.clone().unwrap_or_default()))
         .boxed()

@@ -18,12 +18,13 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::Store;
 use kube::runtime::{applier, watcher, WatchStreamExt};
-use kube::{Api, Client};
+use kube::Client;
 use skiff_machinery::selectors::LabelSelector;
 
 use crate::backoff::Failures;
+use crate::common::informers::{Informers, Subscription};
 use crate::common::owners::controller_of;
 use crate::history::HistoryError;
 use crate::manager::Controller;
@@ -31,7 +32,7 @@ use crate::manager::Controller;
 /// The `statefulset` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "statefulset",
-    run: |client, _settings| Box::pin(run(client)),
+    run: |informers, _settings| Box::pin(run(informers)),
 };
 
 /// StatefulSets synced at once (`--concurrent-statefulset-syncs`).
@@ -89,25 +90,25 @@ pub fn selector(set: &StatefulSet) -> Result<LabelSelector, String> {
 }
 
 /// Watches StatefulSets and pods and syncs StatefulSets until aborted.
-pub async fn run(client: Client) {
-    let (sets, set_writer) = reflector::store::<StatefulSet>();
-    let (pods, pod_writer) = reflector::store::<Pod>();
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let Subscription {
+        store: sets,
+        events: set_events,
+    } = informers
+        .watch::<StatefulSet>(watcher::Config::default())
+        .await;
+    let Subscription {
+        store: pods,
+        events: pod_events,
+    } = informers.watch::<Pod>(watcher::Config::default()).await;
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods,
         failures: Failures::default(),
     });
-    let set_events = watcher(
-        Api::<StatefulSet>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(set_writer)
-    .touched_objects();
-    let pod_events = watcher(Api::<Pod>::all(client), watcher::Config::default())
-        .default_backoff()
-        .reflect(pod_writer)
-        .touched_objects();
+    let set_events = set_events.touched_objects();
+    let pod_events = pod_events.touched_objects();
     let queue = futures::stream::select(
         trigger_self(set_events, ()),
         trigger_with(pod_events, |pod: Pod| controller_of::<StatefulSet>(&pod)),

@@ -11,21 +11,21 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 
+use crate::common::informers::Informers;
 use crate::manager::Controller;
 use decide::{decide, no_execute, tainted_since, Eviction};
 
 /// The `taint-eviction-controller` of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "taint-eviction-controller",
-    run: |client, _settings| Box::pin(run(client)),
+    run: |informers, _settings| Box::pin(run(informers)),
 };
 
 /// How often pods on NoExecute-tainted nodes are looked at; a pod goes at
@@ -46,22 +46,11 @@ pub enum Error {
 }
 
 /// Caches nodes and pods and evicts until aborted.
-pub async fn run(client: Client) {
-    let (nodes, node_writer) = reflector::store::<Node>();
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let node_events = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(node_writer)
-        .for_each(|_| async {});
-    let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(pod_writer)
-        .for_each(|_| async {});
-    tokio::select! {
-        _ = node_events => {}
-        _ = pod_events => {}
-        _ = evict_forever(client, nodes, pods) => {}
-    }
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let nodes = informers.cache::<Node>(watcher::Config::default()).await;
+    let pods = informers.cache::<Pod>(watcher::Config::default()).await;
+    evict_forever(client, nodes, pods).await;
 }
 
 async fn evict_forever(client: Client, nodes: Store<Node>, pods: Store<Pod>) {

@@ -10,17 +10,17 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{DeleteParams, Preconditions, PropagationPolicy};
 use kube::runtime::controller::{trigger_self, Action, Config};
-use kube::runtime::reflector;
 use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Api, Client};
 
+use crate::common::informers::{Informers, Subscription};
 use crate::job::conditions::finished_at;
 use crate::manager::Controller;
 
 /// The `ttl-after-finished` controller of the controller-manager.
 pub const CONTROLLER: Controller = Controller {
     name: "ttl-after-finished",
-    run: |client, _settings| Box::pin(run(client)),
+    run: |informers, _settings| Box::pin(run(informers)),
 };
 
 /// Jobs handled at once (`--concurrent-ttl-after-finished-syncs`).
@@ -56,12 +56,13 @@ pub fn due(job: &Job, now: Timestamp) -> Option<Duration> {
 }
 
 /// Watches Jobs and deletes them as they expire, until aborted.
-pub async fn run(client: Client) {
-    let (jobs, writer) = reflector::store::<Job>();
-    let events = watcher(Api::<Job>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
+pub async fn run(informers: Arc<Informers>) {
+    let client = informers.client();
+    let Subscription {
+        store: jobs,
+        events,
+    } = informers.watch::<Job>(watcher::Config::default()).await;
+    let events = events.touched_objects();
     applier(
         |job, client| Box::pin(reconcile(job, client)),
         |_job, err: &Error, _client| {
