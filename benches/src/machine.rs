@@ -83,6 +83,12 @@ pub fn resident_bytes_of(pid: u32) -> Option<u64> {
     proc_kib(&format!("/proc/{pid}/status"), "VmRSS:").map(|kib| kib * 1024)
 }
 
+/// Peak resident memory (VmHWM) of process `pid`, in bytes; `None` once
+/// it is gone.
+pub fn peak_resident_bytes_of(pid: u32) -> Option<u64> {
+    proc_kib(&format!("/proc/{pid}/status"), "VmHWM:").map(|kib| kib * 1024)
+}
+
 /// Peak resident memory of this process (VmHWM), in bytes.
 pub fn peak_resident_bytes() -> Option<u64> {
     proc_kib("/proc/self/status", "VmHWM:").map(|kib| kib * 1024)

@@ -43,6 +43,12 @@ pub struct ControllersArgs {
     #[arg(long, env = "SKIFF_BENCH_DATA_DIR")]
     data_dir: Option<PathBuf>,
 
+    /// Run the controller-manager as a process of its own (`skiff
+    /// controller-manager`, for the API's plain loopback port) instead of
+    /// inside `skiff up`, and report its resident memory and CPU apart
+    #[arg(long, env = "SKIFF_BENCH_CONTROLLER_MANAGER_PROCESS")]
+    controller_manager_process: bool,
+
     /// 100 replicas on 10 nodes: a smoke run of under a minute
     #[arg(long, env = "SKIFF_BENCH_QUICK")]
     quick: bool,
@@ -52,6 +58,7 @@ pub fn run(args: ControllersArgs) -> Result<()> {
     let config = RolloutConfig {
         replicas: args.replicas.unwrap_or(if args.quick { 100 } else { 1000 }),
         nodes: args.nodes.unwrap_or(if args.quick { 10 } else { 100 }),
+        controller_manager_process: args.controller_manager_process,
     };
     if config.replicas == 0 || config.nodes == 0 {
         bail!("--replicas and --nodes need to be at least 1");
@@ -73,7 +80,10 @@ pub fn run(args: ControllersArgs) -> Result<()> {
     machine::print_header("controllers", root.path());
     println!("load:    {} (before the run)", load_average());
     println!("skiff:   {} ({})", skiff.path.display(), skiff.version);
-    println!("server:  a fresh `skiff up --kubelet=false` with its scheduler and controller-manager, on 127.0.0.1");
+    match config.controller_manager_process {
+        false => println!("server:  a fresh `skiff up --kubelet=false` with its scheduler and controller-manager, on 127.0.0.1"),
+        true => println!("server:  a fresh `skiff up --kubelet=false --controller-manager=false` with its scheduler, and `skiff controller-manager` as a process of its own, on 127.0.0.1"),
+    }
     println!(
         "nodes:   {} simulated nodes (skiff-kubelet's simulator in this process: pods bound to them turn Running and Ready at once)",
         config.nodes

@@ -15,7 +15,10 @@ use serde_json::{json, Value};
 use skiff_kubelet::simulate::{self, SimulateConfig, Simulator};
 
 use crate::api::http::ApiConnection;
+use crate::api::server::STOP_GRACE;
 use crate::kubelet::server::{Components, SkiffUp};
+use crate::machine;
+use crate::versus::process::ServerProcess;
 use crate::versus::progress::Progress;
 use crate::versus::system::Program;
 
@@ -31,6 +34,8 @@ const SECOND_IMAGE: &str = "busybox:1.37";
 pub struct RolloutConfig {
     pub replicas: u32,
     pub nodes: usize,
+    /// The controller-manager as a process of its own, not in `skiff up`.
+    pub controller_manager_process: bool,
 }
 
 impl RolloutConfig {
@@ -77,25 +82,95 @@ pub struct RolloutResult {
     pub update: Phase,
     /// ReplicaSets of the Deployment at the end (one per template).
     pub replica_sets: usize,
+    /// Peak resident memory of `skiff up` over the run.
+    pub skiff_peak_rss: Option<u64>,
+    /// The controller-manager's own process, when it ran as one.
+    pub controller_manager: Option<ProcessCost>,
     pub notes: Vec<String>,
 }
 
-/// Starts `skiff up` in `dir`, runs the two phases, stops everything.
+/// What a process of the run cost.
+pub struct ProcessCost {
+    /// Peak resident memory (VmHWM).
+    pub peak_rss: Option<u64>,
+    /// CPU time over the run.
+    pub cpu: Duration,
+}
+
+/// Starts `skiff up` in `dir` (and the controller-manager beside it if it
+/// runs apart), runs the two phases, stops everything.
 pub async fn measure(
     config: &RolloutConfig,
     skiff: &Program,
     dir: &Path,
     progress: &Progress,
 ) -> Result<RolloutResult> {
+    let components = match config.controller_manager_process {
+        false => Components::Controllers,
+        true => Components::Scheduler,
+    };
     progress.step("starting skiff up with its scheduler and controllers".into());
-    let server = SkiffUp::start(skiff, dir, &Components::Controllers).await?;
+    let server = SkiffUp::start(skiff, dir, &components).await?;
+    let manager = match config.controller_manager_process {
+        false => None,
+        true => match start_controller_manager(skiff, dir, &server) {
+            Ok(manager) => Some(manager),
+            Err(err) => {
+                let _ = server.stop().await;
+                return Err(err);
+            }
+        },
+    };
     let outcome = with_nodes(&server, config, progress).await;
+    let skiff_peak_rss = machine::peak_resident_bytes_of(server.pid());
+    let manager_cost = manager.as_ref().map(|m| ProcessCost {
+        peak_rss: machine::peak_resident_bytes_of(m.pid()),
+        cpu: m.cpu_time(),
+    });
+    let mut notes = Vec::new();
+    if let Some(manager) = manager {
+        progress.step("stopping the controller-manager".into());
+        let log = manager.log_tail();
+        let (status, killed) = manager.stop(STOP_GRACE).await?;
+        if killed {
+            notes.push(format!("the controller-manager did not stop within {STOP_GRACE:?} of SIGTERM and was killed ({status})\n{log}"));
+        }
+    }
     progress.step("stopping skiff up".into());
     let log = server.log_tail();
     let note = server.stop().await?;
     let mut result = outcome.map_err(|err| anyhow!("{err:#}\n  skiff up's log ends:\n{log}"))?;
+    result.skiff_peak_rss = skiff_peak_rss;
+    result.controller_manager = manager_cost;
+    result.notes.extend(notes);
     result.notes.extend(note);
     Ok(result)
+}
+
+/// `skiff controller-manager` for `server`'s plain loopback port (where
+/// every request acts as the administrator), without leader election.
+fn start_controller_manager(skiff: &Program, dir: &Path, server: &SkiffUp) -> Result<ServerProcess> {
+    let kubeconfig = dir.join("controller-manager.kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: skiff\n  cluster: {{server: \"{}\"}}\n\
+         users:\n- name: admin\n  user: {{}}\ncontexts:\n- name: skiff\n  context: {{cluster: skiff, user: admin}}\n\
+         current-context: skiff\n",
+        server.url()
+    );
+    std::fs::write(&kubeconfig, text)
+        .with_context(|| format!("writing {}", kubeconfig.display()))?;
+    let args = [
+        "controller-manager".to_string(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--leader-elect=false".into(),
+    ];
+    ServerProcess::spawn(
+        "skiff controller-manager",
+        &skiff.path,
+        &args,
+        &dir.join("controller-manager.log"),
+    )
 }
 
 /// Runs the simulated nodes around the phases.
@@ -187,6 +262,8 @@ async fn phases(
         create,
         update,
         replica_sets,
+        skiff_peak_rss: None,
+        controller_manager: None,
         notes: Vec::new(),
     })
 }

@@ -62,6 +62,18 @@ pub fn print(config: &RolloutConfig, result: &RolloutResult) {
         "replicas seen: status.replicas at its most, and status.availableReplicas at its fewest during the rollout, \
          beside what maxSurge and maxUnavailable (25% each) allow; a status poll every 100 ms can miss a brief extreme."
     );
+    let mib = |bytes: Option<u64>| {
+        bytes.map_or("unknown".into(), |b| format!("{:.0} MiB", b as f64 / (1 << 20) as f64))
+    };
+    println!("skiff up: peak resident memory {}", mib(result.skiff_peak_rss));
+    if let Some(manager) = &result.controller_manager {
+        let cpu = manager.cpu.as_secs_f64();
+        println!(
+            "controller-manager (a process of its own): peak resident memory {}, CPU {cpu:.1} s over the run ({:.1} ms per pod over both phases)",
+            mib(manager.peak_rss),
+            cpu * 1e3 / f64::from(want) / 2.0
+        );
+    }
     for note in &result.notes {
         println!("  NOTE: {note}");
     }

@@ -29,6 +29,9 @@ pub enum Components {
     Node { name: String, max_pods: usize },
     /// Its scheduler and controller-manager; the nodes are simulated.
     Controllers,
+    /// Its scheduler only (the controller-manager runs as a process of
+    /// its own); the nodes are simulated.
+    Scheduler,
 }
 
 impl Components {
@@ -38,6 +41,11 @@ impl Components {
             Components::Controllers => vec![
                 "--scheduler=true".into(),
                 "--controller-manager=true".into(),
+                "--kubelet=false".into(),
+            ],
+            Components::Scheduler => vec![
+                "--scheduler=true".into(),
+                "--controller-manager=false".into(),
                 "--kubelet=false".into(),
             ],
             Components::Node { name, max_pods } => vec![
