@@ -33,6 +33,10 @@ pub struct ResourceInfo {
     pub subresource: Option<String>,
     pub namespace: Option<String>,
     pub name: Option<String>,
+    /// The path's segments from the resource on (resource, name,
+    /// subresource and any more), as Kubernetes' `RequestInfo.Parts`: a
+    /// route that takes no more than three refuses a longer path.
+    pub parts: Vec<String>,
 }
 
 impl RequestInfo {
@@ -98,7 +102,11 @@ impl RequestInfo {
             Method::PATCH => "patch",
             Method::DELETE if name.is_some() => "delete",
             Method::DELETE => "deletecollection",
-            _ => return non_resource(),
+            // Any other method is still a request on the resource, with
+            // the method as its verb (Kubernetes' default): the router
+            // answers it 405, and only a role granting every verb lets
+            // it get that far.
+            _ => &method.as_str().to_ascii_lowercase(),
         };
         RequestInfo {
             verb: verb.to_string(),
@@ -109,6 +117,7 @@ impl RequestInfo {
                 subresource,
                 namespace,
                 name,
+                parts: rest.iter().map(|s| s.to_string()).collect(),
             }),
         }
     }
@@ -193,6 +202,11 @@ mod tests {
             assert_eq!(connect.verb, "create", "{sub}");
         }
         assert_eq!(info(Method::GET, "/apis/apps/v1/deployments").verb, "list");
+        let options = info(Method::OPTIONS, "/api/v1/namespaces/d/pods");
+        assert_eq!(options.verb, "options");
+        assert_eq!(options.resource.unwrap().resource, "pods");
+        let parts = info(Method::GET, "/api/v1/namespaces/d/pods/p/exec/more");
+        assert_eq!(parts.resource.unwrap().parts, ["pods", "p", "exec", "more"]);
         assert_eq!(
             info(Method::GET, "/apis/apps/v1/deployments?watch=true").verb,
             "watch"

@@ -11,6 +11,7 @@ use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
+use axum::Extension;
 use axum::Router;
 use serde_json::Value;
 use tower::ServiceExt;
@@ -22,6 +23,7 @@ use crate::options::{self, OptionsKind};
 use crate::pod_streams::PodStream;
 use crate::registry::{ListJson, Registry, Target, Write};
 use crate::reply;
+use crate::request_info::{RequestInfo, ResourceInfo};
 use crate::resources::{self, ResourceType};
 use crate::status::{ApiError, ApiResult};
 use crate::table;
@@ -173,28 +175,11 @@ struct Route {
     subresource: Option<String>,
 }
 
-/// The (group, version) and the segments after it, or `None` when the path
-/// is a discovery path (`/api/v1`, `/apis/{group}/{version}`).
-fn split_group_version(path: &str) -> Option<(String, String, Vec<String>)> {
-    let segments: Vec<String> = path
-        .trim_matches('/')
-        .split('/')
-        .map(str::to_string)
-        .collect();
-    match segments.first().map(String::as_str) {
-        Some("api") if segments.len() > 2 => {
-            Some((String::new(), segments[1].clone(), segments[2..].to_vec()))
-        }
-        Some("apis") if segments.len() > 3 => Some((
-            segments[1].clone(),
-            segments[2].clone(),
-            segments[3..].to_vec(),
-        )),
-        _ => None,
-    }
-}
-
-fn parse_route(group: &str, version: &str, rest: &[String]) -> ApiResult<Route> {
+/// The resource a request's info names, or a 404: the resource must be
+/// served at the group-version, a cluster-scoped one is not reached
+/// through a namespace, a subresource must be one it has, and nothing may
+/// follow the subresource.
+fn route_of(info: &ResourceInfo) -> ApiResult<Route> {
     let not_found = || {
         ApiError::new(
             404,
@@ -202,20 +187,20 @@ fn parse_route(group: &str, version: &str, rest: &[String]) -> ApiResult<Route> 
             "the server could not find the requested resource".to_string(),
         )
     };
-    let namespaced_collection = rest.len() >= 3
-        && rest[0] == "namespaces"
-        && resources::find(group, version, &rest[2]).is_some_and(|r| r.namespaced);
-    let (namespace, rest) = if namespaced_collection {
-        (Some(rest[1].clone()), &rest[2..])
-    } else {
-        (None, rest)
+    let resource =
+        resources::find(&info.group, &info.version, &info.resource).ok_or_else(not_found)?;
+    // A namespace is named by the path of a namespaced resource, and by a
+    // Namespace's own path (`/api/v1/namespaces/NAME`), whose name it is.
+    let namespace = match &info.namespace {
+        Some(_) if resource.namespaced => info.namespace.clone(),
+        Some(namespace) if info.name.as_ref() == Some(namespace) => None,
+        Some(_) => return Err(not_found()),
+        None => None,
     };
-    let resource = resources::find(group, version, &rest[0]).ok_or_else(not_found)?;
-    if rest.len() > 3 {
+    if info.parts.len() > 3 {
         return Err(not_found());
     }
-    let subresource = rest.get(2).cloned();
-    if let Some(sub) = &subresource {
+    if let Some(sub) = &info.subresource {
         if !resource.has_subresource(sub) {
             return Err(not_found());
         }
@@ -223,8 +208,8 @@ fn parse_route(group: &str, version: &str, rest: &[String]) -> ApiResult<Route> 
     Ok(Route {
         resource,
         namespace,
-        name: rest.get(1).cloned(),
-        subresource,
+        name: info.name.clone(),
+        subresource: info.subresource.clone(),
     })
 }
 
@@ -312,12 +297,25 @@ async fn resource(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    info: Option<Extension<RequestInfo>>,
     Query(query): Query<HashMap<String, String>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let Some((group, version, rest)) = split_group_version(uri.path()) else {
+    // What the outermost layer worked out (worked out here only for a
+    // router used without it, as in this module's tests).
+    let info = match info {
+        Some(Extension(info)) => info,
+        None => RequestInfo::of(&method, &uri),
+    };
+    let watch_path = info.verb == "watch" && !crate::request_info::query_flag(&uri, "watch");
+    let Some(info) = info.resource else {
+        // `/api/v1`, `/apis/GROUP/VERSION`: discovery's.
         return forward(&app.discovery, method, uri, headers, Body::empty()).await;
     };
+    if watch_path {
+        // The deprecated `/watch/` paths are not served.
+        return fallback(uri).await;
+    }
     let body = match body {
         Ok(body) => body,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
@@ -328,25 +326,28 @@ async fn resource(
         }
         Err(rejection) => return ApiError::bad_request(rejection.body_text()).into_response(),
     };
-    let route = parse_route(&group, &version, &rest).ok();
+    let route = route_of(&info);
     let deprecation = route
+        .as_ref()
+        .ok()
         .as_ref()
         .and_then(|route| route.resource.conversion)
         .and_then(|conversion| conversion.deprecation);
     let watch = method == Method::GET
-        && route.as_ref().is_some_and(|r| r.name.is_none())
+        && route.as_ref().is_ok_and(|r| r.name.is_none())
         && options::flag(&query, "watch").unwrap_or(false);
     // The form of the reply, chosen before anything is done: a client
     // that accepts nothing offered gets a 406 and changes nothing.
     let streams = route
         .as_ref()
+        .ok()
         .and_then(|r| r.subresource.as_deref())
         .is_some_and(|sub| matches!(sub, "log" | "exec" | "attach" | "portforward" | "proxy"));
     let output = if streams {
         Output::Json
     } else {
         let offer = Offer {
-            protobuf: route.as_ref().is_none_or(|r| {
+            protobuf: route.as_ref().map_or(true, |r| {
                 crate::protobuf::SCHEMA
                     .message_for(&r.resource.api_version(), r.resource.kind)
                     .is_some()
@@ -370,9 +371,7 @@ async fn resource(
     };
     let request = Request {
         method,
-        group: &group,
-        version: &version,
-        rest: &rest,
+        route,
         query: &query,
         headers: &headers,
         body: &body,
@@ -406,10 +405,8 @@ async fn resource(
 /// A request on a resource path, as the handler took it apart.
 struct Request<'a> {
     method: Method,
-    group: &'a str,
-    version: &'a str,
-    /// The path segments after the group-version.
-    rest: &'a [String],
+    /// What the path names, or why it names nothing served.
+    route: ApiResult<Route>,
     query: &'a HashMap<String, String>,
     headers: &'a HeaderMap,
     body: &'a [u8],
@@ -446,14 +443,12 @@ impl Call<'_> {
 async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response> {
     let Request {
         method,
-        group,
-        version,
-        rest,
+        route,
         query,
         headers,
         body,
     } = request;
-    let route = parse_route(group, version, rest)?;
+    let route = route?;
     let served = route.resource;
     let resource = served.storage();
     let call = Call {
@@ -496,7 +491,9 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
             let status = crate::subresources::evict(registry, &call.target, name, eviction).await?;
             Ok(json_response(StatusCode::CREATED, &status))
         }
-        (&Method::GET, Some(name), Some("log")) if resource.kind == "Pod" && group.is_empty() => {
+        (&Method::GET, Some(name), Some("log"))
+            if resource.kind == "Pod" && resource.group.is_empty() =>
+        {
             crate::pod_logs::logs(registry, &call.target, name, query).await
         }
         (&Method::GET, Some(name), None | Some("status")) => get_one(&call, name).await,
@@ -771,53 +768,103 @@ async fn delete_collection(call: &Call<'_>) -> ApiResult<Response> {
 mod tests {
     use super::*;
 
-    fn segments(path: &str) -> (String, String, Vec<String>) {
-        split_group_version(path).expect("a resource path")
+    /// The route of a GET of `path`, as the router works it out from the
+    /// request's info; `None` for a discovery path.
+    fn route(path: &str) -> Option<ApiResult<Route>> {
+        let info = RequestInfo::of(&Method::GET, &path.parse().unwrap());
+        info.resource.map(|info| route_of(&info))
+    }
+
+    fn names(path: &str) -> (&'static str, Option<String>, Option<String>, Option<String>) {
+        let route = route(path).expect("a resource path").unwrap();
+        (
+            route.resource.plural,
+            route.namespace,
+            route.name,
+            route.subresource,
+        )
     }
 
     #[test]
     fn paths_name_resources_as_kubernetes_does() {
-        let (g, v, rest) = segments("/api/v1/namespaces/default/pods/web");
-        let route = parse_route(&g, &v, &rest).unwrap();
+        let some = |s: &str| Some(s.to_string());
         assert_eq!(
-            (
-                route.resource.plural,
-                route.namespace.as_deref(),
-                route.name.as_deref()
-            ),
-            ("pods", Some("default"), Some("web"))
+            names("/api/v1/namespaces/default/pods/web"),
+            ("pods", some("default"), some("web"), None)
         );
-        let (g, v, rest) = segments("/api/v1/namespaces/default");
-        let route = parse_route(&g, &v, &rest).unwrap();
         assert_eq!(
-            (route.resource.plural, route.name.as_deref()),
-            ("namespaces", Some("default"))
+            names("/api/v1/namespaces/default"),
+            ("namespaces", None, some("default"), None)
         );
-        let (g, v, rest) = segments("/api/v1/namespaces/default/status");
-        let route = parse_route(&g, &v, &rest).unwrap();
         assert_eq!(
-            (route.resource.plural, route.subresource.as_deref()),
-            ("namespaces", Some("status"))
+            names("/api/v1/namespaces/default/status"),
+            ("namespaces", None, some("default"), some("status"))
         );
-        let (g, v, rest) = segments("/apis/apps/v1/deployments");
-        let route = parse_route(&g, &v, &rest).unwrap();
         assert_eq!(
-            (route.resource.plural, route.namespace),
-            ("deployments", None)
+            names("/apis/apps/v1/deployments"),
+            ("deployments", None, None, None)
         );
-        let (g, v, rest) = segments("/api/v1/nodes/n1/status");
         assert_eq!(
-            parse_route(&g, &v, &rest).unwrap().subresource.as_deref(),
-            Some("status")
+            names("/api/v1/nodes/n1/status"),
+            ("nodes", None, some("n1"), some("status"))
         );
-        let (g, v, rest) = segments("/api/v1/namespaces/default/widgets");
-        assert_eq!(parse_route(&g, &v, &rest).unwrap_err().code, 404);
-        assert!(split_group_version("/api/v1").is_none());
-        assert!(split_group_version("/apis/apps/v1").is_none());
+        let not_found = |path: &str| route(path).expect("a resource path").unwrap_err().code;
+        // Not served; a cluster-scoped resource under a namespace; not a
+        // subresource of pods; something after the subresource.
+        assert_eq!(not_found("/api/v1/namespaces/default/widgets"), 404);
+        assert_eq!(not_found("/api/v1/namespaces/default/nodes/n1"), 404);
+        assert_eq!(not_found("/api/v1/namespaces/default/pods/web/scale"), 404);
+        assert_eq!(
+            not_found("/api/v1/namespaces/default/pods/web/status/more"),
+            404
+        );
+        assert!(route("/api/v1").is_none());
+        assert!(route("/apis/apps/v1").is_none());
     }
 
     /// The roots answer with and without a trailing slash, as Kubernetes'
     /// do, and `/openapi/v2` is served.
+    /// What the router answers from the request's info alone: a list, a
+    /// discovery document, a 405 for a method no resource takes, and a 404
+    /// for the deprecated `/watch/` paths and for paths naming nothing.
+    #[tokio::test]
+    async fn the_router_answers_from_the_request_info() {
+        let (registry, _dir) = crate::registry::test_registry().await;
+        let app = router(registry);
+        let status = |method: Method, path: &'static str| {
+            let app = app.clone();
+            async move {
+                let request = axum::extract::Request::builder()
+                    .method(method)
+                    .uri(path)
+                    .body(Body::empty())
+                    .unwrap();
+                app.oneshot(request).await.unwrap().status()
+            }
+        };
+        assert_eq!(
+            status(Method::GET, "/api/v1/namespaces/default/pods").await,
+            StatusCode::OK
+        );
+        assert_eq!(status(Method::GET, "/apis/apps/v1").await, StatusCode::OK);
+        assert_eq!(
+            status(Method::OPTIONS, "/api/v1/namespaces/default/pods").await,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(
+            status(Method::GET, "/api/v1/watch/namespaces/default/pods").await,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            status(
+                Method::GET,
+                "/api/v1/namespaces/default/pods/web/status/more"
+            )
+            .await,
+            StatusCode::NOT_FOUND
+        );
+    }
+
     #[tokio::test]
     async fn roots_answer_with_a_trailing_slash_too() {
         let (registry, _dir) = crate::registry::test_registry().await;
