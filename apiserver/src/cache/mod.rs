@@ -39,7 +39,7 @@ use crate::storage::{prefix_end, Storage};
 
 /// How long a list or get waits for a new cache's first list before it
 /// reads the store instead.
-const READY_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const READY_WAIT: Duration = Duration::from_secs(10);
 /// How long a watch waits for a new cache's first list.
 const WATCH_READY_WAIT: Duration = Duration::from_secs(60);
 /// How long a read waits for the cache to reach the revision it needs
