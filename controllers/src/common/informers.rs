@@ -78,6 +78,24 @@ where
     pub events: EventStream<K>,
 }
 
+/// What an informer can watch: a typed Kubernetes object.
+pub trait Object:
+    Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<K> Object for K where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<K: Object> Subscription<K> {
+    /// The cache and the events, apart.
+    pub fn into_parts(self) -> (Store<K>, EventStream<K>) {
+        (self.store, self.events)
+    }
+}
+
 /// The events handed to one subscriber. Watch errors are logged (and the
 /// watch retried) by the informer, so a subscriber sees only events; the
 /// item type is the watcher's so that `kube`'s stream adapters apply.
@@ -98,23 +116,19 @@ impl Informers {
         self.client.clone()
     }
 
+    /// Every object of `K` in the cluster.
+    pub async fn all<K: Object>(&self) -> Subscription<K> {
+        self.watch(watcher::Config::default()).await
+    }
+
     /// Every object of `K` in the cluster that `config`'s selectors choose.
     pub async fn watch<K>(&self, config: watcher::Config) -> Subscription<K>
     where
-        K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+        K: Object,
     {
         let (subscription, synced) = self.share(None, config, || Api::all(self.client.clone()));
         until_synced(synced).await;
         subscription
-    }
-
-    /// The cache of every object of `K` that `config`'s selectors choose,
-    /// for a controller that reads it but is not woken by its events.
-    pub async fn cache<K>(&self, config: watcher::Config) -> Store<K>
-    where
-        K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
-    {
-        self.watch(config).await.store
     }
 
     /// The objects of `K` in `namespace` that `config`'s selectors choose.
@@ -124,13 +138,7 @@ impl Informers {
         config: watcher::Config,
     ) -> Subscription<K>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + Debug
-            + DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
+        K: Object + Resource<Scope = NamespaceResourceScope>,
     {
         let (subscription, synced) = self.share(Some(namespace), config, || {
             Api::namespaced(self.client.clone(), namespace)
@@ -149,7 +157,7 @@ impl Informers {
         api: impl FnOnce() -> Api<K>,
     ) -> (Subscription<K>, Synced)
     where
-        K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+        K: Object,
     {
         let key = Key {
             kind: TypeId::of::<K>(),
@@ -231,14 +239,7 @@ const TYPED: &[(ResourceKey, MetadataOf)] = &[
 
 const fn typed<K>() -> (ResourceKey, MetadataOf)
 where
-    K: Resource<DynamicType = ()>
-        + k8s_openapi::Resource
-        + Clone
-        + Debug
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Object + k8s_openapi::Resource,
 {
     (
         || {

@@ -17,11 +17,11 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::runtime::{applier, WatchStreamExt};
 use kube::Client;
 use parking_lot::Mutex;
 
-use crate::common::informers::{Informers, Subscription};
+use crate::common::informers::Informers;
 use crate::manager::Controller;
 
 /// The `cronjob` controller of the controller-manager.
@@ -52,8 +52,6 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("the Job cache of the CronJob controller stopped")]
-    JobCacheStopped,
 }
 
 /// `namespace/name`.
@@ -81,11 +79,8 @@ fn cron_job_of(job: &Job) -> Option<ObjectRef<CronJob>> {
 /// Watches CronJobs and Jobs and syncs CronJobs until aborted.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
-    let cron_jobs = informers.watch::<CronJob>(watcher::Config::default()).await;
-    let Subscription {
-        store: jobs,
-        events: job_events,
-    } = informers.watch::<Job>(watcher::Config::default()).await;
+    let cron_jobs = informers.all::<CronJob>().await;
+    let (jobs, job_events) = informers.all::<Job>().await.into_parts();
     let ctx = Arc::new(Context {
         client: client.clone(),
         jobs,
@@ -115,10 +110,6 @@ pub async fn run(informers: Arc<Informers>) {
 }
 
 async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.jobs
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::JobCacheStopped)?;
     let key = key_of(&cj);
     let result = sync::sync(&cj, &ctx, &key).await;
     if result.is_ok() {

@@ -111,8 +111,6 @@ pub enum Error {
     NoSpec(String),
     #[error("DaemonSet {key}: {message}")]
     Manage { key: String, message: String },
-    #[error("the caches of the DaemonSet controller stopped")]
-    CacheStopped,
 }
 
 /// `namespace/name`.
@@ -165,11 +163,9 @@ fn node_fingerprint(node: &Node) -> String {
 /// Watches DaemonSets, pods and nodes and syncs DaemonSets until aborted.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
-    let daemon_sets = informers
-        .watch::<DaemonSet>(watcher::Config::default())
-        .await;
-    let pods = informers.watch::<Pod>(watcher::Config::default()).await;
-    let nodes = informers.watch::<Node>(watcher::Config::default()).await;
+    let daemon_sets = informers.all::<DaemonSet>().await;
+    let pods = informers.all::<Pod>().await;
+    let nodes = informers.all::<Node>().await;
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods: pods.store,
@@ -228,7 +224,7 @@ pub async fn run(informers: Arc<Informers>) {
     );
     let config = Config::default().concurrency(CONCURRENT_SYNCS);
     applier(
-        |ds, ctx| Box::pin(reconcile(ds, ctx)),
+        |ds, ctx| Box::pin(sync::reconcile(ds, ctx)),
         error_policy,
         ctx,
         daemon_sets,
@@ -241,19 +237,6 @@ pub async fn run(informers: Arc<Informers>) {
         }
     })
     .await;
-}
-
-/// Syncs once the pod and node caches are filled.
-async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.pods
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::CacheStopped)?;
-    ctx.nodes
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::CacheStopped)?;
-    sync::reconcile(ds, ctx).await
 }
 
 fn error_policy(ds: Arc<DaemonSet>, err: &Error, ctx: Arc<Context>) -> Action {

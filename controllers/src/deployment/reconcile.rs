@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, ReplicaSet};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{applier, trigger_owners, trigger_self, Action, Config};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -40,12 +40,8 @@ struct Context {
 /// Runs the Deployment controller until its task is aborted.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
-    let deployments = informers
-        .watch::<Deployment>(watcher::Config::default())
-        .await;
-    let replica_sets = informers
-        .watch::<ReplicaSet>(watcher::Config::default())
-        .await;
+    let deployments = informers.all::<Deployment>().await;
+    let replica_sets = informers.all::<ReplicaSet>().await;
     let context = Arc::new(Context {
         client,
         failures: Failures::default(),

@@ -21,7 +21,7 @@ use kube::{Api, Client, Resource};
 
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
-use crate::common::informers::{Informers, Subscription};
+use crate::common::informers::Informers;
 use crate::manager::Controller;
 
 /// The `disruption` controller of the controller-manager.
@@ -50,8 +50,6 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("the caches of the disruption controller stopped")]
-    CacheStopped,
 }
 
 /// A reflector store of `K` and the stream that keeps it.
@@ -70,7 +68,7 @@ where
         + Sync
         + 'static,
 {
-    let Subscription { store, events } = informers.watch::<K>(watcher::Config::default()).await;
+    let (store, events) = informers.all::<K>().await.into_parts();
     (store, events.touched_objects().boxed())
 }
 
@@ -138,13 +136,6 @@ pub async fn run(informers: Arc<Informers>) {
 }
 
 async fn reconcile(pdb: Arc<PodDisruptionBudget>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ready = futures::try_join!(
-        ctx.pods.wait_until_ready(),
-        ctx.replica_sets.wait_until_ready(),
-        ctx.deployments.wait_until_ready(),
-        ctx.stateful_sets.wait_until_ready(),
-    );
-    ready.map_err(|_| Error::CacheStopped)?;
     let key = key(&pdb.metadata);
     let namespace = pdb.metadata.namespace.clone().unwrap_or_default();
     let in_namespace = |ns: &Option<String>| ns.as_deref() == Some(namespace.as_str());

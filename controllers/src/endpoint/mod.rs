@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
-use crate::common::informers::{Informers, Subscription};
+use crate::common::informers::Informers;
 use crate::manager::Controller;
 
 /// The `endpoint` controller of the controller-manager.
@@ -59,27 +59,14 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("the caches of the endpoint controller stopped")]
-    CacheStopped,
 }
 
 /// Watches Services, pods and Endpoints and syncs Services until aborted.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
-    let Subscription {
-        store: services,
-        events: service_events,
-    } = informers.watch::<Service>(watcher::Config::default()).await;
-    let Subscription {
-        store: pods,
-        events: pod_events,
-    } = informers.watch::<Pod>(watcher::Config::default()).await;
-    let Subscription {
-        store: endpoints,
-        events: endpoint_events,
-    } = informers
-        .watch::<Endpoints>(watcher::Config::default())
-        .await;
+    let (services, service_events) = informers.all::<Service>().await.into_parts();
+    let (pods, pod_events) = informers.all::<Pod>().await.into_parts();
+    let (endpoints, endpoint_events) = informers.all::<Endpoints>().await.into_parts();
     let ctx = Arc::new(Context {
         client: client.clone(),
         services: services.clone(),
@@ -179,11 +166,6 @@ async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, E
 }
 
 async fn sync(service: &Service, ctx: &Context, key: &str) -> Result<Action, Error> {
-    let ready = futures::try_join!(
-        ctx.pods.wait_until_ready(),
-        ctx.endpoints.wait_until_ready()
-    );
-    ready.map_err(|_| Error::CacheStopped)?;
     if pods::selector(service).is_none() || service.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -215,13 +197,6 @@ async fn sync(service: &Service, ctx: &Context, key: &str) -> Result<Action, Err
 /// caches fill (Services deleted while no controller ran), then those of
 /// each Service deleted since.
 async fn sweep_leftovers(ctx: Arc<Context>) {
-    let ready = futures::try_join!(
-        ctx.services.wait_until_ready(),
-        ctx.endpoints.wait_until_ready()
-    );
-    if ready.is_err() {
-        return;
-    }
     let mut retry = Vec::new();
     let leftovers: Vec<ObjectRef<Service>> = ctx
         .endpoints

@@ -22,7 +22,7 @@ use parking_lot::Mutex;
 
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
-use crate::common::informers::{Informers, Subscription};
+use crate::common::informers::Informers;
 use crate::endpoint::pods;
 use crate::manager::Controller;
 use plan::{MANAGED_BY, MANAGED_BY_LABEL, MAX_ENDPOINTS_PER_SLICE, SERVICE_NAME_LABEL};
@@ -58,26 +58,15 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("the caches of the endpointslice controller stopped")]
-    CacheStopped,
 }
 
 /// Watches Services, pods and EndpointSlices and syncs Services until aborted.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
     let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
-    let Subscription {
-        store: services,
-        events: service_events,
-    } = informers.watch::<Service>(watcher::Config::default()).await;
-    let Subscription {
-        store: pods,
-        events: pod_events,
-    } = informers.watch::<Pod>(watcher::Config::default()).await;
-    let Subscription {
-        store: slices,
-        events: slice_events,
-    } = informers.watch::<EndpointSlice>(managed).await;
+    let (services, service_events) = informers.all::<Service>().await.into_parts();
+    let (pods, pod_events) = informers.all::<Pod>().await.into_parts();
+    let (slices, slice_events) = informers.watch::<EndpointSlice>(managed).await.into_parts();
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods,
@@ -168,8 +157,6 @@ async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, E
 }
 
 async fn sync(service: &Service, ctx: &Context, key: &str) -> Result<Action, Error> {
-    let ready = futures::try_join!(ctx.pods.wait_until_ready(), ctx.slices.wait_until_ready());
-    ready.map_err(|_| Error::CacheStopped)?;
     if pods::selector(service).is_none() || service.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }

@@ -33,7 +33,7 @@ use parking_lot::Mutex;
 
 use crate::backoff::Failures;
 use crate::common::expectations::Expectations;
-use crate::common::informers::{Informers, Subscription};
+use crate::common::informers::Informers;
 use crate::common::pods::controller_ref;
 use crate::manager::Controller;
 use backoff::BackoffRecord;
@@ -72,8 +72,6 @@ pub enum Error {
     },
     #[error("Job {key} could not create or delete pods: {message}")]
     Manage { key: String, message: String },
-    #[error("the pod cache of the Job controller stopped")]
-    PodCacheStopped,
 }
 
 fn status_code(err: &kube::Error) -> Option<u16> {
@@ -110,11 +108,8 @@ pub fn job_of(pod: &Pod) -> Option<ObjectRef<Job>> {
 /// Watches Jobs and pods and syncs Jobs until aborted.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
-    let jobs = informers.watch::<Job>(watcher::Config::default()).await;
-    let Subscription {
-        store: pods,
-        events: pod_events,
-    } = informers.watch::<Pod>(watcher::Config::default()).await;
+    let jobs = informers.all::<Job>().await;
+    let (pods, pod_events) = informers.all::<Pod>().await.into_parts();
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods: pods.clone(),
@@ -197,10 +192,6 @@ impl Context {
 }
 
 async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.pods
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::PodCacheStopped)?;
     let key = key_of(&job);
     let result = sync::sync(&job, &ctx, &key).await;
     if result.is_ok() {

@@ -19,9 +19,6 @@ const SWEEP_PERIOD: Duration = Duration::from_secs(5);
 
 /// Sweeps until aborted.
 pub async fn sweep(client: Client, jobs: Store<Job>, pods: Store<Pod>) {
-    if jobs.wait_until_ready().await.is_err() || pods.wait_until_ready().await.is_err() {
-        return;
-    }
     loop {
         for pod in pods.state().iter().filter(|p| has_finalizer(p)) {
             let Some(job) = job_of(pod) else { continue };

@@ -17,10 +17,10 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{applier, trigger_self, Action, Config};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 
-use crate::common::informers::{Informers, Subscription};
+use crate::common::informers::Informers;
 use crate::manager::Controller;
 use content::Pass;
 
@@ -54,9 +54,7 @@ pub enum Error {
 /// Watches namespaces and empties those being deleted, until aborted.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
-    let Subscription { store, events } = informers
-        .watch::<Namespace>(watcher::Config::default())
-        .await;
+    let (store, events) = informers.all::<Namespace>().await.into_parts();
     applier(
         |namespace, client| Box::pin(reconcile(namespace, client)),
         error_policy,

@@ -54,12 +54,12 @@ pub enum Error {
 /// Caches nodes, node Leases and pods, and monitors nodes until aborted.
 pub async fn run(informers: Arc<Informers>, settings: Arc<Settings>) {
     let client = informers.client();
-    let nodes = informers.cache::<Node>(watcher::Config::default()).await;
+    let nodes = informers.all::<Node>().await.store;
     let leases = informers
         .watch_namespaced::<Lease>(NODE_LEASE_NAMESPACE, watcher::Config::default())
         .await
         .store;
-    let pods = informers.cache::<Pod>(watcher::Config::default()).await;
+    let pods = informers.all::<Pod>().await.store;
     let mut monitor = Monitor {
         client,
         settings: settings.clone(),
@@ -91,14 +91,6 @@ struct Monitor {
 
 impl Monitor {
     async fn forever(&mut self, caches: Caches) {
-        let ready = futures::future::try_join3(
-            caches.nodes.wait_until_ready(),
-            caches.leases.wait_until_ready(),
-            caches.pods.wait_until_ready(),
-        );
-        if ready.await.is_err() {
-            return;
-        }
         loop {
             let nodes = caches.nodes.state();
             self.probes

@@ -11,7 +11,7 @@ use kube::Api;
 use serde_json::json;
 
 use super::plan::{self, ClaimAction, Provisioning, BOUND_BY_CONTROLLER};
-use super::{caches_ready, ignore_not_found, provisioner, Context, Error, SYNC_PERIOD};
+use super::{ignore_not_found, provisioner, Context, Error, SYNC_PERIOD};
 use crate::backoff::key;
 use crate::common::api::status_code;
 
@@ -19,7 +19,6 @@ pub async fn reconcile(
     claim: Arc<PersistentVolumeClaim>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    caches_ready(&ctx).await?;
     let key = key(&claim.metadata);
     let action = plan::claim_action(
         &claim,

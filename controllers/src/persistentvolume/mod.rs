@@ -24,7 +24,7 @@ use kube::{Api, Client};
 
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
-use crate::common::informers::{Informers, Subscription};
+use crate::common::informers::Informers;
 use crate::manager::Controller;
 
 /// The `persistentvolume-binder` controller of the controller-manager.
@@ -65,8 +65,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error("the caches of the persistentvolume-binder stopped")]
-    CacheStopped,
 }
 
 impl Error {
@@ -92,28 +90,10 @@ fn ignore_not_found<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error
 /// until aborted.
 pub async fn run(informers: Arc<Informers>, base_dir: PathBuf) {
     let client = informers.client();
-    let Subscription {
-        store: claims,
-        events: claim_events,
-    } = informers
-        .watch::<PersistentVolumeClaim>(watcher::Config::default())
-        .await;
-    let Subscription {
-        store: volumes,
-        events: volume_events,
-    } = informers
-        .watch::<PersistentVolume>(watcher::Config::default())
-        .await;
-    let Subscription {
-        store: classes,
-        events: class_events,
-    } = informers
-        .watch::<StorageClass>(watcher::Config::default())
-        .await;
-    let Subscription {
-        store: pods,
-        events: pod_events,
-    } = informers.watch::<Pod>(watcher::Config::default()).await;
+    let (claims, claim_events) = informers.all::<PersistentVolumeClaim>().await.into_parts();
+    let (volumes, volume_events) = informers.all::<PersistentVolume>().await.into_parts();
+    let (classes, class_events) = informers.all::<StorageClass>().await.into_parts();
+    let (pods, pod_events) = informers.all::<Pod>().await.into_parts();
     let ctx = Arc::new(Context {
         client: client.clone(),
         claims: claims.clone(),
@@ -276,10 +256,11 @@ fn volumes_for_claim(
     refs
 }
 
-/// Creates the `standard` StorageClass once the class cache is filled,
-/// when the cluster has none: every cluster starts with a default class.
+/// Creates the `standard` StorageClass when the cluster has none (the
+/// class cache is filled before the controller starts): every cluster
+/// starts with a default class.
 async fn ensure_default_class(ctx: Arc<Context>) {
-    if ctx.classes.wait_until_ready().await.is_err() || !ctx.classes.is_empty() {
+    if !ctx.classes.is_empty() {
         return;
     }
     let api: Api<StorageClass> = Api::all(ctx.client.clone());
@@ -300,15 +281,4 @@ async fn ensure_default_class(ctx: Arc<Context>) {
             }
         }
     }
-}
-
-/// Whether the caches are filled (claims before volumes and classes).
-async fn caches_ready(ctx: &Context) -> Result<(), Error> {
-    let ready = futures::try_join!(
-        ctx.claims.wait_until_ready(),
-        ctx.volumes.wait_until_ready(),
-        ctx.classes.wait_until_ready(),
-        ctx.pods.wait_until_ready(),
-    );
-    ready.map(|_| ()).map_err(|_| Error::CacheStopped)
 }

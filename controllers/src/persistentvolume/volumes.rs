@@ -11,10 +11,9 @@ use kube::Api;
 use serde_json::json;
 
 use super::plan::{self, VolumeAction, BOUND_BY_CONTROLLER};
-use super::{caches_ready, ignore_not_found, provisioner, Context, Error, SYNC_PERIOD};
+use super::{ignore_not_found, provisioner, Context, Error, SYNC_PERIOD};
 
 pub async fn reconcile(volume: Arc<PersistentVolume>, ctx: Arc<Context>) -> Result<Action, Error> {
-    caches_ready(&ctx).await?;
     let name = volume.metadata.name.clone().unwrap_or_default();
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let object = format!("volume {name}");

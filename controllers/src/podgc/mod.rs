@@ -15,7 +15,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 
 use crate::common::informers::Informers;
@@ -47,8 +46,8 @@ pub enum Error {
 /// Caches pods and nodes and collects until aborted.
 pub async fn run(informers: Arc<Informers>, settings: Arc<Settings>) {
     let client = informers.client();
-    let nodes = informers.cache::<Node>(watcher::Config::default()).await;
-    let pods = informers.cache::<Pod>(watcher::Config::default()).await;
+    let nodes = informers.all::<Node>().await.store;
+    let pods = informers.all::<Pod>().await.store;
     collect_forever(client, settings, nodes, pods).await;
 }
 
@@ -58,9 +57,6 @@ async fn collect_forever(
     nodes: Store<Node>,
     pods: Store<Pod>,
 ) {
-    if nodes.wait_until_ready().await.is_err() || pods.wait_until_ready().await.is_err() {
-        return;
-    }
     let mut missing_since = HashMap::new();
     loop {
         let (all_pods, all_nodes) = (pods.state(), nodes.state());

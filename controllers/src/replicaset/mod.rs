@@ -62,17 +62,13 @@ pub enum Error {
     CannotAdopt { key: String },
     #[error("ReplicaSet {key} could not reach spec.replicas: {failure}")]
     Manage { key: String, failure: ManageFailure },
-    #[error("the pod cache of the ReplicaSet controller stopped")]
-    PodCacheStopped,
 }
 
 /// Watches ReplicaSets and pods and syncs ReplicaSets until aborted.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
-    let replica_sets = informers
-        .watch::<ReplicaSet>(watcher::Config::default())
-        .await;
-    let pods = informers.watch::<Pod>(watcher::Config::default()).await;
+    let replica_sets = informers.all::<ReplicaSet>().await;
+    let pods = informers.all::<Pod>().await;
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods: pods.store,
@@ -103,7 +99,7 @@ pub async fn run(informers: Arc<Informers>) {
     );
     let config = Config::default().concurrency(CONCURRENT_SYNCS);
     applier(
-        |rs, ctx| Box::pin(reconcile(rs, ctx)),
+        |rs, ctx| Box::pin(sync::reconcile(rs, ctx)),
         error_policy,
         ctx,
         replica_sets,
@@ -116,16 +112,6 @@ pub async fn run(informers: Arc<Informers>) {
         }
     })
     .await;
-}
-
-/// Syncs once the pod cache is filled: before that, every ReplicaSet
-/// would look as if it had no pods.
-async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.pods
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::PodCacheStopped)?;
-    sync::reconcile(rs, ctx).await
 }
 
 /// Retries a failed sync after 5ms, 10ms, 20ms, … up to 1000s, per

@@ -27,7 +27,7 @@ use skiff_machinery::quota::{self, GroupResource};
 
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
-use crate::common::informers::{Informers, Subscription};
+use crate::common::informers::Informers;
 use crate::manager::Controller;
 
 /// The `resourcequota` controller of the controller-manager.
@@ -64,12 +64,7 @@ pub enum Error {
 /// Watches quotas and the objects quotas usually count, and recounts.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
-    let Subscription {
-        store: quotas,
-        events: quota_events,
-    } = informers
-        .watch::<ResourceQuota>(watcher::Config::default())
-        .await;
+    let (quotas, quota_events) = informers.all::<ResourceQuota>().await.into_parts();
     let ctx = Arc::new(Context {
         client: client.clone(),
         failures: Failures::default(),
@@ -124,7 +119,7 @@ where
         + 'static,
 {
     informers
-        .watch::<K>(watcher::Config::default())
+        .all::<K>()
         .await
         .events
         .touched_objects()

@@ -19,12 +19,12 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::Store;
-use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::runtime::{applier, WatchStreamExt};
 use kube::Client;
 use skiff_machinery::selectors::LabelSelector;
 
 use crate::backoff::Failures;
-use crate::common::informers::{Informers, Subscription};
+use crate::common::informers::Informers;
 use crate::common::owners::controller_of;
 use crate::history::HistoryError;
 use crate::manager::Controller;
@@ -66,8 +66,6 @@ pub enum Error {
     },
     #[error("StatefulSet {0} has no spec")]
     NoSpec(String),
-    #[error("the pod cache of the StatefulSet controller stopped")]
-    CacheStopped,
 }
 
 /// `namespace/name`.
@@ -92,16 +90,8 @@ pub fn selector(set: &StatefulSet) -> Result<LabelSelector, String> {
 /// Watches StatefulSets and pods and syncs StatefulSets until aborted.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
-    let Subscription {
-        store: sets,
-        events: set_events,
-    } = informers
-        .watch::<StatefulSet>(watcher::Config::default())
-        .await;
-    let Subscription {
-        store: pods,
-        events: pod_events,
-    } = informers.watch::<Pod>(watcher::Config::default()).await;
+    let (sets, set_events) = informers.all::<StatefulSet>().await.into_parts();
+    let (pods, pod_events) = informers.all::<Pod>().await.into_parts();
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods,
@@ -115,7 +105,7 @@ pub async fn run(informers: Arc<Informers>) {
     );
     let config = Config::default().concurrency(CONCURRENT_SYNCS);
     applier(
-        |set, ctx| Box::pin(reconcile(set, ctx)),
+        |set, ctx| Box::pin(sync::reconcile(set, ctx)),
         error_policy,
         ctx,
         sets,
@@ -128,14 +118,6 @@ pub async fn run(informers: Arc<Informers>) {
         }
     })
     .await;
-}
-
-async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.pods
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::CacheStopped)?;
-    sync::reconcile(set, ctx).await
 }
 
 fn error_policy(set: Arc<StatefulSet>, err: &Error, ctx: Arc<Context>) -> Action {

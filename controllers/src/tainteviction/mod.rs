@@ -15,7 +15,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 
 use crate::common::informers::Informers;
@@ -48,15 +47,12 @@ pub enum Error {
 /// Caches nodes and pods and evicts until aborted.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
-    let nodes = informers.cache::<Node>(watcher::Config::default()).await;
-    let pods = informers.cache::<Pod>(watcher::Config::default()).await;
+    let nodes = informers.all::<Node>().await.store;
+    let pods = informers.all::<Pod>().await.store;
     evict_forever(client, nodes, pods).await;
 }
 
 async fn evict_forever(client: Client, nodes: Store<Node>, pods: Store<Pod>) {
-    if nodes.wait_until_ready().await.is_err() || pods.wait_until_ready().await.is_err() {
-        return;
-    }
     let mut first_seen: HashMap<String, Timestamp> = HashMap::new();
     loop {
         let now = Timestamp::now();

@@ -10,10 +10,10 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{DeleteParams, Preconditions, PropagationPolicy};
 use kube::runtime::controller::{trigger_self, Action, Config};
-use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::runtime::{applier, WatchStreamExt};
 use kube::{Api, Client};
 
-use crate::common::informers::{Informers, Subscription};
+use crate::common::informers::Informers;
 use crate::job::conditions::finished_at;
 use crate::manager::Controller;
 
@@ -58,10 +58,7 @@ pub fn due(job: &Job, now: Timestamp) -> Option<Duration> {
 /// Watches Jobs and deletes them as they expire, until aborted.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
-    let Subscription {
-        store: jobs,
-        events,
-    } = informers.watch::<Job>(watcher::Config::default()).await;
+    let (jobs, events) = informers.all::<Job>().await.into_parts();
     let events = events.touched_objects();
     applier(
         |job, client| Box::pin(reconcile(job, client)),
