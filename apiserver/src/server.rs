@@ -431,6 +431,34 @@ struct Call<'a> {
 }
 
 impl Call<'_> {
+    /// The object the request's body holds, checked as `fieldValidation`
+    /// asks (with the warnings to send) and converted to the storage
+    /// version: what a create or an update writes.
+    fn body_object(&self) -> ApiResult<(Value, Vec<String>)> {
+        let object = crate::object::parse_request_body(self.content_type, self.body)?;
+        let warnings =
+            field_validation::check(self.served, self.validation, &object, Some(self.body))?;
+        Ok((convert::incoming(self.served, object)?, warnings))
+    }
+
+    /// A read's reply: `whole` as JSON, or the Table of `items` (with a
+    /// list's `metadata`) when the client asked for one.
+    fn reply_read(
+        &self,
+        whole: &Value,
+        items: &[Value],
+        list_meta: Option<&Value>,
+    ) -> ApiResult<Response> {
+        match render_as(self.headers, self.query)? {
+            Some((version, include)) => {
+                let now = jiff::Timestamp::now();
+                let rows = table::table(self.served, items, list_meta, include, version, now);
+                Ok(table_response(version, &rows))
+            }
+            None => Ok(json_response(StatusCode::OK, whole)),
+        }
+    }
+
     /// Who writes, and whether for real (dryRun is read only by writes).
     fn write(&self, kind: OptionsKind) -> ApiResult<Write<'_>> {
         Ok(Write::new(
@@ -580,44 +608,16 @@ async fn list(call: &Call<'_>) -> ApiResult<Response> {
     }
     let list = registry.list(&call.target, &options).await?;
     let list = convert::outgoing(served, list);
-    match render_as(call.headers, query)? {
-        Some((version, include)) => {
-            let items = list["items"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-            let now = jiff::Timestamp::now();
-            let rows = table::table(
-                served,
-                items,
-                Some(&list["metadata"]),
-                include,
-                version,
-                now,
-            );
-            Ok(table_response(version, &rows))
-        }
-        None => Ok(json_response(StatusCode::OK, &list)),
-    }
+    let items = list["items"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    call.reply_read(&list, items, Some(&list["metadata"]))
 }
 
 /// `GET` of one object (or its status), as a Table when asked.
 async fn get_one(call: &Call<'_>, name: &str) -> ApiResult<Response> {
-    let served = call.served;
     let at = call.query.get("resourceVersion").map_or("", String::as_str);
-    let object = convert::outgoing(served, call.registry.get_at(&call.target, name, at).await?);
-    match render_as(call.headers, call.query)? {
-        Some((version, include)) => {
-            let now = jiff::Timestamp::now();
-            let rows = table::table(
-                served,
-                std::slice::from_ref(&object),
-                None,
-                include,
-                version,
-                now,
-            );
-            Ok(table_response(version, &rows))
-        }
-        None => Ok(json_response(StatusCode::OK, &object)),
-    }
+    let object = call.registry.get_at(&call.target, name, at).await?;
+    let object = convert::outgoing(call.served, object);
+    call.reply_read(&object, std::slice::from_ref(&object), None)
 }
 
 async fn put_scale(call: &Call<'_>, name: &str) -> ApiResult<Response> {
@@ -663,27 +663,21 @@ async fn token_request(call: &Call<'_>, namespace: &str, name: &str) -> ApiResul
 }
 
 async fn create(call: &Call<'_>) -> ApiResult<Response> {
-    let served = call.served;
-    let object = crate::object::parse_request_body(call.content_type, call.body)?;
-    let warnings = field_validation::check(served, call.validation, &object, Some(call.body))?;
-    let object = convert::incoming(served, object)?;
+    let (object, warnings) = call.body_object()?;
     let write = call.write(OptionsKind::Create)?;
     let created = call.registry.create(&call.target, object, &write).await?;
-    let created = convert::outgoing(served, created);
+    let created = convert::outgoing(call.served, created);
     Ok(warned_response(StatusCode::CREATED, &created, &warnings))
 }
 
 async fn update(call: &Call<'_>, name: &str, sub: Option<&str>) -> ApiResult<Response> {
-    let served = call.served;
-    let object = crate::object::parse_request_body(call.content_type, call.body)?;
-    let warnings = field_validation::check(served, call.validation, &object, Some(call.body))?;
-    let object = convert::incoming(served, object)?;
+    let (object, warnings) = call.body_object()?;
     let write = call.write(OptionsKind::Update)?;
     let updated = call
         .registry
         .update(&call.target, name, object, sub, &write)
         .await?;
-    let updated = convert::outgoing(served, updated);
+    let updated = convert::outgoing(call.served, updated);
     Ok(warned_response(StatusCode::OK, &updated, &warnings))
 }
 
