@@ -149,7 +149,11 @@ pub async fn measure(
 
 /// `skiff controller-manager` for `server`'s plain loopback port (where
 /// every request acts as the administrator), without leader election.
-fn start_controller_manager(skiff: &Program, dir: &Path, server: &SkiffUp) -> Result<ServerProcess> {
+fn start_controller_manager(
+    skiff: &Program,
+    dir: &Path,
+    server: &SkiffUp,
+) -> Result<ServerProcess> {
     let kubeconfig = dir.join("controller-manager.kubeconfig");
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: skiff\n  cluster: {{server: \"{}\"}}\n\
@@ -465,12 +469,14 @@ mod tests {
         let config = RolloutConfig {
             replicas: 1000,
             nodes: 100,
+            controller_manager_process: false,
         };
         assert_eq!(config.max_unavailable(), 250);
         assert_eq!(config.max_surge(), 250);
         let odd = RolloutConfig {
             replicas: 10,
             nodes: 1,
+            controller_manager_process: false,
         };
         assert_eq!((odd.max_unavailable(), odd.max_surge()), (2, 3));
     }

@@ -63,9 +63,14 @@ pub fn print(config: &RolloutConfig, result: &RolloutResult) {
          beside what maxSurge and maxUnavailable (25% each) allow; a status poll every 100 ms can miss a brief extreme."
     );
     let mib = |bytes: Option<u64>| {
-        bytes.map_or("unknown".into(), |b| format!("{:.0} MiB", b as f64 / (1 << 20) as f64))
+        bytes.map_or("unknown".into(), |b| {
+            format!("{:.0} MiB", b as f64 / (1 << 20) as f64)
+        })
     };
-    println!("skiff up: peak resident memory {}", mib(result.skiff_peak_rss));
+    println!(
+        "skiff up: peak resident memory {}",
+        mib(result.skiff_peak_rss)
+    );
     if let Some(manager) = &result.controller_manager {
         let cpu = manager.cpu.as_secs_f64();
         println!(
