@@ -111,6 +111,10 @@ pub fn forbidden(group: &str, resource: &str, name: &str, why: impl std::fmt::Di
 pub struct Admission {
     webhooks: webhook::Caller,
     decoded: Decoded,
+    /// The revision of the last write this API server made of each
+    /// resource (by storage prefix): what admission's reads of it must
+    /// have caught up with.
+    written: Mutex<HashMap<String, i64>>,
 }
 
 impl Admission {
@@ -174,12 +178,27 @@ impl Admission {
         self.webhooks.validate(registry, attrs).await
     }
 
-    /// A write of `resource` was stored: webhook configurations read
-    /// before it (by requests running meanwhile) are stale.
-    pub fn written(&self, resource: &'static ResourceType) {
+    /// A write of `resource` was stored at `revision`: webhook
+    /// configurations read before it (by requests running meanwhile) are
+    /// stale, and admission's reads of `resource` wait until the watch
+    /// cache has it.
+    pub fn written(&self, resource: &'static ResourceType, revision: i64) {
         if resource.group == webhook::GROUP {
             self.webhooks.forget();
         }
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let last = written.entry(resource.storage_prefix()).or_default();
+        *last = (*last).max(revision);
+    }
+
+    /// What a read of `resource` must have caught up with: this API
+    /// server's last write of it.
+    fn last_written(&self, resource: &ResourceType) -> i64 {
+        let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        written
+            .get(&resource.storage_prefix())
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Gives back what [`Self::validate`] charged to quotas for a write
@@ -200,29 +219,31 @@ impl Admission {
     }
 }
 
-/// The watch cache of `resource` once it has caught up with the store's
-/// revision of now (Kubernetes' consistent read from the cache): what
-/// admission reads instead of the store, so that it sees every write
-/// acknowledged before (a namespace deleted or a quota written a moment
-/// ago counts) without reading or decoding any value the cache holds.
-/// `None` when the cache cannot catch up in time: the store answers.
+/// The watch cache of `resource`, as admission reads it instead of the
+/// store (Kubernetes' admission plugins read informers): once it has every
+/// write this API server made of `resource` (a namespace deleted or a
+/// limit range created a moment ago through it counts), without a store
+/// read and without waiting for writes of other resources. What another
+/// member's API server wrote a moment ago may not be there yet, as in
+/// Kubernetes. `None` when the cache cannot catch up in time: the store
+/// answers.
 async fn lister(
     registry: &Registry,
     resource: &'static ResourceType,
 ) -> ApiResult<Option<Arc<crate::cache::ResourceCache>>> {
+    let freshness = match registry.admission().last_written(resource) {
+        0 => crate::cache::Freshness::Any,
+        revision => crate::cache::Freshness::AtLeast(revision),
+    };
     registry
         .cache
-        .fresh(
-            resource,
-            crate::cache::Freshness::Consistent,
-            crate::cache::READY_WAIT,
-        )
+        .fresh(resource, freshness, crate::cache::READY_WAIT)
         .await
 }
 
 /// Reads one object of one of the few resources admission consults
 /// (namespaces, priority classes, service accounts…), through the watch
-/// cache caught up with the store; None when it does not exist. An object
+/// cache (see [`lister`]); None when it does not exist. An object
 /// already decoded at its revision is not decoded again.
 pub(crate) async fn read(
     registry: &Registry,
@@ -261,8 +282,8 @@ pub(crate) async fn read(
 }
 
 /// Lists every object of one of the few resources admission consults (in
-/// `namespace`, if given), through the watch cache caught up with the
-/// store. Where the cache cannot catch up in time, from the store: when
+/// `namespace`, if given), through the watch cache (see [`lister`]).
+/// Where the cache cannot catch up in time, from the store: when
 /// every object is already decoded at the revision the store has for it,
 /// without reading their values.
 pub(crate) async fn list(
@@ -307,9 +328,9 @@ pub(crate) async fn list(
 }
 
 /// The objects [`read`] and [`list`] decoded, by key, each with the revision
-/// it was decoded at. Admission reads on every write, from a watch cache
-/// caught up with the store (so that it decides on the newest objects: a
-/// quota or a namespace's deletion made a moment ago counts), but the
+/// it was decoded at. Admission reads on every write, from the watch cache
+/// (with every write this API server made of what it reads: a quota or a
+/// namespace's deletion made a moment ago counts), but the
 /// objects it reads change seldom: one that has not changed since is not
 /// decoded again (a namespace and the priority
 /// classes were two decodes per pod created), and, where the store can say
@@ -518,10 +539,10 @@ pub(crate) mod tests {
             .is_none());
     }
 
-    /// Admission reads through the watch cache, caught up with the store:
-    /// no value is read from the store, an unchanged object is not decoded
-    /// again (by `read` or by `list`), and a change or a delete made a
-    /// moment before is seen at once.
+    /// Admission reads through the watch cache: no value is read from the
+    /// store, an unchanged object is not decoded again (by `read` or by
+    /// `list`), and a change or a delete this API server made a moment
+    /// before is seen at once.
     #[tokio::test]
     async fn admission_reads_through_the_watch_cache_and_sees_every_write() {
         use crate::registry::{Target, Write};

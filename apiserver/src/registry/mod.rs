@@ -532,7 +532,7 @@ impl Registry {
                 return Err(storage_error(target, &name, err));
             }
         };
-        self.admission.written(resource);
+        self.admission.written(resource, revision);
         metadata_mut(&mut object).insert("resourceVersion".into(), json!(revision.to_string()));
         if is_crd(resource) {
             crate::crd::register(&object);
@@ -774,7 +774,7 @@ impl Registry {
                 return Err(storage_error(target, name, err));
             }
         };
-        self.admission.written(resource);
+        self.admission.written(resource, written);
         if is_service(resource) {
             // What the Service held before and holds no more.
             let kept = match gone {
@@ -1051,6 +1051,7 @@ impl Registry {
             )
             .await
             .map_err(|err| storage_error(target, name, err))?;
+        self.admission.written(target.resource, written);
         metadata_mut(&mut marked).insert("resourceVersion".into(), json!(written.to_string()));
         Ok(marked)
     }
@@ -1074,7 +1075,7 @@ impl Registry {
             .delete(&key, revision)
             .await
             .map_err(|err| storage_error(target, name, err))?;
-        self.admission.written(resource);
+        self.admission.written(resource, deleted);
         self.admission.removed(self, resource, &current).await;
         if is_service(resource) {
             let held = crate::service_alloc::held(&current);
