@@ -14,31 +14,28 @@
 //! Preemption (`preemptVerb`) is parsed but not called.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
+use http_body_util::Full;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::RootCertStore;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::framework::{NodeInfo, NodeScore, NodeStatuses, Status, MAX_NODE_SCORE};
 use crate::plugins::node_resources_fit::allocation::is_extended_resource_name;
 
-mod http;
+mod tls;
 mod wire;
 
-use http::*;
+use skiff_machinery::http_client::{self, Tls, Url};
+use tls::*;
 use wire::*;
 
 /// The highest score an extender gives a node (`MaxExtenderPriority`).
@@ -54,9 +51,6 @@ pub const EXTENDER_PLUGIN_NAME: &str = "Extender";
 
 /// The largest answer read from an extender (a full node list included).
 const MAX_RESPONSE_BYTES: usize = 128 * 1024 * 1024;
-
-/// The system's trust roots as one PEM bundle (Debian, Ubuntu, Alpine).
-const SYSTEM_TRUST_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// One entry of `extenders`, as KubeSchedulerConfiguration v1 spells it.
 #[derive(Debug, Default, Deserialize)]
@@ -143,13 +137,6 @@ pub struct Extender {
     tls: Option<Tls>,
 }
 
-#[derive(Debug)]
-struct Tls {
-    config: Arc<ClientConfig>,
-    /// `tlsConfig.serverName`: the name verified instead of the URL's host.
-    server_name: Option<String>,
-}
-
 /// What an extender's filter call answered.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FilterOutcome {
@@ -181,7 +168,7 @@ impl Extender {
         if url_prefix.is_empty() {
             return Err(ConfigError::new("urlPrefix", "Required value"));
         }
-        Target::parse(&url_prefix).map_err(|why| {
+        Url::parse(&url_prefix).map_err(|why| {
             ConfigError::new("urlPrefix", format!("Invalid value: {url_prefix:?}: {why}"))
         })?;
         let prioritize_verb = config.prioritize_verb.unwrap_or_default();
@@ -473,7 +460,7 @@ impl Extender {
     /// read as Go's HTTP client words them.
     async fn send(&self, verb: &str, body: Vec<u8>) -> Result<Value, String> {
         let url = self.url(verb);
-        let target = Target::parse(&url).map_err(|why| format!("Post {url:?}: {why}"))?;
+        let target = Url::parse(&url).map_err(|why| format!("Post {url:?}: {why}"))?;
         let deadline = Instant::now() + self.timeout;
         let request = hyper::Request::post(target.path.as_str())
             .header(hyper::header::HOST, target.authority.as_str())
@@ -482,26 +469,7 @@ impl Extender {
             .header(hyper::header::USER_AGENT, "kube-scheduler (skiff)")
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| format!("Post {url:?}: {e}"))?;
-        let tls = match target.https {
-            false => None,
-            true => Some(
-                self.connector(&target)
-                    .map_err(|why| format!("Post {url:?}: {why}"))?,
-            ),
-        };
-        let call = async {
-            let tcp = dial(&target).await?;
-            match tls {
-                None => exchange(tcp, request).await,
-                Some((connector, name)) => {
-                    let stream = connector
-                        .connect(name, tcp)
-                        .await
-                        .map_err(|e| handshake_failure(&e))?;
-                    exchange(stream, request).await
-                }
-            }
-        };
+        let call = http_client::send(&target, self.tls.as_ref(), request);
         let (response, driver) = match tokio::time::timeout_at(deadline, call).await {
             Ok(answered) => answered.map_err(|why| format!("Post {url:?}: {why}"))?,
             Err(_) => {
@@ -516,9 +484,9 @@ impl Extender {
                 response.status().as_u16()
             ));
         }
-        let read = http_body_util::Limited::new(response.into_body(), MAX_RESPONSE_BYTES).collect();
+        let read = http_client::read_body(response.into_body(), MAX_RESPONSE_BYTES);
         let collected = match tokio::time::timeout_at(deadline, read).await {
-            Ok(Ok(collected)) => collected.to_bytes(),
+            Ok(Ok(collected)) => collected,
             Ok(Err(e)) => return Err(format!("reading the {verb} response of extender at URL {url}: {e}")),
             Err(_) => {
                 return Err(
@@ -529,21 +497,6 @@ impl Extender {
         };
         drop(driver);
         serde_json::from_slice(&collected).map_err(|e| self.decode_error(verb, &e.to_string()))
-    }
-
-    /// The TLS connector and server name for an https call.
-    fn connector(
-        &self,
-        target: &Target,
-    ) -> Result<(tokio_rustls::TlsConnector, ServerName<'static>), String> {
-        let (config, name) = match &self.tls {
-            Some(tls) => (tls.config.clone(), tls.server_name.clone()),
-            None => (system_client_config()?, None),
-        };
-        let name = name.unwrap_or_else(|| target.host.clone());
-        let server_name = ServerName::try_from(name.clone())
-            .map_err(|e| format!("{name:?} is not a valid TLS server name: {e}"))?;
-        Ok((tokio_rustls::TlsConnector::from(config), server_name))
     }
 }
 

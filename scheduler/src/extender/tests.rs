@@ -1,12 +1,14 @@
 use super::*;
 
+use std::net::SocketAddr;
 use std::sync::Mutex;
 
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
+use rustls::pki_types::PrivateKeyDer;
 use serde_json::json;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::framework::Code;
 
@@ -542,31 +544,6 @@ fn extenders_are_validated_together() {
     assert!(extenders_from_config(&[]).unwrap().is_empty());
 }
 
-#[test]
-fn urls_are_split_for_the_call() {
-    let target = Target::parse("http://127.0.0.1:8080/scheduler/filter").unwrap();
-    assert_eq!(
-        target,
-        Target {
-            https: false,
-            host: "127.0.0.1".into(),
-            port: 8080,
-            authority: "127.0.0.1:8080".into(),
-            path: "/scheduler/filter".into(),
-        }
-    );
-    let v6 = Target::parse("https://[::1]/f?x=1#frag").unwrap();
-    assert_eq!(
-        (v6.host.as_str(), v6.port, v6.path.as_str()),
-        ("::1", 443, "/f?x=1")
-    );
-    assert_eq!(v6.dial_address(), "[::1]:443");
-    assert_eq!(Target::parse("HTTP://e?q").unwrap().path, "/?q");
-    assert!(Target::parse("http://user@e/").is_err());
-    assert!(Target::parse("http://[::1/").is_err());
-    assert!(Target::parse("http:///x").is_err());
-}
-
 #[tokio::test]
 async fn the_filter_chain_records_why_nodes_fail() {
     let (url, seen) = extender_server().await;
@@ -786,10 +763,12 @@ async fn https_extenders_are_verified_with_their_ca() {
         .filter(&pod(), &nodes(&["n1"]))
         .await
         .unwrap_err();
-    assert_eq!(
-        err,
-        format!("Post \"{url}/filter\": tls: failed to verify certificate: x509: certificate signed by unknown authority")
+    // Both certificates have rcgen's subject: Go adds "(possibly because
+    // of a bad signature…)" to the message for a namesake root.
+    let unknown = format!(
+        "Post \"{url}/filter\": tls: failed to verify certificate: x509: certificate signed by unknown authority"
     );
+    assert!(err.starts_with(&unknown), "{err}");
 }
 
 #[tokio::test]
