@@ -97,7 +97,10 @@ async fn the_controllers_share_one_watch_per_resource() -> Result<()> {
     let start = Instant::now();
     while watchers(&http, "serviceaccounts").await? == 0 {
         if let Some(exit) = manager.try_exit()? {
-            bail!("the controller-manager exited ({exit}): {}", manager.stderr());
+            bail!(
+                "the controller-manager exited ({exit}): {}",
+                manager.stderr()
+            );
         }
         ensure!(
             start.elapsed() < TIMEOUT,

@@ -270,7 +270,12 @@ async fn pods_of_an_unreachable_node_are_evicted_and_the_taints_go_when_it_retur
         let sets = kubectl.run(&["get", "replicasets", "-o", "wide"])?;
         let log = node.server.stderr();
         let tail: Vec<&str> = log.lines().rev().take(60).collect();
-        bail!("{err}\n{}\n{}\n{}", pods.stdout, sets.stdout, tail.join("\n"));
+        bail!(
+            "{err}\n{}\n{}\n{}",
+            pods.stdout,
+            sets.stdout,
+            tail.join("\n")
+        );
     }
     let reasons = kubectl.ok(&[
         "get",
