@@ -19,6 +19,7 @@ pub mod history;
 pub mod job;
 pub mod manager;
 pub mod namespace;
+pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod persistentvolume;
 pub mod podgc;

@@ -44,6 +44,17 @@ pub struct Settings {
     /// Where the hostPath provisioner makes its volumes' directories
     /// (`--host-path-provisioner-dir`; `skiff up` uses `DATA_DIR/volumes`).
     pub host_path_provisioner_dir: std::path::PathBuf,
+    /// Whether the node IPAM controller gives Nodes pod CIDRs
+    /// (`--allocate-node-cidrs`; on in skiff, off in kube-controller-manager).
+    pub allocate_node_cidrs: bool,
+    /// Where Nodes' pod CIDRs come from: one CIDR, or an IPv4 and an IPv6
+    /// one (`--cluster-cidr`).
+    pub cluster_cidrs: Vec<ipnet::IpNet>,
+    /// The prefix length of each Node's IPv4 pod range
+    /// (`--node-cidr-mask-size-ipv4`, or `--node-cidr-mask-size`).
+    pub node_cidr_mask_size_ipv4: u8,
+    /// The same for IPv6 (`--node-cidr-mask-size-ipv6`).
+    pub node_cidr_mask_size_ipv6: u8,
 }
 
 /// The hostPath provisioner's default base directory, as kube's hostPath
@@ -59,6 +70,12 @@ impl Default for Settings {
             node_eviction_rate: 0.1,
             terminated_pod_gc_threshold: 12_500,
             host_path_provisioner_dir: DEFAULT_HOST_PATH_PROVISIONER_DIR.into(),
+            allocate_node_cidrs: true,
+            cluster_cidrs: vec![crate::nodeipam::DEFAULT_CLUSTER_CIDR
+                .parse()
+                .expect("a valid CIDR")],
+            node_cidr_mask_size_ipv4: 24,
+            node_cidr_mask_size_ipv6: 64,
         }
     }
 }
@@ -81,6 +98,7 @@ pub fn all() -> Vec<Controller> {
         crate::garbagecollector::CONTROLLER,
         crate::job::CONTROLLER,
         crate::namespace::CONTROLLER,
+        crate::nodeipam::CONTROLLER,
         crate::nodelifecycle::CONTROLLER,
         crate::persistentvolume::CONTROLLER,
         crate::podgc::CONTROLLER,

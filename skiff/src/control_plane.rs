@@ -235,15 +235,44 @@ pub struct ControllerFlags {
     /// /tmp/skiff-hostpath-provisioner; `skiff up`: DATA_DIR/volumes].
     #[arg(long)]
     pub host_path_provisioner_dir: Option<PathBuf>,
+    /// Give Nodes pod CIDRs from --cluster-cidr (the node IPAM
+    /// controller; kube-controller-manager's default is false).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub allocate_node_cidrs: bool,
+    /// Where Nodes' pod CIDRs come from: a CIDR, or an IPv4 and an IPv6
+    /// one, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = skiff_controllers::nodeipam::DEFAULT_CLUSTER_CIDR)]
+    pub cluster_cidr: Vec<ipnet::IpNet>,
+    /// The prefix length of each Node's pod range in a single-stack
+    /// cluster [default: 24 for IPv4, 64 for IPv6].
+    #[arg(long)]
+    pub node_cidr_mask_size: Option<u8>,
+    /// The prefix length of each Node's IPv4 pod range.
+    #[arg(long, default_value_t = 24)]
+    pub node_cidr_mask_size_ipv4: u8,
+    /// The prefix length of each Node's IPv6 pod range.
+    #[arg(long, default_value_t = 64)]
+    pub node_cidr_mask_size_ipv6: u8,
 }
 
 impl ControllerFlags {
-    /// The controllers chosen, none when `enabled` is false.
+    /// The controllers chosen, none when `enabled` is false. The node
+    /// IPAM flags are checked here when that controller is among them.
     pub fn chosen(&self, enabled: bool) -> Result<Vec<Controller>> {
         if !enabled {
             return Ok(Vec::new());
         }
-        manager::select(&self.controllers).map_err(|e| anyhow::anyhow!(e))
+        let chosen = manager::select(&self.controllers).map_err(|e| anyhow::anyhow!(e))?;
+        if self.allocate_node_cidrs && chosen.iter().any(|c| c.name == "nodeipam") {
+            let settings = self.settings();
+            skiff_controllers::nodeipam::Allocator::new(
+                &settings.cluster_cidrs,
+                settings.node_cidr_mask_size_ipv4,
+                settings.node_cidr_mask_size_ipv6,
+            )
+            .map_err(|e| anyhow::anyhow!(e))?;
+        }
+        Ok(chosen)
     }
 
     pub fn settings(&self) -> Settings {
@@ -257,6 +286,22 @@ impl ControllerFlags {
                 .host_path_provisioner_dir
                 .clone()
                 .unwrap_or_else(|| manager::DEFAULT_HOST_PATH_PROVISIONER_DIR.into()),
+            allocate_node_cidrs: self.allocate_node_cidrs,
+            cluster_cidrs: self.cluster_cidr.clone(),
+            // --node-cidr-mask-size is for a single-stack cluster, of
+            // whichever family it is.
+            node_cidr_mask_size_ipv4: match self.cluster_cidr.as_slice() {
+                [ipnet::IpNet::V4(_)] => self
+                    .node_cidr_mask_size
+                    .unwrap_or(self.node_cidr_mask_size_ipv4),
+                _ => self.node_cidr_mask_size_ipv4,
+            },
+            node_cidr_mask_size_ipv6: match self.cluster_cidr.as_slice() {
+                [ipnet::IpNet::V6(_)] => self
+                    .node_cidr_mask_size
+                    .unwrap_or(self.node_cidr_mask_size_ipv6),
+                _ => self.node_cidr_mask_size_ipv6,
+            },
         }
     }
 }
