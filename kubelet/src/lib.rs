@@ -21,6 +21,7 @@ pub mod env;
 pub mod eviction;
 pub mod eviction_manager;
 pub mod logs;
+pub mod network;
 pub mod node;
 pub mod pod;
 pub mod probe;
