@@ -14,6 +14,7 @@ use kube::Client;
 use tokio::sync::watch;
 
 use crate::env::NodeFacts;
+use crate::network::{NetworkConfig, PodNetwork};
 use crate::node::config::NodeConfig;
 use crate::node::host::{HostReader, LinuxHost};
 use crate::node::{lease, register, status};
@@ -53,6 +54,8 @@ pub struct KubeletConfig {
     /// TLS for the kubelet's port; it decides whose certificates get in.
     /// `None`: plain HTTP.
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// Each pod's own network through CNI; `None`: pods share the host's.
+    pub network: Option<NetworkConfig>,
 }
 
 /// Runs the kubelet until `shutdown` resolves.
@@ -135,6 +138,7 @@ pub async fn run(
             launcher: launcher(&client, &config, &node),
             backoff: config.backoff,
             config_retry: Duration::from_secs(5),
+            network: pod_network(config.network.clone()),
         },
         runtime.clone(),
         recovered,
@@ -168,6 +172,22 @@ pub async fn run(
     }
     let _ = serving.await;
     Ok(())
+}
+
+/// The pods' network, where the host can give pods their own: else the
+/// kubelet says once why they share the host's.
+fn pod_network(config: Option<NetworkConfig>) -> Option<Arc<PodNetwork>> {
+    let config = config?;
+    match crate::network::unavailable_reason() {
+        None => {
+            tracing::info!(conf_dir = %config.conf_dir.display(), "pods get their own network through CNI");
+            Some(Arc::new(PodNetwork::new(config)))
+        }
+        Some(why) => {
+            tracing::warn!(reason = %why, "pods share the host's network: they cannot have their own here");
+            None
+        }
+    }
 }
 
 /// Registers the Node, retrying while the API cannot be reached.

@@ -44,9 +44,13 @@ impl ContainerFinder for Containers {
                 )
             })
     }
-    fn running_pod(&self, namespace: &str, pod: &str) -> Result<(), Refusal> {
+    fn running_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+    ) -> Result<Option<std::path::PathBuf>, Refusal> {
         if namespace == "default" && self.0.keys().any(|(p, _)| p == pod) {
-            Ok(())
+            Ok(None)
         } else {
             Err(Refusal::new(StatusCode::NOT_FOUND, "pod not found"))
         }
@@ -115,6 +119,7 @@ impl Kubelet {
             stdin: console.stdin,
             stdin_once: false,
             tty: console.tty,
+            netns: None,
         };
         let handle = runtime.start(spec).await.unwrap();
         let containers = HashMap::from([(("web".into(), "app".into()), handle.clone())]);

@@ -51,8 +51,12 @@ impl ContainerFinder for OnePod {
             ))
         }
     }
-    fn running_pod(&self, _namespace: &str, _pod: &str) -> Result<(), Refusal> {
-        Ok(())
+    fn running_pod(
+        &self,
+        _namespace: &str,
+        _pod: &str,
+    ) -> Result<Option<std::path::PathBuf>, Refusal> {
+        Ok(None)
     }
 }
 
@@ -167,6 +171,7 @@ impl Cluster {
                 stdin,
                 stdin_once: false,
                 tty: false,
+                netns: None,
             })
             .await
             .unwrap();

@@ -37,6 +37,7 @@ fn spec(container: &str, attempt: u32, argv: &[&str]) -> ContainerSpec {
         stdin: false,
         stdin_once: false,
         tty: false,
+        netns: None,
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use skiff_kubelet::agent::{self, KubeletConfig};
+use skiff_kubelet::network::NetworkConfig;
 use skiff_kubelet::node::config::{
     parse_labels, parse_taints, EvictionThresholds, NodeConfig, ResourceList,
 };
@@ -75,6 +76,36 @@ pub struct NodeArgs {
     /// them within their grace periods.
     #[arg(long)]
     pub keep_pods_on_exit: bool,
+    /// How pods get their network: `cni` gives each pod a network
+    /// namespace and an address of its own through the CNI plugins (as
+    /// root, where the kernel has network namespaces; elsewhere pods share
+    /// the host's, and the kubelet says so); `host`: every pod shares the
+    /// host's network.
+    #[arg(long, value_enum, default_value = "host")]
+    pub pod_network: PodNetworkMode,
+    /// Where the CNI network configuration is read; without one there the
+    /// kubelet writes a bridge network over the Node's pod CIDR
+    /// [default: ROOT_DIR/cni/net.d].
+    #[arg(long)]
+    pub cni_conf_dir: Option<PathBuf>,
+    /// Where the CNI plugins are, comma-separated (Debian's
+    /// containernetworking-plugins package puts them in /usr/lib/cni).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "/usr/lib/cni,/opt/cni/bin"
+    )]
+    pub cni_bin_dir: Vec<PathBuf>,
+    /// The bridge of the default network.
+    #[arg(long, default_value = "skiff0")]
+    pub pod_bridge: String,
+}
+
+/// How pods get their network (`--pod-network`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PodNetworkMode {
+    Host,
+    Cni,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -178,7 +209,7 @@ pub fn kubelet_config(args: &NodeArgs, root_dir: &Path) -> Result<KubeletConfig>
     let exe = std::env::current_exe().context("finding the skiff binary for the container shim")?;
     Ok(KubeletConfig {
         node,
-        root_dir,
+        root_dir: root_dir.clone(),
         listen: args.kubelet_listen,
         shim: vec![exe.into_os_string(), OsString::from(SHIM_COMMAND)],
         cgroup_parent: args.cgroup_parent.clone(),
@@ -192,6 +223,19 @@ pub fn kubelet_config(args: &NodeArgs, root_dir: &Path) -> Result<KubeletConfig>
         eviction_interval: args.eviction_interval,
         streaming_idle_timeout: args.streaming_connection_idle_timeout,
         tls: None,
+        network: match args.pod_network {
+            PodNetworkMode::Host => None,
+            PodNetworkMode::Cni => Some(NetworkConfig {
+                conf_dir: args
+                    .cni_conf_dir
+                    .clone()
+                    .unwrap_or_else(|| root_dir.join("cni/net.d")),
+                bin_dirs: args.cni_bin_dir.clone(),
+                netns_dir: skiff_kubelet::network::netns::NETNS_DIR.into(),
+                state_dir: root_dir.join("cni"),
+                bridge: args.pod_bridge.clone(),
+            }),
+        },
     })
 }
 

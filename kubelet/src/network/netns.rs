@@ -104,6 +104,18 @@ pub fn run_in<T: Send + 'static>(
     .unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")))
 }
 
+/// Opens the namespace at `path` for a child process to enter before it
+/// execs (see [`enter_fd`]); the file is closed on exec.
+pub fn open(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    File::open(path).map(std::os::fd::OwnedFd::from)
+}
+
+/// In a forked child before exec: enters the network namespace open at
+/// `fd`. Only setns(2), which is async-signal-safe.
+pub fn enter_fd(fd: std::os::fd::RawFd) -> io::Result<()> {
+    check(unsafe { libc::setns(fd, libc::CLONE_NEWNET) })
+}
+
 /// The namespace files under `dir` whose names start with `prefix`: what
 /// a kubelet made, for finding the ones no pod holds any more.
 pub fn list(dir: &Path, prefix: &str) -> Vec<PathBuf> {

@@ -103,10 +103,15 @@ impl ContainerRunner {
                     self.shared()
                         .set_handle(&self.container.name, Some(handle.clone()));
                     self.mark_running(&handle, attempt);
+                    let network = self.shared().network();
                     let launch = self
                         .context
                         .launcher
-                        .launch(&self.pod, &self.container)
+                        .launch(
+                            &self.pod,
+                            &self.container,
+                            network.as_ref().map(|(ip, ns)| (ip.as_str(), ns.as_path())),
+                        )
                         .await;
                     (handle, launch.map(|l| l.probe_target).unwrap_or_default())
                 }
@@ -185,11 +190,16 @@ impl ContainerRunner {
     ) -> Result<(ContainerHandle, probe::ProbeTarget), Option<Ended>> {
         // Until the container can be launched (its claims bound, its
         // ConfigMaps there…) it waits; such tries are not restarts.
+        let network = self.shared().network();
         let launch = loop {
             match self
                 .context
                 .launcher
-                .launch(&self.pod, &self.container)
+                .launch(
+                    &self.pod,
+                    &self.container,
+                    network.as_ref().map(|(ip, ns)| (ip.as_str(), ns.as_path())),
+                )
                 .await
             {
                 Ok(launch) => break launch,
@@ -215,6 +225,7 @@ impl ContainerRunner {
             stdin: self.container.stdin.unwrap_or(false),
             stdin_once: self.container.stdin_once.unwrap_or(false),
             tty: self.container.tty.unwrap_or(false),
+            netns: network.map(|(_, netns)| netns),
         };
         match self.context.runtime.start(spec).await {
             Ok(handle) => {

@@ -46,8 +46,19 @@ pub struct PodLauncher {
 }
 
 impl PodLauncher {
-    /// Prepares volumes and resolves the container's start.
-    pub async fn launch(&self, pod: &Pod, container: &Container) -> Result<Launch, NotStarted> {
+    /// Prepares volumes and resolves the container's start. `network` is
+    /// the pod's own network (its address and namespace) when it has one.
+    pub async fn launch(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        network: Option<(&str, &Path)>,
+    ) -> Result<Launch, NotStarted> {
+        let mut node = self.node.clone();
+        if let Some((ip, _)) = network {
+            node.pod_ip = ip.to_string();
+            node.pod_ips = vec![ip.to_string()];
+        }
         let sources = self.sources(pod).await?;
         let prepared = volumes::prepare(&self.pods_dir, pod, &sources)
             .await
@@ -61,7 +72,7 @@ impl PodLauncher {
                 message: err.to_string(),
             })?;
         let env =
-            env::container_env(pod, container, &sources, &self.node, &prepared).map_err(|err| {
+            env::container_env(pod, container, &sources, &node, &prepared).map_err(|err| {
                 NotStarted {
                     reason: "CreateContainerConfigError",
                     message: err.to_string(),
@@ -83,10 +94,11 @@ impl PodLauncher {
         }
         Ok(Launch {
             probe_target: ProbeTarget {
-                host: self.node.pod_ip.clone(),
+                host: node.pod_ip.clone(),
                 env: env.clone(),
                 working_dir: working_dir.clone(),
                 ports: container.ports.clone().unwrap_or_default(),
+                netns: network.map(|(_, netns)| netns.to_path_buf()),
             },
             argv,
             env,

@@ -26,6 +26,7 @@ use self::backoff::BackoffConfig;
 use self::launch::PodLauncher;
 use self::shared::PodShared;
 use self::status::PodFacts;
+use crate::network::PodNetwork;
 use crate::runtime::{ProcessRuntime, RecoveredContainer};
 
 /// What every container start of a pod needs.
@@ -37,6 +38,8 @@ pub struct PodContext {
     /// How soon a container that could not be configured (a missing
     /// ConfigMap, say) is tried again.
     pub config_retry: Duration,
+    /// The pods' own network; `None`: pods share the host's.
+    pub network: Option<Arc<PodNetwork>>,
 }
 
 struct Worker {
@@ -52,6 +55,8 @@ pub struct PodManagerConfig {
     pub launcher: PodLauncher,
     pub backoff: BackoffConfig,
     pub config_retry: Duration,
+    /// The pods' own network; `None`: pods share the host's.
+    pub network: Option<Arc<PodNetwork>>,
 }
 
 pub struct PodManager {
@@ -147,6 +152,7 @@ impl PodManager {
             runtime: self.runtime.clone(),
             backoff: self.config.backoff,
             config_retry: self.config.config_retry,
+            network: self.config.network.clone(),
         });
         let (updates, receiver) = watch::channel(Some(pod));
         let recovered = self.recovered.lock().remove(&uid).unwrap_or_default();
@@ -198,6 +204,21 @@ impl PodManager {
         }
         for uid in &removed_volume_dirs(&self.config.launcher.pods_dir, present) {
             let _ = crate::volumes::cleanup(&self.config.launcher.pods_dir, uid).await;
+        }
+        if let Some(network) = &self.config.network {
+            let keep: Vec<String> = present.iter().cloned().collect();
+            for uid in network.orphaned(&keep) {
+                let mut gone = Pod::default();
+                gone.metadata.uid = Some(uid.clone());
+                match network.tear_down(&gone).await {
+                    Ok(()) => {
+                        tracing::info!(pod = %uid, "removed the network of a pod deleted while the kubelet was away")
+                    }
+                    Err(err) => {
+                        tracing::warn!(pod = %uid, error = %err, "removing the network of a pod deleted while the kubelet was away")
+                    }
+                }
+            }
         }
     }
 

@@ -113,6 +113,16 @@ impl PodShared {
         self.evicted.subscribe()
     }
 
+    /// The pod's own network, once set up: its address and namespace.
+    pub fn network(&self) -> Option<(String, std::path::PathBuf)> {
+        let statuses = self.statuses.lock();
+        let facts = &statuses.facts;
+        facts
+            .netns
+            .clone()
+            .map(|netns| (facts.pod_ip.clone(), netns))
+    }
+
     /// Init containers' statuses, regular containers' statuses and facts.
     pub fn snapshot(&self) -> (Vec<ContainerStatus>, Vec<ContainerStatus>, PodFacts) {
         let statuses = self.statuses.lock();

@@ -10,6 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 pub struct PodFacts {
     pub host_ip: String,
     pub pod_ip: String,
+    /// The pod's network namespace once its network is set up; `None`:
+    /// the host's network (pod_ip is then the host's).
+    pub netns: Option<std::path::PathBuf>,
     pub start_time: Option<jiff::Timestamp>,
     /// The pod's volumes are ready and its containers may start.
     pub sandbox_ready: bool,

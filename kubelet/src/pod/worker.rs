@@ -115,6 +115,89 @@ pub async fn run_pod(
     {
         tracing::warn!(pod = %context.shared.pod_label(), error = %err, "removing the pod's volumes");
     }
+    if let Some(network) = context.network.as_ref() {
+        if !crate::network::host_network(&pod) {
+            if let Err(err) = network.tear_down(&pod).await {
+                tracing::warn!(pod = %context.shared.pod_label(), error = %err, "tearing down the pod's network");
+            }
+        }
+    }
+}
+
+/// How soon a pod whose network could not be set up is tried again.
+const NETWORK_RETRY: Duration = Duration::from_secs(1);
+
+/// Sets up the pod's network, trying again until it is or the pod stops
+/// (`None`). Without a network configuration yet, the runtime writes the
+/// default one for the Node's pod CIDRs once the Node has them.
+async fn set_up_network(
+    context: &PodContext,
+    network: &crate::network::PodNetwork,
+    pod: &Pod,
+    stop: &StopSignal,
+) -> Option<crate::network::Sandbox> {
+    let mut said = String::new();
+    loop {
+        if stop.borrow().is_some() {
+            return None;
+        }
+        let attempt = async {
+            if network.network().is_err() {
+                write_default_network(context, network).await?;
+            }
+            network.set_up(pod).await.map_err(|e| e.to_string())
+        };
+        match attempt.await {
+            Ok(sandbox) => return Some(sandbox),
+            Err(why) => {
+                if why != said {
+                    tracing::warn!(pod = %context.shared.pod_label(), error = %why, "setting up the pod's network (FailedCreatePodSandBox); retrying");
+                    said = why;
+                }
+            }
+        }
+        let mut stop = stop.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(NETWORK_RETRY) => {}
+            _ = stop.wait_for(Option::is_some) => return None,
+        }
+    }
+}
+
+/// Writes the default network from the Node's `spec.podCIDRs`, or says
+/// why it cannot yet.
+async fn write_default_network(
+    context: &PodContext,
+    network: &crate::network::PodNetwork,
+) -> Result<(), String> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(context.launcher.client.clone());
+    let name = &context.launcher.node.node_name;
+    let node = nodes
+        .get(name)
+        .await
+        .map_err(|e| format!("reading node {name} for its pod CIDR: {e}"))?;
+    let spec = node.spec.unwrap_or_default();
+    let cidrs = match spec.pod_cidrs.filter(|c| !c.is_empty()) {
+        Some(cidrs) => cidrs,
+        None => spec
+            .pod_cidr
+            .into_iter()
+            .filter(|c| !c.is_empty())
+            .collect(),
+    };
+    if cidrs.is_empty() {
+        return Err(format!(
+            "network is not ready: node {name} has no pod CIDR yet (spec.podCIDR; the node IPAM controller gives one)"
+        ));
+    }
+    match network.write_default_config(&cidrs) {
+        Ok(Some(path)) => {
+            tracing::info!(path = %path.display(), ?cidrs, "wrote the default pod network");
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(err) => Err(err.to_string()),
+    }
 }
 
 /// The grace period of a pod being deleted.
@@ -153,6 +236,17 @@ async fn run_containers(
         // Finished before this kubelet started: nothing runs again.
         context.shared.update_facts(|f| f.initialized = true);
         return;
+    }
+    if let Some(network) = context.network.as_ref() {
+        if !crate::network::host_network(&pod) {
+            let Some(sandbox) = set_up_network(&context, network, &pod, &stop).await else {
+                return;
+            };
+            context.shared.update_facts(|f| {
+                f.pod_ip = sandbox.ips[0].clone();
+                f.netns = Some(sandbox.netns.clone());
+            });
+        }
     }
     context.shared.update_facts(|f| f.sandbox_ready = true);
     let regular_recovered = spec

@@ -83,7 +83,19 @@ fn spawn(
     target: &ProbeTarget,
     writer: PipeWriter,
 ) -> std::io::Result<Child> {
+    let netns = target
+        .netns
+        .as_deref()
+        .map(crate::network::netns::open)
+        .transpose()?;
     let mut command = Command::new(program);
+    if let Some(fd) = netns.as_ref().map(std::os::fd::AsRawFd::as_raw_fd) {
+        // SAFETY: setns(2) is async-signal-safe; `netns` stays open until
+        // after the spawn below.
+        unsafe {
+            command.pre_exec(move || crate::network::netns::enter_fd(fd));
+        }
+    }
     command
         .args(args)
         .env_clear()

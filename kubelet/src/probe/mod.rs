@@ -26,6 +26,9 @@ pub struct ProbeTarget {
     pub working_dir: PathBuf,
     /// The container's ports, to resolve named probe ports.
     pub ports: Vec<ContainerPort>,
+    /// The pod's network namespace, where exec probes run; `None`: the
+    /// host's network.
+    pub netns: Option<PathBuf>,
 }
 
 /// The outcome of one probe, with Kubernetes' message on failure.

@@ -19,6 +19,7 @@ fn target() -> ProbeTarget {
         env: vec![("PATH".to_string(), crate::env::DEFAULT_PATH.to_string())],
         working_dir: PathBuf::new(),
         ports: Vec::new(),
+        netns: None,
     }
 }
 

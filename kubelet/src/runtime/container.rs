@@ -57,6 +57,9 @@ pub struct ContainerSpec {
     /// The container's `tty`: it runs on a terminal of its own, which
     /// attach relays and resizes.
     pub tty: bool,
+    /// The pod's network namespace, which the container joins; `None`:
+    /// the host's network.
+    pub netns: Option<PathBuf>,
 }
 
 /// How a container ended, as its `state.terminated` reports it.

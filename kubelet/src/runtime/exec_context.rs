@@ -23,6 +23,9 @@ pub struct ExecContext {
     /// The container runs on a terminal; attach speaks
     /// [`crate::shim::terminal`]'s frames on its socket.
     pub tty: bool,
+    /// The pod's network namespace, which the command joins, if it has
+    /// one.
+    pub netns: Option<PathBuf>,
 }
 
 impl ExecContext {
@@ -52,6 +55,7 @@ impl ProcessRuntime {
             stdin: spec.stdin || (spec.stdin_socket.is_some() && !spec.tty),
             stdin_socket: spec.stdin_socket,
             tty: spec.tty,
+            netns: spec.netns,
         })
     }
 }

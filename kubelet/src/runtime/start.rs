@@ -281,6 +281,7 @@ fn shim_spec_of(
         stdin: spec.stdin,
         stdin_once: spec.stdin_once,
         tty: spec.tty,
+        netns: spec.netns.clone(),
     }
 }
 

@@ -81,7 +81,11 @@ impl ContainerFinder for NodePods {
             })
     }
 
-    fn running_pod(&self, namespace: &str, pod: &str) -> Result<(), Refusal> {
+    fn running_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+    ) -> Result<Option<std::path::PathBuf>, Refusal> {
         let Some(context) = self.0.pod(namespace, pod) else {
             return Err(Refusal::new(
                 StatusCode::NOT_FOUND,
@@ -94,7 +98,7 @@ impl ContainerFinder for NodePods {
                 format!("pod {namespace}/{pod} has no running container"),
             ));
         }
-        Ok(())
+        Ok(context.shared.network().map(|(_, netns)| netns))
     }
 }
 

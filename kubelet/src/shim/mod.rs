@@ -61,6 +61,10 @@ pub struct ShimSpec {
     /// The container's `tty`: it runs on a terminal of its own.
     #[serde(default)]
     pub tty: bool,
+    /// The pod's network namespace, entered before exec; `None`: the
+    /// host's network.
+    #[serde(default)]
+    pub netns: Option<PathBuf>,
 }
 
 /// The one line the shim writes to its stdout, telling the runtime whether
@@ -103,6 +107,8 @@ enum ShimError {
     OpenTerminal(io::Error),
     #[error("cannot open {path} to enter the container's cgroup: {source}")]
     OpenCgroup { path: PathBuf, source: io::Error },
+    #[error("cannot open the pod's network namespace {path}: {source}")]
+    OpenNetns { path: PathBuf, source: io::Error },
     #[error("exec {program}: {source}")]
     Exec { program: PathBuf, source: io::Error },
     #[error("cannot write exit status {path}: {source}")]
@@ -304,7 +310,26 @@ fn start_container(spec: &ShimSpec, keep_stdin: bool) -> Result<Started, ShimErr
         (None, None)
     };
     let tty = replica.is_some();
+    let netns = match &spec.netns {
+        Some(path) => {
+            Some(
+                crate::network::netns::open(path).map_err(|source| ShimError::OpenNetns {
+                    path: path.clone(),
+                    source,
+                })?,
+            )
+        }
+        None => None,
+    };
     let mut command = container_command(spec, keep_stdin, replica)?;
+    let netns_fd = netns.as_ref().map(|f| f.as_raw_fd());
+    if let Some(fd) = netns_fd {
+        // SAFETY: setns(2) is async-signal-safe; the fd was opened before
+        // the fork and stays open until after the spawn.
+        unsafe {
+            command.pre_exec(move || crate::network::netns::enter_fd(fd));
+        }
+    }
     let cgroup_fd = cgroup_procs.as_ref().map(|f| f.as_raw_fd());
     // SAFETY: the closure only calls setpgid(2) or setsid(2) and ioctl(2),
     // and write(2), which are async-signal-safe, on fds opened before the
@@ -578,6 +603,7 @@ mod tests {
             stdin: false,
             stdin_once: false,
             tty: false,
+            netns: None,
         };
         std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
         assert!(matches!(

@@ -148,7 +148,23 @@ fn start(context: &ExecContext, request: &ExecRequest) -> Result<Started, String
         }
         None => None,
     };
+    let netns = match &context.netns {
+        Some(path) => Some(crate::network::netns::open(path).map_err(|err| {
+            format!(
+                "cannot enter the pod's network namespace {}: {err}",
+                path.display()
+            )
+        })?),
+        None => None,
+    };
     let mut command = Command::new(&program);
+    if let Some(fd) = netns.as_ref().map(AsRawFd::as_raw_fd) {
+        // SAFETY: setns(2) is async-signal-safe; `netns` stays open until
+        // this function returns, after the spawn.
+        unsafe {
+            command.pre_exec(move || crate::network::netns::enter_fd(fd));
+        }
+    }
     command
         .arg0(name)
         .args(args)
@@ -342,6 +358,7 @@ mod tests {
             stdin_socket: None,
             stdin: false,
             tty: false,
+            netns: None,
         }
     }
 

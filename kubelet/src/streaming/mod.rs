@@ -50,7 +50,12 @@ pub trait ContainerFinder: Send + Sync + 'static {
 
     /// Whether pod `namespace/pod` runs here, for port-forward; else the
     /// HTTP refusal the client gets.
-    fn running_pod(&self, namespace: &str, pod: &str) -> Result<(), Refusal>;
+    /// Its network namespace, `None` where it shares the host's.
+    fn running_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+    ) -> Result<Option<std::path::PathBuf>, Refusal>;
 }
 
 /// Why a stream is refused, as the status code and plain-text message the
@@ -351,11 +356,15 @@ async fn port_forward_handler(
         Ok(ports) => ports,
         Err(refusal) => return refusal.into_response(),
     };
-    if let Err(refusal) = streaming.finder.running_pod(&namespace, &pod) {
-        return refusal.into_response();
-    }
+    let netns = match streaming.finder.running_pod(&namespace, &pod) {
+        Ok(netns) => netns,
+        Err(refusal) => return refusal.into_response(),
+    };
     let (mut parts, _body) = request.into_parts();
-    let label = format!("{namespace}/{pod}");
+    let label = portforward::ForwardTarget {
+        label: format!("{namespace}/{pod}"),
+        netns,
+    };
     if is_upgrade_to(&parts.headers, "SPDY/3.1") {
         let idle_timeout = streaming.idle_timeout;
         return upgrade_to_spdy(

@@ -1,6 +1,7 @@
 //! Port-forward's common part: which ports a request names, and one
-//! forwarded connection, to 127.0.0.1:port from the pod's network (the
-//! host's while pods share it), copied both ways until the pod closes it.
+//! forwarded connection, to 127.0.0.1:port from the pod's network (its own
+//! namespace, or the host's where pods share it), copied both ways until
+//! the pod closes it.
 
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -46,16 +47,48 @@ pub enum Forwarded {
     Error(String),
 }
 
+/// The pod a port-forward reaches: its name for messages, and its network
+/// namespace (`None`: the host's network).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardTarget {
+    pub label: String,
+    pub netns: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Display for ForwardTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.label)
+    }
+}
+
+/// A connection to the pod's `127.0.0.1:port`: made in its namespace (the
+/// socket stays there) and handed to tokio.
+async fn connect(port: u16, pod: &ForwardTarget) -> std::io::Result<TcpStream> {
+    let Some(netns) = pod.netns.clone() else {
+        return TcpStream::connect(("127.0.0.1", port)).await;
+    };
+    let stream = tokio::task::spawn_blocking(move || {
+        crate::network::netns::run_in(&netns, move || {
+            let stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+            stream.set_nonblocking(true)?;
+            Ok::<_, std::io::Error>(stream)
+        })?
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    TcpStream::from_std(stream)
+}
+
 /// Connects to `port` and copies: `from_client` into the connection (its
 /// end half-closes it) and the connection's bytes out through `to_client`
 /// until the pod closes it or the client is gone.
 pub async fn forward(
     port: u16,
-    pod: &str,
+    pod: &ForwardTarget,
     mut from_client: mpsc::Receiver<Bytes>,
     to_client: mpsc::Sender<Forwarded>,
 ) {
-    let connection = match TcpStream::connect(("127.0.0.1", port)).await {
+    let connection = match connect(port, pod).await {
         Ok(connection) => connection,
         Err(err) => {
             let message = format!("error forwarding port {port} to pod {pod}: {err}");
@@ -99,6 +132,13 @@ pub async fn forward(
 mod tests {
     use super::*;
 
+    fn web() -> ForwardTarget {
+        ForwardTarget {
+            label: "web".into(),
+            netns: None,
+        }
+    }
+
     fn query(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
             .iter()
@@ -133,7 +173,8 @@ mod tests {
         });
         let (client_tx, client_rx) = mpsc::channel(4);
         let (pod_tx, mut pod_rx) = mpsc::channel(4);
-        let forwarding = tokio::spawn(async move { forward(port, "web", client_rx, pod_tx).await });
+        let forwarding =
+            tokio::spawn(async move { forward(port, &web(), client_rx, pod_tx).await });
         client_tx.send(Bytes::from_static(b"ping")).await.unwrap();
         drop(client_tx);
         let mut echoed = Vec::new();
@@ -155,7 +196,7 @@ mod tests {
         drop(listener);
         let (_client_tx, client_rx) = mpsc::channel(1);
         let (pod_tx, mut pod_rx) = mpsc::channel(1);
-        forward(port, "web", client_rx, pod_tx).await;
+        forward(port, &web(), client_rx, pod_tx).await;
         let Some(Forwarded::Error(message)) = pod_rx.recv().await else {
             panic!("no error");
         };

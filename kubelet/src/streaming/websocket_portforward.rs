@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use super::channel::{ChannelProtocol, Frame};
 use super::idle::Activity;
-use super::portforward::{self, Forwarded};
+use super::portforward::{self, ForwardTarget, Forwarded};
 use super::websocket;
 
 /// Messages queued each way per port.
@@ -23,7 +23,7 @@ const QUEUE: usize = 8;
 pub async fn serve(
     socket: WebSocket,
     protocol: ChannelProtocol,
-    pod: String,
+    pod: ForwardTarget,
     ports: Vec<u16>,
     idle_timeout: Duration,
 ) {

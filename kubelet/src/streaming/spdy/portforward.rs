@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use super::frame::{Frame, FrameReader, Headers};
 use super::{write_frames, QUEUE, REFUSED_STREAM};
-use crate::streaming::portforward::{self, Forwarded};
+use crate::streaming::portforward::{self, ForwardTarget, Forwarded};
 
 /// The subprotocol of port-forward over SPDY.
 pub const PROTOCOL: &str = "portforward.k8s.io";
@@ -28,7 +28,7 @@ struct Pair {
 
 /// Serves port-forward streams on an upgraded connection until the client
 /// ends it; `allowed` limits the ports when the request named some.
-pub async fn serve<IO>(io: IO, pod: String, allowed: Vec<u16>)
+pub async fn serve<IO>(io: IO, pod: ForwardTarget, allowed: Vec<u16>)
 where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
@@ -157,7 +157,7 @@ fn open_stream(
 /// Runs one forwarded connection and ends its streams.
 async fn forward_pair(
     pair: Pair,
-    pod: String,
+    pod: ForwardTarget,
     upload: mpsc::Receiver<Bytes>,
     frames: mpsc::Sender<Frame>,
 ) {

@@ -1,0 +1,254 @@
+//! Pods with networks of their own: `skiff up --pod-network=cni` with its
+//! node IPAM controller and the standard CNI plugins. Two replicas of a
+//! server on one port are both Ready on distinct addresses from the
+//! Node's pod CIDR, each reachable from the host and from the other pod;
+//! a `hostNetwork` pod keeps the host's address; deleting the pods removes
+//! their namespaces and frees their addresses. Needs root and Debian's
+//! containernetworking-plugins (CI installs them).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use skiff_tests::kubectl::Kubectl;
+use skiff_tests::local_node::{apply, jsonpath, wait_until, LocalNode, RELAXED_EVICTION};
+
+/// The cluster CIDR of this test: none other uses it, so its bridge's
+/// routes clash with nothing.
+const CLUSTER_CIDR: &str = "10.213.0.0/16";
+
+/// Root and the plugins, or why the test is skipped (failing under CI).
+fn pod_network_or_skip(test: &str) -> bool {
+    let root = unsafe { libc::geteuid() } == 0;
+    let plugins = ["/usr/lib/cni/bridge", "/opt/cni/bin/bridge"]
+        .iter()
+        .any(|p| Path::new(p).is_file());
+    let why = match (root, plugins) {
+        (true, true) => return true,
+        (false, _) => "needs root (network namespaces)",
+        (true, false) => "needs the CNI plugins: apt-get install containernetworking-plugins",
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: {why}");
+    }
+    eprintln!("{test}: skipped: {why}");
+    false
+}
+
+/// Removes what the test's pods and bridge leave if it fails half-way.
+struct Cleanup {
+    bridge: String,
+    uids: Vec<String>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for uid in &self.uids {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "delete", &format!("skiff-{uid}")])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+const SERVERS: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: app
+        image: python:3
+        command: [python3, -m, http.server, \"8080\"]
+        ports: [{containerPort: 8080}]
+        env:
+        - name: POD_IP
+          valueFrom: {fieldRef: {fieldPath: status.podIP}}
+        readinessProbe:
+          httpGet: {port: 8080, path: /}
+          periodSeconds: 1
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: on-host}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: app, image: busybox, command: [sleep, \"3600\"]}
+";
+
+/// `GET /` of `ip:8080` from the host.
+fn get_from_host(ip: &str) -> Result<String> {
+    let mut stream = std::net::TcpStream::connect((ip, 8080))
+        .with_context(|| format!("connecting to {ip}:8080 from the host"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET / HTTP/1.0\r\nHost: {ip}\r\n\r\n")?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+fn web_pods(kubectl: &Kubectl) -> Result<Vec<(String, String, String)>> {
+    let out = kubectl.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.status.podIP}{\"\\n\"}{end}",
+    ])?;
+    Ok(out
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            Some((
+                parts.next()?.to_string(),
+                parts.next()?.to_string(),
+                parts.next().unwrap_or_default().to_string(),
+            ))
+        })
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_get_addresses_of_their_own_and_give_them_back() -> Result<()> {
+    let test = "pods_get_addresses_of_their_own_and_give_them_back";
+    if !pod_network_or_skip(test) {
+        return Ok(());
+    }
+    let bridge = format!("skt{}", std::process::id() % 100_000);
+    let mut cleanup = Cleanup {
+        bridge: bridge.clone(),
+        uids: Vec::new(),
+    };
+    let more = [
+        "--pod-network=cni".to_string(),
+        format!("--pod-bridge={bridge}"),
+        "--controller-manager=true".to_string(),
+        format!("--cluster-cidr={CLUSTER_CIDR}"),
+    ];
+    let more: Vec<&str> = more.iter().map(String::as_str).collect();
+    let Some(node) = LocalNode::start_with(test, RELAXED_EVICTION, &more).await? else {
+        return Ok(());
+    };
+    let kubectl = &node.kubectl;
+    let pod_cidr = jsonpath(
+        kubectl,
+        "node",
+        skiff_tests::local_node::NODE,
+        "{.spec.podCIDR}",
+    )?;
+    ensure!(
+        pod_cidr.starts_with("10.213."),
+        "the node's pod CIDR is {pod_cidr:?}"
+    );
+    let prefix = pod_cidr
+        .rsplit_once('.')
+        .map(|(p, _)| format!("{p}."))
+        .unwrap_or_default();
+
+    apply(kubectl, "servers.yaml", SERVERS)?;
+    wait_until("both replicas Ready", || {
+        Ok(kubectl
+            .ok(&[
+                "get",
+                "deployment",
+                "web",
+                "-o",
+                "jsonpath={.status.readyReplicas}",
+            ])
+            .unwrap_or_default()
+            == "2")
+    })
+    .await?;
+    let pods = web_pods(kubectl)?;
+    cleanup.uids = pods.iter().map(|(_, uid, _)| uid.clone()).collect();
+    ensure!(pods.len() == 2, "pods: {pods:?}");
+    let (a, b) = (&pods[0], &pods[1]);
+    ensure!(a.2 != b.2, "both pods have {}", a.2);
+    for (name, uid, ip) in [a, b] {
+        ensure!(
+            ip.starts_with(&prefix),
+            "{name} has {ip}, not an address of {pod_cidr}"
+        );
+        ensure!(
+            Path::new(&format!("/run/netns/skiff-{uid}")).exists(),
+            "{name} has no network namespace"
+        );
+        // From the host, through the bridge.
+        let answer = get_from_host(ip)?;
+        ensure!(
+            answer.starts_with("HTTP/1.0 200"),
+            "{name} at {ip}: {answer}"
+        );
+        // The downward API's podIP is the pod's own.
+        let env = kubectl.ok(&["exec", name, "--", "sh", "-c", "echo $POD_IP"])?;
+        ensure!(
+            env.trim() == ip.as_str(),
+            "{name}: POD_IP is {env}, not {ip}"
+        );
+    }
+    // From one pod to the other, by address.
+    let fetch = format!(
+        "import urllib.request; print(urllib.request.urlopen('http://{}:8080/').status)",
+        b.2
+    );
+    let status = kubectl.ok(&["exec", &a.0, "--", "python3", "-c", &fetch])?;
+    ensure!(status.trim() == "200", "{} → {}: {status}", a.0, b.2);
+    // A server of the pod on 127.0.0.1 is the pod's own loopback: the
+    // other pod's port is not there.
+    let local = "import socket; s = socket.socket(); s.settimeout(2); print(s.connect_ex(('127.0.0.1', 8080)))";
+    let connected = kubectl.ok(&["exec", &a.0, "--", "python3", "-c", local])?;
+    ensure!(
+        connected.trim() == "0",
+        "the pod's own port on its loopback: {connected}"
+    );
+
+    // hostNetwork keeps the host's address.
+    wait_until("the hostNetwork pod running", || {
+        Ok(jsonpath(kubectl, "pod", "on-host", "{.status.phase}").unwrap_or_default() == "Running")
+    })
+    .await?;
+    let host_ip = jsonpath(kubectl, "pod", "on-host", "{.status.podIP}")?;
+    ensure!(host_ip == "127.0.0.1", "the hostNetwork pod has {host_ip}");
+
+    // Deleting the pods removes their namespaces and frees their addresses.
+    kubectl.ok(&["delete", "deployment", "web", "--wait=false"])?;
+    let namespaces: Vec<PathBuf> = cleanup
+        .uids
+        .iter()
+        .map(|uid| PathBuf::from(format!("/run/netns/skiff-{uid}")))
+        .collect();
+    wait_until("the pods' namespaces gone", || {
+        Ok(namespaces.iter().all(|path| !path.exists()))
+    })
+    .await?;
+    let allocations = node.server.data_dir().join("kubelet/cni/networks/skiff");
+    wait_until("the pods' addresses freed", || {
+        let left = std::fs::read_dir(&allocations)
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("10."))
+                    .count()
+            })
+            .unwrap_or(0);
+        Ok(left == 0)
+    })
+    .await?;
+    drop(node);
+    drop(cleanup);
+    Ok(())
+}
