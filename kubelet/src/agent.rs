@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use kube::Client;
 use tokio::sync::watch;
 
@@ -80,6 +80,20 @@ pub async fn run(
     };
     let uid = node.metadata.uid.clone().unwrap_or_default();
     tracing::info!(node = %config.node.name, port = config.node.kubelet_port, "kubelet registered its node");
+    let network = match config.network.clone() {
+        None => None,
+        Some(wanted) => {
+            let network = pod_network(wanted);
+            let condition = network_condition(network.as_ref().err(), jiff::Timestamp::now());
+            let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+            if let Err(err) =
+                status::patch_conditions(&nodes, &config.node.name, &[condition]).await
+            {
+                tracing::warn!(node = %config.node.name, error = %err, "posting the node's NetworkUnavailable condition");
+            }
+            network.ok()
+        }
+    };
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
@@ -138,7 +152,7 @@ pub async fn run(
             launcher: launcher(&client, &config, &node),
             backoff: config.backoff,
             config_retry: Duration::from_secs(5),
-            network: pod_network(config.network.clone()),
+            network,
         },
         runtime.clone(),
         recovered,
@@ -176,17 +190,41 @@ pub async fn run(
 
 /// The pods' network, where the host can give pods their own: else the
 /// kubelet says once why they share the host's.
-fn pod_network(config: Option<NetworkConfig>) -> Option<Arc<PodNetwork>> {
-    let config = config?;
+fn pod_network(config: NetworkConfig) -> Result<Arc<PodNetwork>, String> {
     match crate::network::unavailable_reason() {
         None => {
             tracing::info!(conf_dir = %config.conf_dir.display(), "pods get their own network through CNI");
-            Some(Arc::new(PodNetwork::new(config)))
+            Ok(Arc::new(PodNetwork::new(config)))
         }
         Some(why) => {
             tracing::warn!(reason = %why, "pods share the host's network: they cannot have their own here");
-            None
+            Err(why)
         }
+    }
+}
+
+/// The Node's `NetworkUnavailable` condition, which the network plugin
+/// owns: False either way (pods have a network), its reason saying whether
+/// they have their own or share the host's (`fallback`, and why).
+pub fn network_condition(fallback: Option<&String>, now: jiff::Timestamp) -> NodeCondition {
+    let time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+    let (reason, message) = match fallback {
+        None => (
+            "PodNetworkReady",
+            "pods get networks of their own through CNI".to_string(),
+        ),
+        Some(why) => (
+            "PodsShareHostNetwork",
+            format!("pods share the host's network: {why}"),
+        ),
+    };
+    NodeCondition {
+        type_: "NetworkUnavailable".into(),
+        status: "False".into(),
+        reason: Some(reason.into()),
+        message: Some(message),
+        last_heartbeat_time: time.clone(),
+        last_transition_time: time,
     }
 }
 
@@ -224,5 +262,32 @@ fn launcher(client: &Client, config: &KubeletConfig, node: &Node) -> PodLauncher
             .as_ref()
             .and_then(|s| s.allocatable.clone())
             .unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_network_condition_says_whether_pods_have_their_own() {
+        let now = jiff::Timestamp::from_second(1_700_000_000).unwrap();
+        let own = network_condition(None, now);
+        assert_eq!(
+            (
+                own.type_.as_str(),
+                own.status.as_str(),
+                own.reason.as_deref()
+            ),
+            ("NetworkUnavailable", "False", Some("PodNetworkReady"))
+        );
+        let why = "the kubelet is not running as root".to_string();
+        let shared = network_condition(Some(&why), now);
+        assert_eq!(shared.status, "False", "pods still have the host's network");
+        assert_eq!(shared.reason.as_deref(), Some("PodsShareHostNetwork"));
+        assert_eq!(
+            shared.message.as_deref(),
+            Some("pods share the host's network: the kubelet is not running as root")
+        );
     }
 }

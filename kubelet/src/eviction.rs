@@ -430,6 +430,15 @@ mod tests {
             .process_group(0)
             .spawn()
             .expect("sleep");
+        // Until the child has exec'd `sleep` it may still share its
+        // parent's pages (a vfork) and count none of its own.
+        let comm = format!("/proc/{}/comm", child.id());
+        for _ in 0..200 {
+            if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let memory = process_memory_bytes(child.id());
         let _ = child.kill();
         let _ = child.wait();

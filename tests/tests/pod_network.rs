@@ -154,6 +154,17 @@ async fn pods_get_addresses_of_their_own_and_give_them_back() -> Result<()> {
         pod_cidr.starts_with("10.213."),
         "the node's pod CIDR is {pod_cidr:?}"
     );
+    // The network plugin's condition: False, and pods have their own.
+    let reason = jsonpath(
+        kubectl,
+        "node",
+        skiff_tests::local_node::NODE,
+        "{.status.conditions[?(@.type==\"NetworkUnavailable\")].status}/{.status.conditions[?(@.type==\"NetworkUnavailable\")].reason}",
+    )?;
+    ensure!(
+        reason == "False/PodNetworkReady",
+        "NetworkUnavailable: {reason:?}"
+    );
     let prefix = pod_cidr
         .rsplit_once('.')
         .map(|(p, _)| format!("{p}."))

@@ -145,6 +145,7 @@ async fn measure(
     let components = Components::Node {
         name: NODE_NAME.into(),
         max_pods: 1,
+        pod_network: None,
     };
     let server = SkiffUp::start(skiff, dir, &components).await?;
     let port = free_port()?;

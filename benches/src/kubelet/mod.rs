@@ -98,9 +98,28 @@ pub struct StartArgs {
     #[arg(long, env = "SKIFF_BENCH_DATA_DIR")]
     data_dir: Option<PathBuf>,
 
+    /// How pods get their network, one run each, side by side: host
+    /// (the host's network) and cni (a network namespace and address of
+    /// their own, `skiff up --pod-network=cni`, which needs root and the
+    /// standard CNI plugins)
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "host,cni",
+        env = "SKIFF_BENCH_KUBELET_POD_NETWORK"
+    )]
+    pod_network: Vec<NetworkMode>,
+
     /// 20 pods: a smoke run of a few seconds
     #[arg(long, env = "SKIFF_BENCH_QUICK")]
     quick: bool,
+}
+
+/// How the pods of a `kubelet start` run get their network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetworkMode {
+    Host,
+    Cni,
 }
 
 pub fn run(args: KubeletArgs) -> Result<()> {
@@ -159,20 +178,65 @@ fn run_simulated(args: SimulatedArgs) -> Result<()> {
 }
 
 fn run_start(args: StartArgs) -> Result<()> {
-    let config = StartConfig {
-        pods: args.pods.unwrap_or(if args.quick { 20 } else { 100 }),
-        clients: args.concurrency,
-    };
-    if config.pods == 0 || config.clients == 0 {
+    let pods = args.pods.unwrap_or(if args.quick { 20 } else { 100 });
+    if pods == 0 || args.concurrency == 0 {
         bail!("--pods and --concurrency need to be at least 1");
     }
+    let mut modes = args.pod_network.clone();
+    modes.dedup();
+    if modes.is_empty() {
+        bail!("--pod-network needs host, cni or both");
+    }
+    let mut skipped = None;
+    if modes.contains(&NetworkMode::Cni) {
+        if let Some(why) = server::PodNetwork::unavailable() {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                bail!("--pod-network cni cannot run here ({why}), and CI=true needs it: run as root with containernetworking-plugins installed");
+            }
+            modes.retain(|m| *m != NetworkMode::Cni);
+            skipped = Some(why);
+            if modes.is_empty() {
+                bail!(
+                    "--pod-network cni cannot run here: {}",
+                    skipped.unwrap_or_default()
+                );
+            }
+        }
+    }
+    let mut results = Vec::new();
+    for mode in &modes {
+        let config = StartConfig {
+            pods,
+            clients: args.concurrency,
+            pod_network: match mode {
+                NetworkMode::Host => None,
+                NetworkMode::Cni => Some(server::PodNetwork::for_this_run()),
+            },
+        };
+        let result = run_start_once(&args, &config);
+        if let Some(network) = &config.pod_network {
+            network.remove_bridge();
+        }
+        results.push((*mode, result?));
+    }
+    if let Some(why) = skipped {
+        println!("pod network (cni) was SKIPPED: {why}; run as root with `apt-get install containernetworking-plugins` for the side-by-side figures.");
+    }
+    if let [(NetworkMode::Host, host), (NetworkMode::Cni, cni)] = results.as_slice() {
+        table::print_network_comparison(host, cni);
+    }
+    Ok(())
+}
+
+/// One `kubelet start` run, with its report.
+fn run_start_once(args: &StartArgs, config: &StartConfig) -> Result<StartResult> {
     let skiff = system::skiff_program(args.skiff_bin.as_deref())?;
     let root = DataRoot::create(
         args.data_dir.as_deref(),
         "skiff-bench-kubelet-start-",
         &["skiff-"],
     )?;
-    print_start_setup(&config, &skiff, root.path());
+    print_start_setup(config, &skiff, root.path());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -183,7 +247,7 @@ fn run_start(args: StartArgs) -> Result<()> {
     let dir = root.path().join("skiff-start");
     let outcome = runtime.block_on(async {
         tokio::select! {
-            outcome = start::measure(&config, &skiff, &dir, &progress) => outcome,
+            outcome = start::measure(config, &skiff, &dir, &progress) => outcome,
             signal = interrupted() => Err(anyhow::anyhow!("interrupted by {signal}")),
         }
     });
@@ -195,14 +259,20 @@ fn run_start(args: StartArgs) -> Result<()> {
     let removed = root.remove();
     let result: StartResult = outcome?;
     removed?;
-    report::section("pod start latency of the real kubelet: created → Running, seen on a watch");
+    let network = match config.pod_network {
+        None => "pods on the host's network",
+        Some(_) => "pods with networks of their own (CNI)",
+    };
+    report::section(&format!(
+        "pod start latency of the real kubelet: created → Running, seen on a watch; {network}"
+    ));
     table::print_start(&result);
     println!(
         "total time: {:.1} s; load average after the run: {}",
         started.elapsed().as_secs_f64(),
         load_average()
     );
-    Ok(())
+    Ok(result)
 }
 
 async fn run_all(
@@ -252,8 +322,15 @@ fn print_start_setup(config: &StartConfig, skiff: &Program, root: &Path) {
     machine::print_header("kubelet start", root);
     println!("load:    {} (before the run)", load_average());
     println!("skiff:   {} ({})", skiff.path.display(), skiff.version);
+    let network = match &config.pod_network {
+        None => "pods on the host's network".to_string(),
+        Some(network) => format!(
+            "--pod-network=cni: each pod a network namespace and an address through CNI (bridge {}, cluster CIDR {})",
+            network.bridge, network.cluster_cidr
+        ),
+    };
     println!(
-        "server:  a fresh `skiff up` with its scheduler and kubelet (Node {}), on 127.0.0.1",
+        "server:  a fresh `skiff up` with its scheduler, controller-manager and kubelet (Node {}), on 127.0.0.1; {network}",
         start::NODE_NAME
     );
     println!(

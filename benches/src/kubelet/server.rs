@@ -25,8 +25,13 @@ pub enum Components {
     /// Nothing: the simulated nodes are the only nodes.
     ApiOnly,
     /// Its scheduler and its real kubelet, registering one Node `name`
-    /// with room for at least `max_pods` pods.
-    Node { name: String, max_pods: usize },
+    /// with room for at least `max_pods` pods; with `pod_network`, each
+    /// pod gets a network of its own through CNI (`--pod-network=cni`).
+    Node {
+        name: String,
+        max_pods: usize,
+        pod_network: Option<PodNetwork>,
+    },
     /// Its scheduler and controller-manager; the nodes are simulated.
     Controllers,
     /// Its scheduler only (the controller-manager runs as a process of
@@ -48,18 +53,71 @@ impl Components {
                 "--controller-manager=false".into(),
                 "--kubelet=false".into(),
             ],
-            Components::Node { name, max_pods } => vec![
-                "--scheduler=true".into(),
-                "--kubelet=true".into(),
-                "--node-name".into(),
-                name.clone(),
-                "--kubelet-listen".into(),
-                "127.0.0.1:0".into(),
-                format!("--eviction-hard={EVICTION_HARD}"),
-                "--capacity".into(),
-                format!("pods={}", (*max_pods).max(DEFAULT_MAX_PODS)),
-            ],
+            Components::Node {
+                name,
+                max_pods,
+                pod_network,
+            } => {
+                let mut args = vec![
+                    "--scheduler=true".into(),
+                    "--kubelet=true".into(),
+                    "--node-name".into(),
+                    name.clone(),
+                    "--kubelet-listen".into(),
+                    "127.0.0.1:0".into(),
+                    format!("--eviction-hard={EVICTION_HARD}"),
+                    "--capacity".into(),
+                    format!("pods={}", (*max_pods).max(DEFAULT_MAX_PODS)),
+                ];
+                if let Some(network) = pod_network {
+                    args.extend([
+                        "--pod-network=cni".to_string(),
+                        format!("--pod-bridge={}", network.bridge),
+                        format!("--cluster-cidr={}", network.cluster_cidr),
+                    ]);
+                }
+                args
+            }
         }
+    }
+}
+
+/// The pod network of a benchmark's `skiff up`: a bridge and a cluster
+/// CIDR of its own, so that it clashes with nothing on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodNetwork {
+    pub bridge: String,
+    pub cluster_cidr: String,
+}
+
+impl PodNetwork {
+    pub fn for_this_run() -> PodNetwork {
+        PodNetwork {
+            bridge: format!("skb{}", std::process::id() % 100_000),
+            cluster_cidr: "10.215.0.0/16".into(),
+        }
+    }
+
+    /// Why pods cannot have networks of their own on this host, if they
+    /// cannot: root and the standard CNI plugins are needed.
+    pub fn unavailable() -> Option<String> {
+        if unsafe { libc::geteuid() } != 0 {
+            return Some("not running as root".into());
+        }
+        let plugins = ["/usr/lib/cni/bridge", "/opt/cni/bin/bridge"];
+        if !plugins.iter().any(|p| std::path::Path::new(p).is_file()) {
+            return Some("no CNI plugins (apt-get install containernetworking-plugins)".into());
+        }
+        None
+    }
+
+    /// Removes the bridge the run's kubelet made (the pods' namespaces
+    /// and addresses went with the pods).
+    pub fn remove_bridge(&self) {
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .stderr(std::process::Stdio::null())
+            .status();
     }
 }
 

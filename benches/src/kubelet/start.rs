@@ -36,6 +36,8 @@ pub struct StartConfig {
     pub pods: usize,
     /// Clients creating pods at once, each on its own connection.
     pub clients: usize,
+    /// Pods get networks of their own (CNI) rather than the host's.
+    pub pod_network: Option<super::server::PodNetwork>,
 }
 
 impl StartConfig {
@@ -83,10 +85,20 @@ pub async fn measure(
     let components = Components::Node {
         name: NODE_NAME.into(),
         max_pods: config.pods,
+        pod_network: config.pod_network.clone(),
     };
     let started = Instant::now();
     let server = SkiffUp::start(skiff, dir, &components).await?;
-    let outcome = run_against(&server, config, started, progress).await;
+    let mut outcome = run_against(&server, config, started, progress).await;
+    if outcome.is_ok() && config.pod_network.is_some() {
+        // Pods deleted with grace 0 leave the API before their kubelet has
+        // run the plugins' DEL: wait for every address to be free.
+        progress.step("waiting for the pods' networks to be torn down".into());
+        let allocations = dir.join("skiff/kubelet/cni/networks/skiff");
+        if let Err(err) = wait_networks_gone(&allocations).await {
+            outcome = Err(err);
+        }
+    }
     progress.step("stopping skiff up".into());
     // What it runs for its pods now (none, after a clean run), to check
     // that they end with it.
@@ -108,6 +120,36 @@ pub async fn measure(
     let mut result = outcome.map_err(|err| anyhow!("{err:#}\n  skiff up's log ends:\n{log}"))?;
     result.notes.extend(stopped?);
     Ok(result)
+}
+
+/// Waits until host-local holds no address of the run's network (a file
+/// per address, named after it).
+async fn wait_networks_gone(allocations: &Path) -> Result<()> {
+    let deadline = Instant::now() + TEARDOWN_TIMEOUT;
+    loop {
+        let held = std::fs::read_dir(allocations)
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .starts_with(|c: char| c.is_ascii_digit())
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        if held == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{held} pod address(es) still allocated in {} {TEARDOWN_TIMEOUT:?} after the pods were deleted",
+                allocations.display()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// The run proper: Node Ready, the watch opened, the pods created until
@@ -517,6 +559,7 @@ mod tests {
         let config = StartConfig {
             pods: 4,
             clients: 2,
+            pod_network: None,
         };
         let r = figures(&config, &created, &tracker, t0).unwrap();
         let ms = Duration::from_millis;

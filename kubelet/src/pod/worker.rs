@@ -103,6 +103,16 @@ pub async fn run_pod(
     if matches!(stopping, Stopping::KubeletExit) {
         return;
     }
+    // The sandbox goes before the object, as the kubelet stops a pod's
+    // sandbox before it confirms the deletion: a pod gone from the API has
+    // its address free again.
+    if let Some(network) = context.network.as_ref() {
+        if !crate::network::host_network(&pod) {
+            if let Err(err) = network.tear_down(&pod).await {
+                tracing::warn!(pod = %context.shared.pod_label(), error = %err, "tearing down the pod's network");
+            }
+        }
+    }
     if matches!(stopping, Stopping::Deleted(_)) {
         let latest = updates.borrow().clone();
         final_status(&context, &client, latest).await;
@@ -114,13 +124,6 @@ pub async fn run_pod(
     if let Err(err) = crate::volumes::cleanup(&context.launcher.pods_dir, &context.shared.uid).await
     {
         tracing::warn!(pod = %context.shared.pod_label(), error = %err, "removing the pod's volumes");
-    }
-    if let Some(network) = context.network.as_ref() {
-        if !crate::network::host_network(&pod) {
-            if let Err(err) = network.tear_down(&pod).await {
-                tracing::warn!(pod = %context.shared.pod_label(), error = %err, "tearing down the pod's network");
-            }
-        }
     }
 }
 
