@@ -171,7 +171,7 @@ async fn pods_get_addresses_of_their_own_and_give_them_back() -> Result<()> {
         .unwrap_or_default();
 
     apply(kubectl, "servers.yaml", SERVERS)?;
-    wait_until("both replicas Ready", || {
+    let ready = wait_until("both replicas Ready", || {
         Ok(kubectl
             .ok(&[
                 "get",
@@ -183,7 +183,14 @@ async fn pods_get_addresses_of_their_own_and_give_them_back() -> Result<()> {
             .unwrap_or_default()
             == "2")
     })
-    .await?;
+    .await;
+    if let Err(err) = ready {
+        let pods = kubectl
+            .ok(&["get", "pods", "-o", "wide"])
+            .unwrap_or_default();
+        let described = kubectl.ok(&["describe", "pods"]).unwrap_or_default();
+        anyhow::bail!("{err:#}\n{pods}\n{described}");
+    }
     let pods = web_pods(kubectl)?;
     cleanup.uids = pods.iter().map(|(_, uid, _)| uid.clone()).collect();
     ensure!(pods.len() == 2, "pods: {pods:?}");
@@ -257,6 +264,91 @@ async fn pods_get_addresses_of_their_own_and_give_them_back() -> Result<()> {
             })
             .unwrap_or(0);
         Ok(left == 0)
+    })
+    .await?;
+    drop(node);
+    drop(cleanup);
+    Ok(())
+}
+
+const KEEPER: &str = "apiVersion: v1
+kind: Pod
+metadata: {name: keeper}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: python:3
+    command: [python3, -m, http.server, \"8080\"]
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_killed_and_restarted_keeps_its_pods_addresses() -> Result<()> {
+    let test = "a_kubelet_killed_and_restarted_keeps_its_pods_addresses";
+    if !pod_network_or_skip(test) {
+        return Ok(());
+    }
+    let bridge = format!("skr{}", std::process::id() % 100_000);
+    let mut cleanup = Cleanup {
+        bridge: bridge.clone(),
+        uids: Vec::new(),
+    };
+    let more = [
+        "--pod-network=cni".to_string(),
+        format!("--pod-bridge={bridge}"),
+        "--controller-manager=true".to_string(),
+        "--cluster-cidr=10.217.0.0/16".to_string(),
+    ];
+    let more: Vec<&str> = more.iter().map(String::as_str).collect();
+    let Some(mut node) = LocalNode::start_with(test, RELAXED_EVICTION, &more).await? else {
+        return Ok(());
+    };
+    apply(&node.kubectl, "keeper.yaml", KEEPER)?;
+    let mut ip = String::new();
+    wait_until("the pod serving on its address", || {
+        ip = jsonpath(&node.kubectl, "pod", "keeper", "{.status.podIP}").unwrap_or_default();
+        Ok(ip.starts_with("10.217.") && get_from_host(&ip).is_ok())
+    })
+    .await?;
+    let uid = jsonpath(&node.kubectl, "pod", "keeper", "{.metadata.uid}")?;
+    cleanup.uids.push(uid.clone());
+
+    // SIGKILL: the pod's processes and namespace stay; the restarted
+    // kubelet adopts them and reports the same address.
+    node.server.kill_now();
+    let answer = get_from_host(&ip)?;
+    ensure!(
+        answer.starts_with("HTTP/1.0 200"),
+        "while skiff is down: {answer}"
+    );
+    node.server.restart().await?;
+    wait_until("the pod Running again after the restart", || {
+        Ok(
+            jsonpath(&node.kubectl, "pod", "keeper", "{.status.phase}").unwrap_or_default()
+                == "Running",
+        )
+    })
+    .await?;
+    let after = jsonpath(&node.kubectl, "pod", "keeper", "{.status.podIP}")?;
+    ensure!(after == ip, "the pod had {ip}, now {after}");
+    let restarts = jsonpath(
+        &node.kubectl,
+        "pod",
+        "keeper",
+        "{.status.containerStatuses[0].restartCount}",
+    )?;
+    ensure!(restarts == "0", "the container was restarted ({restarts})");
+    let answer = get_from_host(&ip)?;
+    ensure!(
+        answer.starts_with("HTTP/1.0 200"),
+        "after the restart: {answer}"
+    );
+
+    node.kubectl
+        .ok(&["delete", "pod", "keeper", "--wait=true"])?;
+    let namespace = PathBuf::from(format!("/run/netns/skiff-{uid}"));
+    wait_until("the adopted pod's namespace gone", || {
+        Ok(!namespace.exists())
     })
     .await?;
     drop(node);

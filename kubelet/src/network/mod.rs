@@ -130,6 +130,13 @@ impl PodNetwork {
         self.config.netns_dir.join(format!("{NETNS_PREFIX}{uid}"))
     }
 
+    /// The record that this kubelet made the sandbox of the pod with
+    /// `uid`: the namespace directory is the host's, shared with any other
+    /// kubelet there, so what is ours is what we wrote down.
+    fn record_path(&self, uid: &str) -> PathBuf {
+        self.config.state_dir.join("sandboxes").join(uid)
+    }
+
     /// Sets up the pod's network: its namespace, `lo`, and `eth0` through
     /// the network's plugins. A sandbox already set up (by this kubelet
     /// before a restart) is found again with its addresses.
@@ -148,6 +155,15 @@ impl PodNetwork {
                 }
             }
         }
+        let record = self.record_path(&uid);
+        let recorded = record
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&record, path.as_os_str().as_encoded_bytes()));
+        recorded.map_err(|source| NetworkError::Namespace {
+            path: record.clone(),
+            source,
+        })?;
         netns::create(&path).map_err(|source| NetworkError::Namespace {
             path: path.clone(),
             source,
@@ -185,20 +201,34 @@ impl PodNetwork {
         if let Ok(network) = self.network() {
             self.cni.del(&network, &attachment).await?;
         }
-        netns::remove(&path).map_err(|source| NetworkError::Namespace { path, source })
+        netns::remove(&path).map_err(|source| NetworkError::Namespace { path, source })?;
+        let record = self.record_path(&uid);
+        match std::fs::remove_file(&record) {
+            Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
+                Err(NetworkError::Namespace {
+                    path: record,
+                    source,
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
-    /// The namespaces this kubelet made whose pods are not in `keep`
-    /// (UIDs): what a pod deleted while the kubelet was down left.
+    /// The pods (UIDs) whose sandboxes this kubelet made and that are not
+    /// in `keep`: what a pod deleted while the kubelet was down left. Only
+    /// this kubelet's records count: another kubelet on the host keeps its
+    /// pods' namespaces in the same directory.
     pub fn orphaned(&self, keep: &[String]) -> Vec<String> {
-        netns::list(&self.config.netns_dir, NETNS_PREFIX)
-            .into_iter()
-            .filter_map(|path| {
-                let name = path.file_name()?.to_string_lossy().into_owned();
-                let uid = name.strip_prefix(NETNS_PREFIX)?.to_string();
-                (!keep.contains(&uid)).then_some(uid)
-            })
-            .collect()
+        let Ok(entries) = std::fs::read_dir(self.config.state_dir.join("sandboxes")) else {
+            return Vec::new();
+        };
+        let mut found: Vec<String> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|uid| !keep.contains(uid))
+            .collect();
+        found.sort();
+        found
     }
 }
 
@@ -387,6 +417,11 @@ mod tests {
             listener.accept().unwrap();
         }
         assert_eq!(network.orphaned(&["pod-one".into()]), ["pod-two"]);
+        // Another kubelet's pod in the same namespace directory is not ours.
+        let elses = dir.path().join("netns/skiff-someone-elses");
+        netns::create(&elses).unwrap();
+        assert_eq!(network.orphaned(&["pod-one".into()]), ["pod-two"]);
+        netns::remove(&elses).unwrap();
 
         network.tear_down(&one).await.unwrap();
         network.tear_down(&two).await.unwrap();
