@@ -141,11 +141,16 @@ async fn a_list_at_resource_version_0_reads_nothing_from_the_store() {
         .await
         .unwrap();
     assert_eq!(names(&first).len(), 5);
-    // The cache opens its store watch just after its list: wait for it,
-    // so that a slow start is not counted as a read of the lists below.
+    // A cache opens its store watch just after its list (admission's
+    // reads of the creates above started caches of other resources too):
+    // wait for every cache's watch, so that a slow start is not counted as
+    // a read of the lists below.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while registry.storage().requests().total("watch") == 0 && std::time::Instant::now() < deadline
-    {
+    let all_watching = || {
+        let caches = registry.cache.caches().len() as u64;
+        caches > 0 && registry.storage().requests().total("watch") >= caches
+    };
+    while !all_watching() && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let before = store_reads(&registry);
