@@ -430,16 +430,17 @@ mod tests {
             .process_group(0)
             .spawn()
             .expect("sleep");
-        // Until the child has exec'd `sleep` it may still share its
-        // parent's pages (a vfork) and count none of its own.
-        let comm = format!("/proc/{}/comm", child.id());
-        for _ in 0..200 {
-            if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep") {
+        // Until the child has exec'd `sleep` and touched its pages it may
+        // count none of its own (a vfork shares its parent's; a sandboxed
+        // kernel reports resident pages lazily): give it two seconds.
+        let mut memory = None;
+        for _ in 0..400 {
+            memory = process_memory_bytes(child.id());
+            if memory.is_some_and(|bytes| bytes > 0) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        let memory = process_memory_bytes(child.id());
         let _ = child.kill();
         let _ = child.wait();
         assert!(memory.is_some_and(|bytes| bytes > 0), "{memory:?}");

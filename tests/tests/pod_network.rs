@@ -218,6 +218,19 @@ async fn pods_get_addresses_of_their_own_and_give_them_back() -> Result<()> {
             "{name}: POD_IP is {env}, not {ip}"
         );
     }
+    // The pod's own /etc/hosts names it at its address; the host's is
+    // untouched.
+    let hosts = kubectl.ok(&["exec", &a.0, "--", "cat", "/etc/hosts"])?;
+    ensure!(
+        hosts.contains(&format!("{}\t{}", a.2, a.0)),
+        "{}'s /etc/hosts:\n{hosts}",
+        a.0
+    );
+    let host_hosts = std::fs::read_to_string("/etc/hosts")?;
+    ensure!(
+        !host_hosts.contains(&a.2),
+        "the host's /etc/hosts changed:\n{host_hosts}"
+    );
     // From one pod to the other, by address.
     let fetch = format!(
         "import urllib.request; print(urllib.request.urlopen('http://{}:8080/').status)",

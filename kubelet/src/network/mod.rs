@@ -5,6 +5,7 @@
 //! network, as before, and the Node says so.
 
 pub mod cni;
+pub mod files;
 pub mod netns;
 
 use std::path::{Path, PathBuf};
@@ -182,11 +183,21 @@ impl PodNetwork {
             }
         }
         .await;
+        let added = match added {
+            Ok(ips) => files::write(&path, pod, &ips[0])
+                .map(|()| ips)
+                .map_err(|source| NetworkError::Namespace {
+                    path: files::dir_for(&path),
+                    source,
+                }),
+            Err(err) => Err(err),
+        };
         match added {
             Ok(ips) => Ok(Sandbox { netns: path, ips }),
             Err(err) => {
                 let _ = self.cni.del(&network, &attachment).await;
                 let _ = netns::remove(&path);
+                let _ = files::remove(&path);
                 Err(err)
             }
         }
@@ -201,6 +212,10 @@ impl PodNetwork {
         if let Ok(network) = self.network() {
             self.cni.del(&network, &attachment).await?;
         }
+        files::remove(&path).map_err(|source| NetworkError::Namespace {
+            path: files::dir_for(&path),
+            source,
+        })?;
         netns::remove(&path).map_err(|source| NetworkError::Namespace { path, source })?;
         let record = self.record_path(&uid);
         match std::fs::remove_file(&record) {
@@ -397,6 +412,8 @@ mod tests {
         assert_ne!(a.ips, b.ips);
         let prefix = format!("10.250.{third}.");
         assert!(a.ips[0].starts_with(&prefix), "{a:?}");
+        let hosts = std::fs::read_to_string(files::dir_for(&a.netns).join("hosts")).unwrap();
+        assert!(hosts.contains(&format!("{}\tweb\n", a.ips[0])), "{hosts}");
         // Set up again (a restarted kubelet): the same sandbox.
         assert_eq!(network.set_up(&one).await.unwrap(), a);
 
@@ -427,6 +444,10 @@ mod tests {
         network.tear_down(&two).await.unwrap();
         network.tear_down(&two).await.unwrap();
         assert!(!a.netns.exists() && !b.netns.exists());
+        assert!(
+            !files::dir_for(&a.netns).exists(),
+            "the pod's files outlived it"
+        );
         assert!(network.orphaned(&[]).is_empty());
         // host-local keeps a file an address: none is left.
         let allocations = dir.path().join("state/networks/skiff");

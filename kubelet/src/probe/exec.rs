@@ -96,6 +96,17 @@ fn spawn(
             command.pre_exec(move || crate::network::netns::enter_fd(fd));
         }
     }
+    if let Some(mounts) = target
+        .netns
+        .as_deref()
+        .and_then(crate::network::files::prepare)
+    {
+        // SAFETY: unshare(2) and mount(2) only, on strings made before the
+        // fork.
+        unsafe {
+            command.pre_exec(move || crate::network::files::enter(&mounts));
+        }
+    }
     command
         .args(args)
         .env_clear()

@@ -330,6 +330,17 @@ fn start_container(spec: &ShimSpec, keep_stdin: bool) -> Result<Started, ShimErr
             command.pre_exec(move || crate::network::netns::enter_fd(fd));
         }
     }
+    if let Some(mounts) = spec
+        .netns
+        .as_deref()
+        .and_then(crate::network::files::prepare)
+    {
+        // SAFETY: unshare(2) and mount(2) only, on strings made before the
+        // fork.
+        unsafe {
+            command.pre_exec(move || crate::network::files::enter(&mounts));
+        }
+    }
     let cgroup_fd = cgroup_procs.as_ref().map(|f| f.as_raw_fd());
     // SAFETY: the closure only calls setpgid(2) or setsid(2) and ioctl(2),
     // and write(2), which are async-signal-safe, on fds opened before the

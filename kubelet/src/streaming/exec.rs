@@ -165,6 +165,17 @@ fn start(context: &ExecContext, request: &ExecRequest) -> Result<Started, String
             command.pre_exec(move || crate::network::netns::enter_fd(fd));
         }
     }
+    if let Some(mounts) = context
+        .netns
+        .as_deref()
+        .and_then(crate::network::files::prepare)
+    {
+        // SAFETY: unshare(2) and mount(2) only, on strings made before the
+        // fork.
+        unsafe {
+            command.pre_exec(move || crate::network::files::enter(&mounts));
+        }
+    }
     command
         .arg0(name)
         .args(args)
