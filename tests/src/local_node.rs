@@ -76,6 +76,26 @@ impl LocalNode {
     }
 }
 
+/// Whether pods can have networks of their own here (`--pod-network=cni`):
+/// root, and the standard CNI plugins. Else the test says it was skipped,
+/// or fails under CI=true, which installs them.
+pub fn pod_network_or_skip(test: &str) -> bool {
+    let root = unsafe { libc::geteuid() } == 0;
+    let plugins = ["/usr/lib/cni/bridge", "/opt/cni/bin/bridge"]
+        .iter()
+        .any(|p| std::path::Path::new(p).is_file());
+    let why = match (root, plugins) {
+        (true, true) => return true,
+        (false, _) => "needs root (network namespaces)",
+        (true, false) => "needs the CNI plugins: apt-get install containernetworking-plugins",
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: {why}");
+    }
+    eprintln!("{test}: skipped: {why}");
+    false
+}
+
 /// Polls `check` until it holds, for at most [`TIMEOUT`].
 pub async fn wait_until(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
     let deadline = Instant::now() + TIMEOUT;

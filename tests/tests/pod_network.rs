@@ -12,29 +12,13 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use skiff_tests::kubectl::Kubectl;
-use skiff_tests::local_node::{apply, jsonpath, wait_until, LocalNode, RELAXED_EVICTION};
+use skiff_tests::local_node::{
+    apply, jsonpath, pod_network_or_skip, wait_until, LocalNode, RELAXED_EVICTION,
+};
 
 /// The cluster CIDR of this test: none other uses it, so its bridge's
 /// routes clash with nothing.
 const CLUSTER_CIDR: &str = "10.213.0.0/16";
-
-/// Root and the plugins, or why the test is skipped (failing under CI).
-fn pod_network_or_skip(test: &str) -> bool {
-    let root = unsafe { libc::geteuid() } == 0;
-    let plugins = ["/usr/lib/cni/bridge", "/opt/cni/bin/bridge"]
-        .iter()
-        .any(|p| Path::new(p).is_file());
-    let why = match (root, plugins) {
-        (true, true) => return true,
-        (false, _) => "needs root (network namespaces)",
-        (true, false) => "needs the CNI plugins: apt-get install containernetworking-plugins",
-    };
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test}: {why}");
-    }
-    eprintln!("{test}: skipped: {why}");
-    false
-}
 
 /// Removes what the test's pods and bridge leave if it fails half-way.
 struct Cleanup {

@@ -9,29 +9,14 @@ use std::path::Path;
 
 use anyhow::{ensure, Result};
 use skiff_tests::kubectl::Kubectl;
-use skiff_tests::local_node::{apply, wait_until, LocalNode, RELAXED_EVICTION};
+use skiff_tests::local_node::{
+    apply, pod_network_or_skip, wait_until, LocalNode, RELAXED_EVICTION,
+};
 
 const WAVES: usize = 5;
 const PER_WAVE: usize = 100;
 /// The cluster CIDR of this test: none other uses it.
 const CLUSTER_CIDR: &str = "10.216.0.0/16";
-
-fn pod_network_or_skip(test: &str) -> bool {
-    let root = unsafe { libc::geteuid() } == 0;
-    let plugins = ["/usr/lib/cni/bridge", "/opt/cni/bin/bridge"]
-        .iter()
-        .any(|p| Path::new(p).is_file());
-    let why = match (root, plugins) {
-        (true, true) => return true,
-        (false, _) => "needs root (network namespaces)",
-        (true, false) => "needs the CNI plugins: apt-get install containernetworking-plugins",
-    };
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test}: {why}");
-    }
-    eprintln!("{test}: skipped: {why}");
-    false
-}
 
 const SLEEPERS: &str = "apiVersion: apps/v1
 kind: Deployment

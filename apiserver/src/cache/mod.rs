@@ -246,6 +246,9 @@ impl WatchCache {
         let wanted = match freshness {
             Freshness::Any => 0,
             Freshness::AtLeast(revision) => revision,
+            // Without progress notifications to trust, the cache cannot know
+            // it has caught up with the store: the store answers.
+            Freshness::Consistent if !self.inner.storage.progress_is_reliable() => return Ok(None),
             Freshness::Consistent => match self.inner.storage.revision().await {
                 Ok(revision) => revision,
                 Err(_) => return Ok(None),
@@ -360,6 +363,9 @@ impl WatchCache {
                 let wanted = match freshness {
                     Freshness::Any => 0,
                     Freshness::AtLeast(revision) => revision,
+                    // A watch from "now" starts at the cache's newest
+                    // revision, as Kubernetes' watch cache starts one.
+                    Freshness::Consistent if !self.inner.storage.progress_is_reliable() => 0,
                     Freshness::Consistent => self
                         .inner
                         .storage

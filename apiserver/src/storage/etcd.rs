@@ -11,7 +11,7 @@ use skiff_store::grpc::pb::etcdserverpb::watch_client::WatchClient;
 use skiff_store::grpc::pb::etcdserverpb::watch_request::RequestUnion;
 use skiff_store::grpc::pb::etcdserverpb::{
     Compare, DeleteRangeRequest, LeaseGrantRequest, PutRequest, RangeRequest, RequestOp,
-    TxnRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
+    TxnRequest, WatchCreateRequest, WatchRequest, WatchResponse,
 };
 use skiff_store::grpc::pb::mvccpb::event::EventType;
 use tokio::sync::mpsc;
@@ -289,7 +289,7 @@ impl EtcdStorage {
             .into_inner();
         Ok(EtcdWatch {
             stream,
-            requests,
+            _requests: requests,
             from,
         })
     }
@@ -297,21 +297,13 @@ impl EtcdStorage {
 
 pub struct EtcdWatch {
     stream: tonic::Streaming<WatchResponse>,
-    /// Kept open: closing it would end the watch stream. Also carries
-    /// progress requests.
-    requests: mpsc::Sender<WatchRequest>,
+    /// Kept open: closing it would end the watch stream. No progress
+    /// request is sent on it (see `Storage::progress_is_reliable`).
+    _requests: mpsc::Sender<WatchRequest>,
     from: i64,
 }
 
 impl EtcdWatch {
-    pub fn request_progress(&self) {
-        let request = WatchRequest {
-            request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
-        };
-        // A full queue already holds a request; a closed one ends the watch.
-        let _ = self.requests.try_send(request);
-    }
-
     pub async fn next(&mut self) -> Option<StorageResult<WatchItem>> {
         loop {
             let resp = match self.stream.message().await {

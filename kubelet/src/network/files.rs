@@ -79,6 +79,7 @@ pub fn remove(netns: &Path) -> io::Result<()> {
 
 /// What a process of the pod bind-mounts before it execs, prepared before
 /// the fork (no allocation after it).
+#[derive(Clone)]
 pub struct Mounts {
     binds: Vec<(CString, CString)>,
 }

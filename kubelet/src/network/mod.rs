@@ -247,6 +247,38 @@ impl PodNetwork {
     }
 }
 
+/// What a process of a pod enters before it execs: the pod's network
+/// namespace and its files. Opened before the fork, and kept until after
+/// the spawn.
+pub struct PodEntry {
+    netns: std::os::fd::OwnedFd,
+    mounts: Option<files::Mounts>,
+}
+
+impl PodEntry {
+    /// The entry into the pod whose namespace is at `netns`.
+    pub fn open(netns: &Path) -> std::io::Result<PodEntry> {
+        Ok(PodEntry {
+            netns: netns::open(netns)?,
+            mounts: files::prepare(netns),
+        })
+    }
+
+    /// What the child runs before exec, for `pre_exec`: setns(2), then
+    /// unshare(2) and mount(2), on what was made before the fork.
+    pub fn in_child(&self) -> impl Fn() -> std::io::Result<()> + Send + Sync + 'static {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.netns);
+        let mounts = self.mounts.clone();
+        move || {
+            netns::enter_fd(fd)?;
+            match &mounts {
+                Some(mounts) => files::enter(mounts),
+                None => Ok(()),
+            }
+        }
+    }
+}
+
 /// What the plugins are told of a pod: its UID as the sandbox's ID, its
 /// namespace, and its `hostPort`s.
 fn attachment(pod: &Pod, netns: &Path) -> Attachment {

@@ -83,28 +83,18 @@ fn spawn(
     target: &ProbeTarget,
     writer: PipeWriter,
 ) -> std::io::Result<Child> {
-    let netns = target
+    let pod = target
         .netns
         .as_deref()
-        .map(crate::network::netns::open)
+        .map(crate::network::PodEntry::open)
         .transpose()?;
     let mut command = Command::new(program);
-    if let Some(fd) = netns.as_ref().map(std::os::fd::AsRawFd::as_raw_fd) {
-        // SAFETY: setns(2) is async-signal-safe; `netns` stays open until
-        // after the spawn below.
+    if let Some(pod) = &pod {
+        let enter = pod.in_child();
+        // SAFETY: setns(2), unshare(2) and mount(2) only, on what was
+        // opened and made before the fork (`pod` outlives the spawn).
         unsafe {
-            command.pre_exec(move || crate::network::netns::enter_fd(fd));
-        }
-    }
-    if let Some(mounts) = target
-        .netns
-        .as_deref()
-        .and_then(crate::network::files::prepare)
-    {
-        // SAFETY: unshare(2) and mount(2) only, on strings made before the
-        // fork.
-        unsafe {
-            command.pre_exec(move || crate::network::files::enter(&mounts));
+            command.pre_exec(enter);
         }
     }
     command

@@ -310,35 +310,23 @@ fn start_container(spec: &ShimSpec, keep_stdin: bool) -> Result<Started, ShimErr
         (None, None)
     };
     let tty = replica.is_some();
-    let netns = match &spec.netns {
-        Some(path) => {
-            Some(
-                crate::network::netns::open(path).map_err(|source| ShimError::OpenNetns {
+    let pod =
+        match &spec.netns {
+            Some(path) => Some(crate::network::PodEntry::open(path).map_err(|source| {
+                ShimError::OpenNetns {
                     path: path.clone(),
                     source,
-                })?,
-            )
-        }
-        None => None,
-    };
+                }
+            })?),
+            None => None,
+        };
     let mut command = container_command(spec, keep_stdin, replica)?;
-    let netns_fd = netns.as_ref().map(|f| f.as_raw_fd());
-    if let Some(fd) = netns_fd {
-        // SAFETY: setns(2) is async-signal-safe; the fd was opened before
-        // the fork and stays open until after the spawn.
+    if let Some(pod) = &pod {
+        let enter = pod.in_child();
+        // SAFETY: setns(2), unshare(2) and mount(2) only, on what was
+        // opened and made before the fork (`pod` outlives the spawn).
         unsafe {
-            command.pre_exec(move || crate::network::netns::enter_fd(fd));
-        }
-    }
-    if let Some(mounts) = spec
-        .netns
-        .as_deref()
-        .and_then(crate::network::files::prepare)
-    {
-        // SAFETY: unshare(2) and mount(2) only, on strings made before the
-        // fork.
-        unsafe {
-            command.pre_exec(move || crate::network::files::enter(&mounts));
+            command.pre_exec(enter);
         }
     }
     let cgroup_fd = cgroup_procs.as_ref().map(|f| f.as_raw_fd());

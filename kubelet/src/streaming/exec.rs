@@ -148,8 +148,8 @@ fn start(context: &ExecContext, request: &ExecRequest) -> Result<Started, String
         }
         None => None,
     };
-    let netns = match &context.netns {
-        Some(path) => Some(crate::network::netns::open(path).map_err(|err| {
+    let pod = match &context.netns {
+        Some(path) => Some(crate::network::PodEntry::open(path).map_err(|err| {
             format!(
                 "cannot enter the pod's network namespace {}: {err}",
                 path.display()
@@ -158,22 +158,12 @@ fn start(context: &ExecContext, request: &ExecRequest) -> Result<Started, String
         None => None,
     };
     let mut command = Command::new(&program);
-    if let Some(fd) = netns.as_ref().map(AsRawFd::as_raw_fd) {
-        // SAFETY: setns(2) is async-signal-safe; `netns` stays open until
-        // this function returns, after the spawn.
+    if let Some(pod) = &pod {
+        let enter = pod.in_child();
+        // SAFETY: setns(2), unshare(2) and mount(2) only, on what was
+        // opened and made before the fork (`pod` outlives the spawn).
         unsafe {
-            command.pre_exec(move || crate::network::netns::enter_fd(fd));
-        }
-    }
-    if let Some(mounts) = context
-        .netns
-        .as_deref()
-        .and_then(crate::network::files::prepare)
-    {
-        // SAFETY: unshare(2) and mount(2) only, on strings made before the
-        // fork.
-        unsafe {
-            command.pre_exec(move || crate::network::files::enter(&mounts));
+            command.pre_exec(enter);
         }
     }
     command
