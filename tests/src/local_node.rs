@@ -22,6 +22,31 @@ pub const RELAXED_EVICTION: &str =
 pub struct LocalNode {
     pub kubectl: Kubectl,
     pub server: ApiServer,
+    /// With pods on networks of their own: what to remove from the host
+    /// once skiff is gone (a field, so it goes after `drop` below).
+    pub network: Option<PodNetworkCleanup>,
+}
+
+/// What a test's pod network leaves on the host if the test fails
+/// half-way: its bridge, and the namespaces of the pods it names.
+pub struct PodNetworkCleanup {
+    pub bridge: String,
+    pub uids: Vec<String>,
+}
+
+impl Drop for PodNetworkCleanup {
+    fn drop(&mut self) {
+        for uid in &self.uids {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "delete", &format!("skiff-{uid}")])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
 }
 
 impl Drop for LocalNode {
@@ -72,7 +97,55 @@ impl LocalNode {
                 == "True")
         })
         .await?;
-        Ok(Some(LocalNode { kubectl, server }))
+        Ok(Some(LocalNode {
+            kubectl,
+            server,
+            network: None,
+        }))
+    }
+
+    /// As [`LocalNode::start_with`], with `--pod-network=cni`: a bridge
+    /// (`bridge_prefix` and this process's id) and a cluster CIDR of the
+    /// test's own, so that concurrent tests clash on nothing, and the
+    /// controller-manager for the Node's pod CIDR. `None` when kubectl is
+    /// missing outside CI; see [`pod_network_or_skip`] for root and the
+    /// plugins.
+    pub async fn start_with_pod_network(
+        test: &str,
+        bridge_prefix: &str,
+        cluster_cidr: &str,
+        more: &[&str],
+    ) -> Result<Option<LocalNode>> {
+        let bridge = format!("{bridge_prefix}{}", std::process::id() % 100_000);
+        let cleanup = PodNetworkCleanup {
+            bridge: bridge.clone(),
+            uids: Vec::new(),
+        };
+        let mut flags = vec![
+            "--pod-network=cni".to_string(),
+            format!("--pod-bridge={bridge}"),
+            "--controller-manager=true".to_string(),
+            format!("--cluster-cidr={cluster_cidr}"),
+        ];
+        flags.extend(more.iter().map(|f| f.to_string()));
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let started = Self::start_with(test, RELAXED_EVICTION, &flags).await?;
+        Ok(started.map(|mut node| {
+            node.network = Some(cleanup);
+            node
+        }))
+    }
+
+    /// The bridge of a node started with its pod network.
+    pub fn bridge(&self) -> &str {
+        self.network.as_ref().map_or("", |n| n.bridge.as_str())
+    }
+
+    /// Pods whose namespaces the test's cleanup removes if it fails.
+    pub fn clean_up_pods(&mut self, uids: impl IntoIterator<Item = String>) {
+        if let Some(network) = self.network.as_mut() {
+            network.uids.extend(uids);
+        }
     }
 }
 

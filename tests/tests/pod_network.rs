@@ -12,34 +12,11 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use skiff_tests::kubectl::Kubectl;
-use skiff_tests::local_node::{
-    apply, jsonpath, pod_network_or_skip, wait_until, LocalNode, RELAXED_EVICTION,
-};
+use skiff_tests::local_node::{apply, jsonpath, pod_network_or_skip, wait_until, LocalNode};
 
 /// The cluster CIDR of this test: none other uses it, so its bridge's
 /// routes clash with nothing.
 const CLUSTER_CIDR: &str = "10.213.0.0/16";
-
-/// Removes what the test's pods and bridge leave if it fails half-way.
-struct Cleanup {
-    bridge: String,
-    uids: Vec<String>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for uid in &self.uids {
-            let _ = std::process::Command::new("ip")
-                .args(["netns", "delete", &format!("skiff-{uid}")])
-                .stderr(std::process::Stdio::null())
-                .status();
-        }
-        let _ = std::process::Command::new("ip")
-            .args(["link", "del", &self.bridge])
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-}
 
 const SERVERS: &str = "apiVersion: apps/v1
 kind: Deployment
@@ -112,19 +89,8 @@ async fn pods_get_addresses_of_their_own_and_give_them_back() -> Result<()> {
     if !pod_network_or_skip(test) {
         return Ok(());
     }
-    let bridge = format!("skt{}", std::process::id() % 100_000);
-    let mut cleanup = Cleanup {
-        bridge: bridge.clone(),
-        uids: Vec::new(),
-    };
-    let more = [
-        "--pod-network=cni".to_string(),
-        format!("--pod-bridge={bridge}"),
-        "--controller-manager=true".to_string(),
-        format!("--cluster-cidr={CLUSTER_CIDR}"),
-    ];
-    let more: Vec<&str> = more.iter().map(String::as_str).collect();
-    let Some(node) = LocalNode::start_with(test, RELAXED_EVICTION, &more).await? else {
+    let Some(mut node) = LocalNode::start_with_pod_network(test, "skt", CLUSTER_CIDR, &[]).await?
+    else {
         return Ok(());
     };
     let kubectl = &node.kubectl;
@@ -176,7 +142,10 @@ async fn pods_get_addresses_of_their_own_and_give_them_back() -> Result<()> {
         anyhow::bail!("{err:#}\n{pods}\n{described}");
     }
     let pods = web_pods(kubectl)?;
-    cleanup.uids = pods.iter().map(|(_, uid, _)| uid.clone()).collect();
+    let uids: Vec<String> = pods.iter().map(|(_, uid, _)| uid.clone()).collect();
+    if let Some(network) = node.network.as_mut() {
+        network.uids.extend(uids.iter().cloned());
+    }
     ensure!(pods.len() == 2, "pods: {pods:?}");
     let (a, b) = (&pods[0], &pods[1]);
     ensure!(a.2 != b.2, "both pods have {}", a.2);
@@ -241,8 +210,7 @@ async fn pods_get_addresses_of_their_own_and_give_them_back() -> Result<()> {
 
     // Deleting the pods removes their namespaces and frees their addresses.
     kubectl.ok(&["delete", "deployment", "web", "--wait=false"])?;
-    let namespaces: Vec<PathBuf> = cleanup
-        .uids
+    let namespaces: Vec<PathBuf> = uids
         .iter()
         .map(|uid| PathBuf::from(format!("/run/netns/skiff-{uid}")))
         .collect();
@@ -264,7 +232,6 @@ async fn pods_get_addresses_of_their_own_and_give_them_back() -> Result<()> {
     })
     .await?;
     drop(node);
-    drop(cleanup);
     Ok(())
 }
 
@@ -285,19 +252,9 @@ async fn a_kubelet_killed_and_restarted_keeps_its_pods_addresses() -> Result<()>
     if !pod_network_or_skip(test) {
         return Ok(());
     }
-    let bridge = format!("skr{}", std::process::id() % 100_000);
-    let mut cleanup = Cleanup {
-        bridge: bridge.clone(),
-        uids: Vec::new(),
-    };
-    let more = [
-        "--pod-network=cni".to_string(),
-        format!("--pod-bridge={bridge}"),
-        "--controller-manager=true".to_string(),
-        "--cluster-cidr=10.217.0.0/16".to_string(),
-    ];
-    let more: Vec<&str> = more.iter().map(String::as_str).collect();
-    let Some(mut node) = LocalNode::start_with(test, RELAXED_EVICTION, &more).await? else {
+    let Some(mut node) =
+        LocalNode::start_with_pod_network(test, "skr", "10.217.0.0/16", &[]).await?
+    else {
         return Ok(());
     };
     apply(&node.kubectl, "keeper.yaml", KEEPER)?;
@@ -308,7 +265,7 @@ async fn a_kubelet_killed_and_restarted_keeps_its_pods_addresses() -> Result<()>
     })
     .await?;
     let uid = jsonpath(&node.kubectl, "pod", "keeper", "{.metadata.uid}")?;
-    cleanup.uids.push(uid.clone());
+    node.clean_up_pods([uid.clone()]);
 
     // SIGKILL: the pod's processes and namespace stay; the restarted
     // kubelet adopts them and reports the same address.
@@ -349,6 +306,5 @@ async fn a_kubelet_killed_and_restarted_keeps_its_pods_addresses() -> Result<()>
     })
     .await?;
     drop(node);
-    drop(cleanup);
     Ok(())
 }

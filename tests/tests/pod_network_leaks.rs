@@ -9,9 +9,7 @@ use std::path::Path;
 
 use anyhow::{ensure, Result};
 use skiff_tests::kubectl::Kubectl;
-use skiff_tests::local_node::{
-    apply, pod_network_or_skip, wait_until, LocalNode, RELAXED_EVICTION,
-};
+use skiff_tests::local_node::{apply, pod_network_or_skip, wait_until, LocalNode};
 
 const WAVES: usize = 5;
 const PER_WAVE: usize = 100;
@@ -66,16 +64,10 @@ async fn five_hundred_pods_leave_no_network_behind() -> Result<()> {
     if !pod_network_or_skip(test) {
         return Ok(());
     }
-    let bridge = format!("skl{}", std::process::id() % 100_000);
-    let more = [
-        "--pod-network=cni".to_string(),
-        format!("--pod-bridge={bridge}"),
-        "--controller-manager=true".to_string(),
-        format!("--cluster-cidr={CLUSTER_CIDR}"),
-        format!("--capacity=pods={}", PER_WAVE + 10),
-    ];
-    let more: Vec<&str> = more.iter().map(String::as_str).collect();
-    let Some(node) = LocalNode::start_with(test, RELAXED_EVICTION, &more).await? else {
+    let capacity = format!("--capacity=pods={}", PER_WAVE + 10);
+    let Some(node) =
+        LocalNode::start_with_pod_network(test, "skl", CLUSTER_CIDR, &[capacity.as_str()]).await?
+    else {
         return Ok(());
     };
     let kubectl = &node.kubectl;
@@ -121,12 +113,9 @@ async fn five_hundred_pods_leave_no_network_behind() -> Result<()> {
                     .count()
             })
             .unwrap_or(0);
-        Ok(namespaces == 0 && addresses == 0 && ports_of(&bridge) == 0)
+        Ok(namespaces == 0 && addresses == 0 && ports_of(node.bridge()) == 0)
     })
     .await?;
     drop(node);
-    let _ = std::process::Command::new("ip")
-        .args(["link", "del", &bridge])
-        .status();
     Ok(())
 }

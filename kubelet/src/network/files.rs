@@ -120,15 +120,7 @@ pub fn enter(mounts: &Mounts) -> io::Result<()> {
         )
     })?;
     for (source, target) in &mounts.binds {
-        check(unsafe {
-            libc::mount(
-                source.as_ptr(),
-                target.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            )
-        })?;
+        super::netns::bind_mount(source, target)?;
     }
     Ok(())
 }

@@ -28,6 +28,20 @@ fn check(result: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// Bind-mounts `source` over `target`: mount(2) only, so also for a
+/// forked child before exec.
+pub fn bind_mount(source: &std::ffi::CStr, target: &std::ffi::CStr) -> io::Result<()> {
+    check(unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    })
+}
+
 /// Makes a new, empty network namespace (only `lo`, down) and keeps it at
 /// `path`; one already there is kept as it is.
 pub fn create(path: &Path) -> io::Result<()> {
@@ -43,16 +57,7 @@ pub fn create(path: &Path) -> io::Result<()> {
     // ends with the namespace held by the mount alone.
     let made = std::thread::spawn(move || -> io::Result<()> {
         check(unsafe { libc::unshare(libc::CLONE_NEWNET) })?;
-        let source = CString::new("/proc/thread-self/ns/net").expect("no NUL");
-        check(unsafe {
-            libc::mount(
-                source.as_ptr(),
-                target.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            )
-        })
+        bind_mount(c"/proc/thread-self/ns/net", &target)
     })
     .join()
     .unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")));
