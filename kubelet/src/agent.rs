@@ -118,6 +118,13 @@ pub async fn run(
             .await
         }));
     }
+    if let Some(network) = network.as_ref() {
+        tasks.push(tokio::spawn(crate::network::hostgw::run_host_gateway(
+            client.clone(),
+            config.node.name.clone(),
+            network.config().bridge.clone(),
+        )));
+    }
     let (pressure_tx, pressure_rx) = status::pressure_channel();
     tasks.push(tokio::spawn(status::run_status(
         client.clone(),
@@ -191,7 +198,8 @@ pub async fn run(
 /// The pods' network, where the host can give pods their own: else the
 /// kubelet says once why they share the host's.
 fn pod_network(config: NetworkConfig) -> Result<Arc<PodNetwork>, String> {
-    match crate::network::unavailable_reason() {
+    match crate::network::unavailable_reason().or_else(|| crate::network::missing_plugins(&config))
+    {
         None => {
             tracing::info!(conf_dir = %config.conf_dir.display(), "pods get their own network through CNI");
             Ok(Arc::new(PodNetwork::new(config)))

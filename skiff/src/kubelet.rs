@@ -27,8 +27,9 @@ pub struct NodeArgs {
     /// The Node's name [default: this host's name].
     #[arg(long, env = "SKIFF_NODE_NAME")]
     pub node_name: Option<String>,
-    /// The Node's InternalIP; pods run on the host's network, so it is
-    /// their podIP too.
+    /// The Node's InternalIP: where the API reaches the kubelet, where
+    /// other nodes route this node's pods, and the podIP of pods on the
+    /// host's network.
     #[arg(long, env = "SKIFF_NODE_IP", default_value = "127.0.0.1")]
     pub node_ip: String,
     /// Address (host:port) of the kubelet's port, which serves container
@@ -77,11 +78,12 @@ pub struct NodeArgs {
     #[arg(long)]
     pub keep_pods_on_exit: bool,
     /// How pods get their network: `cni` gives each pod a network
-    /// namespace and an address of its own through the CNI plugins (as
-    /// root, where the kernel has network namespaces; elsewhere pods share
-    /// the host's, and the kubelet says so); `host`: every pod shares the
-    /// host's network.
-    #[arg(long, value_enum, default_value = "host")]
+    /// namespace and an address of its own through the CNI plugins (where
+    /// the kubelet runs as root, the kernel has network namespaces and the
+    /// plugins or a configuration are installed; elsewhere pods share the
+    /// host's, and the kubelet and the Node say why); `host`: every pod
+    /// shares the host's network.
+    #[arg(long, value_enum, env = "SKIFF_POD_NETWORK", default_value = "cni")]
     pub pod_network: PodNetworkMode,
     /// Where the CNI network configuration is read; without one there the
     /// kubelet writes a bridge network over the Node's pod CIDR
@@ -333,5 +335,35 @@ mod tests {
         assert!(parse_duration("2").is_err(), "Go wants a unit");
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("3d").is_err());
+    }
+
+    #[test]
+    fn pods_get_networks_of_their_own_unless_told_otherwise() {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            node: NodeArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Flags as clap::Parser>::try_parse_from(
+                std::iter::once("kubelet").chain(args.iter().copied()),
+            )
+            .unwrap()
+            .node
+        };
+        if std::env::var_os("SKIFF_POD_NETWORK").is_none() {
+            assert_eq!(parse(&[]).pod_network, PodNetworkMode::Cni);
+        }
+        assert_eq!(
+            parse(&["--pod-network=host"]).pod_network,
+            PodNetworkMode::Host
+        );
+        let node = parse(&["--pod-network", "cni"]);
+        assert_eq!(node.pod_network, PodNetworkMode::Cni);
+        assert_eq!(node.pod_bridge, "skiff0");
+        assert_eq!(
+            node.cni_bin_dir,
+            [PathBuf::from("/usr/lib/cni"), PathBuf::from("/opt/cni/bin")]
+        );
     }
 }

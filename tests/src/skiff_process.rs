@@ -33,11 +33,39 @@ impl SkiffProcess {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
+        let mut command = Command::new(skiff_bin());
+        command.args(args);
+        Self::spawn_command(label, command)
+    }
+
+    /// Starts `skiff ARGS` in the network namespace `netns` (`ip netns
+    /// exec`, which also gives it the namespace's own /sys), as on a host
+    /// of its own.
+    pub fn spawn_in_netns<I, S>(label: &str, netns: &str, args: I) -> Result<SkiffProcess>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", netns])
+            .arg(skiff_bin())
+            .args(args);
+        Self::spawn_command(label, command)
+    }
+
+    fn spawn_command(label: &str, mut command: Command) -> Result<SkiffProcess> {
         let output_dir = tempfile::tempdir().context("a directory for the process's output")?;
         let stdout = output_dir.path().join("stdout");
         let stderr = output_dir.path().join("stderr");
-        let child = Command::new(skiff_bin())
-            .args(args)
+        // Kubelets share the host's network unless a test asks for pod
+        // networks (`--pod-network=cni`, which beats the environment):
+        // concurrent tests would otherwise share the default bridge and
+        // cluster CIDR.
+        if std::env::var_os("SKIFF_POD_NETWORK").is_none() {
+            command.env("SKIFF_POD_NETWORK", "host");
+        }
+        let child = command
             .env("SKIFF_PKI_DIR", crate::test_pki::dir())
             .stdin(Stdio::null())
             .stdout(File::create(&stdout)?)

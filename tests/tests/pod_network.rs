@@ -2,7 +2,8 @@
 //! node IPAM controller and the standard CNI plugins. Two replicas of a
 //! server on one port are both Ready on distinct addresses from the
 //! Node's pod CIDR, each reachable from the host and from the other pod;
-//! a `hostNetwork` pod keeps the host's address; deleting the pods removes
+//! a `hostPort` answers on the host's 127.0.0.1; a `hostNetwork` pod
+//! keeps the host's address; deleting the pods removes
 //! their namespaces and frees their addresses. Needs root and Debian's
 //! containernetworking-plugins (CI installs them).
 
@@ -50,10 +51,32 @@ spec:
   - {name: app, image: busybox, command: [sleep, \"3600\"]}
 ";
 
+/// A server whose `hostPort` is `port`.
+fn porter(port: u16) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: porter}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: python:3
+    command: [python3, -m, http.server, \"8080\"]
+    ports: [{{containerPort: 8080, hostPort: {port}}}]
+"
+    )
+}
+
 /// `GET /` of `ip:8080` from the host.
 fn get_from_host(ip: &str) -> Result<String> {
-    let mut stream = std::net::TcpStream::connect((ip, 8080))
-        .with_context(|| format!("connecting to {ip}:8080 from the host"))?;
+    get_from(ip, 8080)
+}
+
+/// `GET /` of `ip:port` from the host.
+fn get_from(ip: &str, port: u16) -> Result<String> {
+    let mut stream = std::net::TcpStream::connect((ip, port))
+        .with_context(|| format!("connecting to {ip}:{port} from the host"))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(stream, "GET / HTTP/1.0\r\nHost: {ip}\r\n\r\n")?;
     let mut answer = String::new();
@@ -142,7 +165,7 @@ async fn pods_get_addresses_of_their_own_and_give_them_back() -> Result<()> {
         anyhow::bail!("{err:#}\n{pods}\n{described}");
     }
     let pods = web_pods(kubectl)?;
-    let uids: Vec<String> = pods.iter().map(|(_, uid, _)| uid.clone()).collect();
+    let mut uids: Vec<String> = pods.iter().map(|(_, uid, _)| uid.clone()).collect();
     if let Some(network) = node.network.as_mut() {
         network.uids.extend(uids.iter().cloned());
     }
@@ -200,6 +223,28 @@ async fn pods_get_addresses_of_their_own_and_give_them_back() -> Result<()> {
         "the pod's own port on its loopback: {connected}"
     );
 
+    // A hostPort: the host's port reaches the pod (portmap).
+    let host_port = skiff_tests::skiff_process::free_addrs(1)?[0].port();
+    apply(kubectl, "porter.yaml", &porter(host_port))?;
+    wait_until("the hostPort pod Running", || {
+        Ok(jsonpath(kubectl, "pod", "porter", "{.status.phase}").unwrap_or_default() == "Running")
+    })
+    .await?;
+    let porter_uid = jsonpath(kubectl, "pod", "porter", "{.metadata.uid}")?;
+    if let Some(network) = node.network.as_mut() {
+        network.uids.push(porter_uid.clone());
+    }
+    uids.push(porter_uid);
+    let mut answer = String::new();
+    let served = wait_until("the hostPort answering on 127.0.0.1", || {
+        answer = get_from("127.0.0.1", host_port).unwrap_or_else(|e| format!("{e:#}"));
+        Ok(answer.starts_with("HTTP/1.0 200"))
+    })
+    .await;
+    if let Err(err) = served {
+        anyhow::bail!("{err:#}: 127.0.0.1:{host_port} answered {answer}");
+    }
+
     // hostNetwork keeps the host's address.
     wait_until("the hostNetwork pod running", || {
         Ok(jsonpath(kubectl, "pod", "on-host", "{.status.phase}").unwrap_or_default() == "Running")
@@ -210,6 +255,7 @@ async fn pods_get_addresses_of_their_own_and_give_them_back() -> Result<()> {
 
     // Deleting the pods removes their namespaces and frees their addresses.
     kubectl.ok(&["delete", "deployment", "web", "--wait=false"])?;
+    kubectl.ok(&["delete", "pod", "porter", "--wait=false"])?;
     let namespaces: Vec<PathBuf> = uids
         .iter()
         .map(|uid| PathBuf::from(format!("/run/netns/skiff-{uid}")))

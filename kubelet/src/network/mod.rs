@@ -6,6 +6,7 @@
 
 pub mod cni;
 pub mod files;
+pub mod hostgw;
 pub mod netns;
 
 use std::path::{Path, PathBuf};
@@ -74,6 +75,35 @@ pub fn unavailable_reason() -> Option<String> {
         return Some("the kernel has no network namespaces".into());
     }
     None
+}
+
+/// Why the network cannot be used, or `None` when it can: without a
+/// configuration of its own in `--cni-conf-dir`, the default network
+/// needs the standard plugins in `--cni-bin-dir`.
+pub fn missing_plugins(config: &NetworkConfig) -> Option<String> {
+    if NetworkList::load(&config.conf_dir).is_ok() {
+        return None;
+    }
+    let needed = ["bridge", "host-local", "portmap", "loopback"];
+    let missing: Vec<&str> = needed
+        .iter()
+        .copied()
+        .filter(|plugin| !config.bin_dirs.iter().any(|d| d.join(plugin).is_file()))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let dirs: Vec<String> = config
+        .bin_dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect();
+    Some(format!(
+        "the CNI plugins {} are not in {} (apt-get install containernetworking-plugins), and {} holds no network configuration",
+        missing.join(", "),
+        dirs.join(", "),
+        config.conf_dir.display()
+    ))
 }
 
 /// The pod network of one kubelet.
@@ -388,6 +418,48 @@ mod tests {
         assert!(attached
             .args
             .contains(&("K8S_POD_NAME".to_string(), "web".to_string())));
+    }
+
+    #[test]
+    fn without_plugins_or_a_configuration_the_network_says_what_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = NetworkConfig {
+            conf_dir: dir.path().join("net.d"),
+            bin_dirs: vec![dir.path().join("bin")],
+            netns_dir: dir.path().join("netns"),
+            state_dir: dir.path().join("state"),
+            bridge: "skiff0".into(),
+        };
+        let why = missing_plugins(&config).unwrap();
+        assert!(
+            why.contains("bridge, host-local, portmap, loopback"),
+            "{why}"
+        );
+        assert!(
+            why.contains("apt-get install containernetworking-plugins"),
+            "{why}"
+        );
+        std::fs::create_dir_all(dir.path().join("bin")).unwrap();
+        for plugin in ["bridge", "host-local", "portmap"] {
+            std::fs::write(dir.path().join("bin").join(plugin), "").unwrap();
+        }
+        assert!(missing_plugins(&config)
+            .unwrap()
+            .contains("plugins loopback are"));
+        std::fs::write(dir.path().join("bin/loopback"), "").unwrap();
+        assert_eq!(missing_plugins(&config), None);
+        // A configuration of the user's own: its plugins are its business.
+        let config = NetworkConfig {
+            bin_dirs: vec![dir.path().join("nothing")],
+            ..config
+        };
+        std::fs::create_dir_all(&config.conf_dir).unwrap();
+        std::fs::write(
+            config.conf_dir.join("10-mine.conflist"),
+            r#"{"cniVersion":"1.0.0","name":"mine","plugins":[{"type":"ptp"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(missing_plugins(&config), None);
     }
 
     /// Plugins installed, root and namespaces: else skipped (failing
