@@ -244,6 +244,62 @@ fn web_pods(kubectl: &Kubectl) -> Result<BTreeMap<String, Vec<String>>> {
     )
 }
 
+/// Where IPv4 `ip` lies in `cidr` (`10.244.1.0/24`): its offset from
+/// the network address and the range's size; `None` outside it.
+fn offset_in(ip: &str, cidr: &str) -> Option<(u64, u64)> {
+    let (network, prefix) = cidr.split_once('/')?;
+    let parse = |a: &str| a.parse::<std::net::Ipv4Addr>().ok().map(u32::from);
+    let (ip, network, prefix) = (parse(ip)?, parse(network)?, prefix.parse::<u32>().ok()?);
+    let size = 1u64 << 32u32.checked_sub(prefix)?;
+    let offset = u64::from(ip).checked_sub(u64::from(network))?;
+    (offset < size).then_some((offset, size))
+}
+
+/// `skiff up`'s --cluster-cidr, which the tests leave as it is.
+const DEFAULT_CLUSTER_CIDR: &str = "10.244.0.0/16";
+
+/// The `count` pods of `selector` on simulated `node` report addresses
+/// of its pod CIDR (given by the node IPAM controller from the cluster
+/// CIDR), each its own and none the network, gateway or broadcast address.
+fn simulated_pods_have_addresses_of_their_node(
+    kubectl: &Kubectl,
+    node: &str,
+    selector: &str,
+    count: usize,
+) -> Result<()> {
+    let cidr = jsonpath(kubectl, "node", node, "{.spec.podCIDR}")?;
+    let network = cidr.split('/').next().unwrap_or_default();
+    ensure!(
+        offset_in(network, DEFAULT_CLUSTER_CIDR).is_some(),
+        "{node}'s pod CIDR {cidr:?} is not of the cluster CIDR {DEFAULT_CLUSTER_CIDR}"
+    );
+    let pods = table(
+        kubectl,
+        "pods",
+        selector,
+        "{.spec.nodeName}|{.status.podIP}|{.status.podIPs[*].ip}",
+    )?;
+    let mut ips: Vec<&str> = Vec::new();
+    for (pod, fields) in &pods {
+        let ip = fields[1].as_str();
+        let usable = offset_in(ip, &cidr).is_some_and(|(at, size)| at >= 2 && at < size - 1);
+        ensure!(
+            fields[0] == node && usable && fields[2] == ip,
+            "{pod} on {} reports {ip:?} ({:?}); {node}'s pod CIDR is {cidr:?}",
+            fields[0],
+            fields[2]
+        );
+        ips.push(ip);
+    }
+    ips.sort();
+    ips.dedup();
+    ensure!(
+        ips.len() == count,
+        "addresses of {selector} on {node}: {pods:?}"
+    );
+    Ok(())
+}
+
 fn live(pods: &BTreeMap<String, Vec<String>>, name: &str) -> bool {
     pods.get(name).is_some_and(|v| v[1].is_empty())
 }
@@ -280,6 +336,7 @@ async fn a_stateful_set_comes_up_in_order_scales_down_in_reverse_and_updates_by_
     })
     .await?;
     ensure!(out_of_order.is_empty(), "{out_of_order:?}");
+    simulated_pods_have_addresses_of_their_node(kubectl, "sim-0", "app=web", 3)?;
     let pods = web_pods(kubectl)?;
     for n in 0..2 {
         let (this, next) = (&pods[&format!("web-{n}")], &pods[&format!("web-{}", n + 1)]);

@@ -16,7 +16,7 @@ use skiff_kubelet::simulate::{self, SimulateConfig, Simulator};
 
 use crate::api::http::ApiConnection;
 use crate::api::server::STOP_GRACE;
-use crate::kubelet::server::{Components, SkiffUp};
+use crate::kubelet::server::{Components, SkiffUp, SIMULATED_CLUSTER_CIDR};
 use crate::machine;
 use crate::versus::process::ServerProcess;
 use crate::versus::progress::Progress;
@@ -168,6 +168,8 @@ fn start_controller_manager(
         "--kubeconfig".into(),
         kubeconfig.display().to_string(),
         "--leader-elect=false".into(),
+        // Room for every simulated node's pod CIDR.
+        format!("--cluster-cidr={SIMULATED_CLUSTER_CIDR}"),
     ];
     ServerProcess::spawn(
         "skiff controller-manager",

@@ -19,6 +19,11 @@ const EVICTION_HARD: &str =
     "memory.available<1Mi,nodefs.available<1%,nodefs.inodesFree<1%,pid.available<1%";
 /// The kubelet's default pod capacity, raised when a run needs more.
 const DEFAULT_MAX_PODS: usize = 110;
+/// The cluster CIDR the node IPAM controller cuts simulated nodes' pod
+/// CIDRs from: 65 536 node ranges of /24, where the default 10.244.0.0/16
+/// has 256 (a node without one never starts its pods). Simulated nodes
+/// configure nothing, so it overlaps nothing on the host.
+pub const SIMULATED_CLUSTER_CIDR: &str = "10.0.0.0/8";
 
 /// What `skiff up` runs beside its store and API.
 pub enum Components {
@@ -42,12 +47,20 @@ pub enum Components {
 impl Components {
     fn args(&self) -> Vec<String> {
         match self {
-            Components::ApiOnly => vec!["--scheduler=false".into(), "--kubelet=false".into()],
+            // Its controller-manager (on by default) gives the nodes
+            // their pod CIDRs, as it would a real cluster's.
+            Components::ApiOnly => vec![
+                "--scheduler=false".into(),
+                "--kubelet=false".into(),
+                format!("--cluster-cidr={SIMULATED_CLUSTER_CIDR}"),
+            ],
             Components::Controllers => vec![
                 "--scheduler=true".into(),
                 "--controller-manager=true".into(),
                 "--kubelet=false".into(),
+                format!("--cluster-cidr={SIMULATED_CLUSTER_CIDR}"),
             ],
+            // The controller-manager apart is given the cluster CIDR.
             Components::Scheduler => vec![
                 "--scheduler=true".into(),
                 "--controller-manager=false".into(),
@@ -69,12 +82,13 @@ impl Components {
                     "--capacity".into(),
                     format!("pods={}", (*max_pods).max(DEFAULT_MAX_PODS)),
                 ];
-                if let Some(network) = pod_network {
-                    args.extend([
+                match pod_network {
+                    Some(network) => args.extend([
                         "--pod-network=cni".to_string(),
                         format!("--pod-bridge={}", network.bridge),
                         format!("--cluster-cidr={}", network.cluster_cidr),
-                    ]);
+                    ]),
+                    None => args.push("--pod-network=host".into()),
                 }
                 args
             }

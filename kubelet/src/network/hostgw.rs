@@ -337,7 +337,10 @@ impl HostGateway {
         }
         match run("nft", &["-f", "-"], Some(&rules)) {
             Ok(_) => {
-                tracing::info!(table = %self.table, own = ?own, "pods' traffic leaving the cluster is masqueraded");
+                match own.is_empty() {
+                    true => tracing::debug!(table = %self.table, "no pod CIDR of this node to masquerade yet"),
+                    false => tracing::info!(table = %self.table, own = ?own, "pods' traffic leaving the cluster is masqueraded"),
+                }
                 self.applied_rules = Some(rules);
                 self.said_nft = None;
             }
@@ -478,23 +481,25 @@ mod tests {
 
     #[test]
     fn a_nodes_internal_ip_comes_first() {
-        let mut node = Node::default();
-        node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
-            pod_cidr: Some("10.244.4.0/24".into()),
-            ..Default::default()
-        });
         let address = |t: &str, a: &str| k8s_openapi::api::core::v1::NodeAddress {
             type_: t.into(),
             address: a.into(),
         };
-        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
-            addresses: Some(vec![
-                address("Hostname", "not-an-address"),
-                address("ExternalIP", "203.0.113.4"),
-                address("InternalIP", "10.0.0.4"),
-            ]),
+        let node = Node {
+            spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+                pod_cidr: Some("10.244.4.0/24".into()),
+                ..Default::default()
+            }),
+            status: Some(k8s_openapi::api::core::v1::NodeStatus {
+                addresses: Some(vec![
+                    address("Hostname", "not-an-address"),
+                    address("ExternalIP", "203.0.113.4"),
+                    address("InternalIP", "10.0.0.4"),
+                ]),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         assert_eq!(
             Peer::of(&node),
             peer(&["10.244.4.0/24"], &["10.0.0.4", "203.0.113.4"])

@@ -501,11 +501,11 @@ mod tests {
             bridge: bridge.clone(),
         });
         assert!(matches!(network.network(), Err(NetworkError::NotReady(_))));
-        let written = network.write_default_config(&[subnet.clone()]).unwrap();
+        let written = network.write_default_config(std::slice::from_ref(&subnet)).unwrap();
         assert!(written.is_some());
         // Written once: a configuration there is kept.
         assert!(network
-            .write_default_config(&[subnet.clone()])
+            .write_default_config(std::slice::from_ref(&subnet))
             .unwrap()
             .is_none());
 

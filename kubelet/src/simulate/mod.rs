@@ -1,9 +1,11 @@
 //! Simulated nodes for scale tests, as KWOK does: thousands of Nodes in one
 //! process, kept Ready with Leases renewed on time, whose pods are moved
-//! through their phases without running anything.
+//! through their phases (with addresses from the pod CIDRs the node IPAM
+//! controller gives the Nodes) without running or configuring anything.
 
 pub mod heartbeats;
 pub mod nodes;
+pub mod pod_ips;
 pub mod pod_status;
 pub mod pods;
 pub mod stats;

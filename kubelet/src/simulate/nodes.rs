@@ -1,8 +1,9 @@
-//! The simulated nodes themselves: names, addresses and pod ranges, the
-//! Node objects built as the real kubelet builds its own, and their
-//! registration (Node and Lease) with bounded concurrency.
+//! The simulated nodes themselves: names, host addresses and the pod
+//! addresses they hand out from the pod CIDRs the node IPAM controller
+//! gives them, the Node objects built as the real kubelet builds its own,
+//! and their registration (Node and Lease) with bounded concurrency.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
+use parking_lot::Mutex;
 
+use super::pod_ips::{PodAddresses, PodIpError};
 use super::stats::SimulationStats;
 use super::SimulateConfig;
 use crate::node::config::{EvictionThresholds, NodeConfig};
@@ -31,7 +34,8 @@ pub struct SimNode {
     pub index: usize,
     pub name: String,
     pub host_ip: String,
-    next_pod_ip: AtomicU32,
+    /// Empty until the Node is seen with spec.podCIDRs.
+    pod_addresses: Mutex<PodAddresses>,
 }
 
 impl SimNode {
@@ -47,21 +51,67 @@ impl SimNode {
                 (i >> 8) & 255,
                 i & 255
             ),
-            next_pod_ip: AtomicU32::new(0),
+            pod_addresses: Mutex::new(PodAddresses::default()),
         }
     }
 
-    /// The node's pod range: 10.<hi>.<lo>.0/24.
-    pub fn pod_cidr(&self) -> String {
-        let i = self.index as u32;
-        format!("10.{}.{}.0/24", (i >> 8) & 255, i & 255)
+    /// Whether the node knows its pod CIDRs (and so can start pods that
+    /// are not on the host's network).
+    pub fn has_pod_cidrs(&self) -> bool {
+        self.pod_addresses.lock().has_ranges()
     }
 
-    /// The next pod address of the node's range (.2 to .253, then again).
-    pub fn allocate_pod_ip(&self) -> String {
-        let i = self.index as u32;
-        let n = self.next_pod_ip.fetch_add(1, Ordering::Relaxed);
-        format!("10.{}.{}.{}", (i >> 8) & 255, i & 255, 2 + n % 252)
+    /// The pod CIDRs of the Node as stored; empty ones are ignored (the
+    /// apiserver lets a Node's podCIDRs be set once, never unset). Whether
+    /// the node had none before.
+    pub fn set_pod_cidrs(&self, cidrs: &[String]) -> Result<bool, PodIpError> {
+        if cidrs.is_empty() {
+            return Ok(false);
+        }
+        let mut addresses = self.pod_addresses.lock();
+        let first = !addresses.has_ranges();
+        if addresses.set_ranges(cidrs)? && !first {
+            tracing::warn!(node = %self.name, ?cidrs, "a simulated node's pod CIDRs changed; new pods get addresses from the new ones");
+        }
+        Ok(first)
+    }
+
+    /// Pod `uid`'s addresses, one from each pod CIDR of the node (the
+    /// same ones when asked again).
+    pub fn allocate_pod_ips(&self, uid: &str) -> Result<Vec<String>, PodIpError> {
+        let given = self.pod_addresses.lock().allocate(uid)?;
+        Ok(given.iter().map(IpAddr::to_string).collect())
+    }
+
+    /// Pod `uid` reports `ips` already: they are not handed out again.
+    pub fn occupy_pod_ips(&self, uid: &str, ips: &[String]) {
+        let mut addresses = self.pod_addresses.lock();
+        if addresses.holds(uid) {
+            return;
+        }
+        addresses.occupy(uid, ips.iter().filter_map(|ip| ip.parse().ok()).collect());
+    }
+
+    pub fn release_pod_ips(&self, uid: &str) {
+        self.pod_addresses.lock().release(uid);
+    }
+
+    /// Frees the addresses of the pods `keep` says no to.
+    pub fn retain_pod_ips(&self, keep: impl FnMut(&str) -> bool) {
+        self.pod_addresses.lock().retain(keep);
+    }
+}
+
+/// A Node's spec.podCIDRs, or its spec.podCIDR alone.
+pub fn node_pod_cidrs(node: &Node) -> Vec<String> {
+    let spec = node.spec.as_ref();
+    match spec.and_then(|s| s.pod_cidrs.clone()) {
+        Some(cidrs) if !cidrs.is_empty() => cidrs,
+        _ => spec
+            .and_then(|s| s.pod_cidr.clone())
+            .filter(|c| !c.is_empty())
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -91,7 +141,8 @@ fn simulated_host(node: &SimNode, boot_id: &str) -> HostInfo {
     }
 }
 
-/// The Node object of a simulated node, Ready from the start.
+/// The Node object of a simulated node, Ready from the start; without pod
+/// CIDRs, as a real kubelet registers (the node IPAM controller gives them).
 pub fn simulated_node(
     config: &SimulateConfig,
     node: &SimNode,
@@ -113,10 +164,6 @@ pub fn simulated_node(
     // where nothing of this node listens.
     node_config.kubelet_port = 0;
     let mut built = build_node(&node_config, &simulated_host(node, boot_id));
-    if let Some(spec) = built.spec.as_mut() {
-        spec.pod_cidr = Some(node.pod_cidr());
-        spec.pod_cidrs = Some(vec![node.pod_cidr()]);
-    }
     if let Some(status) = built.status.as_mut() {
         status.conditions = Some(ready_conditions(&[], now));
     }
@@ -256,15 +303,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nodes_get_distinct_addresses_and_pod_ranges() {
+    fn nodes_get_distinct_host_addresses_and_pod_addresses_from_their_cidrs() {
         let a = SimNode::new("sim", 0);
         let b = SimNode::new("sim", 257);
         assert_eq!(a.name, "sim-0");
         assert_eq!(a.host_ip, "100.64.0.0");
         assert_eq!(b.host_ip, "100.64.1.1");
-        assert_eq!(b.pod_cidr(), "10.1.1.0/24");
-        assert_eq!(b.allocate_pod_ip(), "10.1.1.2");
-        assert_eq!(b.allocate_pod_ip(), "10.1.1.3");
+        assert!(!b.has_pod_cidrs());
+        assert_eq!(b.allocate_pod_ips("p1"), Err(PodIpError::NoPodCidr));
+        // Nothing changes on an empty podCIDRs, and a first one is news.
+        assert_eq!(b.set_pod_cidrs(&[]), Ok(false));
+        let cidrs = vec!["10.244.9.0/24".to_string(), "fd00:0:0:9::/64".to_string()];
+        assert_eq!(b.set_pod_cidrs(&cidrs), Ok(true));
+        assert_eq!(b.set_pod_cidrs(&cidrs), Ok(false));
+        assert!(b.has_pod_cidrs());
+        assert_eq!(
+            b.allocate_pod_ips("p1").unwrap(),
+            ["10.244.9.2", "fd00:0:0:9::2"]
+        );
+        // A pod already running keeps its address from before.
+        b.occupy_pod_ips("p0", &["10.244.9.3".into(), "fd00:0:0:9::3".into()]);
+        assert_eq!(
+            b.allocate_pod_ips("p2").unwrap(),
+            ["10.244.9.4", "fd00:0:0:9::4"]
+        );
+        b.release_pod_ips("p1");
+        b.retain_pod_ips(|uid| uid != "p0");
+        assert_eq!(
+            b.allocate_pod_ips("p3").unwrap(),
+            ["10.244.9.5", "fd00:0:0:9::5"]
+        );
+        assert_eq!(
+            b.allocate_pod_ips("p4").unwrap(),
+            ["10.244.9.6", "fd00:0:0:9::6"]
+        );
         let uuid = random_uuid();
         assert_eq!(uuid.len(), 36);
         assert_eq!(uuid.matches('-').count(), 4);
@@ -294,9 +366,24 @@ mod tests {
         assert_eq!(info.system_uuid.len(), 36);
         let endpoint = status.daemon_endpoints.as_ref().unwrap();
         assert_eq!(endpoint.kubelet_endpoint.as_ref().unwrap().port, 0);
-        assert_eq!(
-            node.spec.as_ref().unwrap().pod_cidr.as_deref(),
-            Some("10.0.3.0/24")
-        );
+        // The node IPAM controller gives the pod CIDRs, not the node.
+        let spec = node.spec.as_ref().unwrap();
+        assert_eq!(spec.pod_cidr, None);
+        assert_eq!(spec.pod_cidrs, None);
+        assert!(node_pod_cidrs(&node).is_empty());
+    }
+
+    #[test]
+    fn pod_cidrs_are_read_from_pod_cidrs_or_else_pod_cidr() {
+        let node = |spec: serde_json::Value| -> Node {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "sim-0"}, "spec": spec}))
+                .unwrap()
+        };
+        let dual = node(serde_json::json!({"podCIDR": "10.244.0.0/24",
+            "podCIDRs": ["10.244.0.0/24", "fd00::/64"]}));
+        assert_eq!(node_pod_cidrs(&dual), ["10.244.0.0/24", "fd00::/64"]);
+        let old = node(serde_json::json!({"podCIDR": "10.244.1.0/24"}));
+        assert_eq!(node_pod_cidrs(&old), ["10.244.1.0/24"]);
+        assert!(node_pod_cidrs(&node(serde_json::json!({"podCIDR": ""}))).is_empty());
     }
 }

@@ -50,8 +50,9 @@ fn condition(type_: &str, status: bool, at: &str, reason: Option<&str>) -> Value
     c
 }
 
-/// The body of a status patch moving `pod` to Running at `now`.
-pub fn running_status(pod: &Pod, pod_ip: &str, host_ip: &str, now: Timestamp) -> Value {
+/// The body of a status patch moving `pod` to Running at `now`, with
+/// its addresses (one a family; the first is podIP) and its node's.
+pub fn running_status(pod: &Pod, pod_ips: &[String], host_ip: &str, now: Timestamp) -> Value {
     let now = time(now);
     let spec = pod.spec.clone().unwrap_or_default();
     let containers: Vec<Value> = spec
@@ -101,11 +102,13 @@ pub fn running_status(pod: &Pod, pod_ip: &str, host_ip: &str, now: Timestamp) ->
         ],
         "hostIP": host_ip,
         "hostIPs": [{"ip": host_ip}],
-        "podIP": pod_ip,
-        "podIPs": [{"ip": pod_ip}],
         "startTime": now,
         "containerStatuses": containers,
     });
+    if let Some(first) = pod_ips.first() {
+        status["podIP"] = json!(first);
+        status["podIPs"] = pod_ips.iter().map(|ip| json!({ "ip": ip })).collect();
+    }
     if !init.is_empty() {
         status["initContainerStatuses"] = json!(init);
     }
@@ -183,13 +186,17 @@ mod tests {
         Timestamp::from_second(1_700_000_000).unwrap()
     }
 
+    fn ips(ips: &[&str]) -> Vec<String> {
+        ips.iter().map(|ip| ip.to_string()).collect()
+    }
+
     #[test]
     fn running_status_reads_as_a_kubelets() {
-        let patch = running_status(&pod(), "10.0.0.7", "100.64.0.0", now());
+        let patch = running_status(&pod(), &ips(&["10.244.0.7"]), "100.64.0.0", now());
         let status = &patch["status"];
         assert_eq!(status["phase"], "Running");
-        assert_eq!(status["podIP"], "10.0.0.7");
-        assert_eq!(status["podIPs"][0]["ip"], "10.0.0.7");
+        assert_eq!(status["podIP"], "10.244.0.7");
+        assert_eq!(status["podIPs"], json!([{"ip": "10.244.0.7"}]));
         assert_eq!(status["hostIP"], "100.64.0.0");
         assert_eq!(status["startTime"], "2023-11-14T22:13:20Z");
         let conditions = status["conditions"].as_array().unwrap();
@@ -219,9 +226,19 @@ mod tests {
     }
 
     #[test]
+    fn a_dual_stack_pod_reports_an_address_of_each_family() {
+        let dual = ips(&["10.244.3.2", "fd00:10:244:3::2"]);
+        let patch = running_status(&pod(), &dual, "100.64.0.3", now());
+        let typed: PodStatus = serde_json::from_value(patch["status"].clone()).unwrap();
+        assert_eq!(typed.pod_ip.as_deref(), Some("10.244.3.2"));
+        let all: Vec<String> = typed.pod_ips.unwrap().into_iter().map(|i| i.ip).collect();
+        assert_eq!(all, dual);
+    }
+
+    #[test]
     fn succeeded_status_terminates_every_container_with_exit_0() {
         let mut running = pod();
-        let patch = running_status(&running, "10.0.0.7", "100.64.0.0", now());
+        let patch = running_status(&running, &ips(&["10.244.0.7"]), "100.64.0.0", now());
         running.status = serde_json::from_value(patch["status"].clone()).unwrap();
         let later = Timestamp::from_second(1_700_000_005).unwrap();
         let patch = succeeded_status(&running, later);
