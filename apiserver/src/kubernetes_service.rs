@@ -3,7 +3,9 @@
 //! (`https`) to the API servers' own port, and its Endpoints and
 //! EndpointSlice listing every API server of the cluster, each adding its
 //! own address when it starts, as kube-apiserver's endpoint reconciler
-//! does.
+//! does. [`kube_dns`] keeps the cluster DNS's Service beside it.
+
+pub mod kube_dns;
 
 use std::net::SocketAddr;
 
@@ -98,9 +100,21 @@ async fn create_unless_there(
     object: Value,
     write: &Write<'_>,
 ) -> ApiResult<bool> {
+    create_named_unless_there(registry, target, NAME, object, write).await
+}
+
+/// Creates `object` (named `name`) unless an object of that name is
+/// there; whether it created it.
+pub(crate) async fn create_named_unless_there(
+    registry: &Registry,
+    target: &Target<'_>,
+    name: &str,
+    object: Value,
+    write: &Write<'_>,
+) -> ApiResult<bool> {
     // Looked up first: the create of a Service that is there would be
     // refused for its IP (held by itself) before its name.
-    match registry.get(target, NAME).await {
+    match registry.get(target, name).await {
         Ok(_) => return Ok(false),
         Err(err) if err.code == 404 => {}
         Err(err) => return Err(err),

@@ -76,8 +76,9 @@ pub struct ApiListener {
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
-/// The `kubernetes` Service (with this server's address), then, for as
-/// long as the server runs, the repair of leaked Service allocations.
+/// The `kubernetes` Service (with this server's address) and the
+/// `kube-dns` Service, then, for as long as the server runs, the repair of
+/// leaked Service allocations.
 async fn services(registry: &Registry, api: Option<std::net::SocketAddr>) {
     if let Some(api) = api {
         let mut delay = std::time::Duration::from_millis(100);
@@ -85,6 +86,21 @@ async fn services(registry: &Registry, api: Option<std::net::SocketAddr>) {
             tracing::debug!(error = %err, "the kubernetes Service not written yet; retrying");
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(std::time::Duration::from_secs(5));
+        }
+    }
+    let mut delay = std::time::Duration::from_millis(100);
+    loop {
+        match kubernetes_service::kube_dns::ensure(registry).await {
+            Ok(_) => break,
+            Err(err) if kubernetes_service::kube_dns::is_transient(err.code) => {
+                tracing::debug!(error = %err, "the kube-dns Service not written yet; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(5));
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot create the kube-dns Service: pods will not reach the cluster DNS at its address");
+                break;
+            }
         }
     }
     let mut repair = service_alloc::Repair::default();

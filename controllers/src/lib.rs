@@ -25,6 +25,8 @@ pub mod persistentvolume;
 pub mod podgc;
 pub mod replicaset;
 pub mod resourcequota;
+pub mod rootcacertpublisher;
+pub mod serviceaccount;
 pub mod statefulset;
 pub mod tainteviction;
 pub mod ttlafterfinished;

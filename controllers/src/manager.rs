@@ -55,6 +55,10 @@ pub struct Settings {
     pub node_cidr_mask_size_ipv4: u8,
     /// The same for IPv6 (`--node-cidr-mask-size-ipv6`).
     pub node_cidr_mask_size_ipv6: u8,
+    /// The cluster CA (PEM) the root CA publisher puts in every
+    /// namespace's `kube-root-ca.crt` (`--root-ca-file`, else the CA of
+    /// the API the controllers run against); `None`: nothing to publish.
+    pub root_ca: Option<String>,
 }
 
 /// The hostPath provisioner's default base directory, as kube's hostPath
@@ -76,6 +80,7 @@ impl Default for Settings {
                 .expect("a valid CIDR")],
             node_cidr_mask_size_ipv4: 24,
             node_cidr_mask_size_ipv6: 64,
+            root_ca: None,
         }
     }
 }
@@ -104,6 +109,8 @@ pub fn all() -> Vec<Controller> {
         crate::podgc::CONTROLLER,
         crate::replicaset::CONTROLLER,
         crate::resourcequota::CONTROLLER,
+        crate::rootcacertpublisher::CONTROLLER,
+        crate::serviceaccount::CONTROLLER,
         crate::statefulset::CONTROLLER,
         crate::tainteviction::CONTROLLER,
         crate::ttlafterfinished::CONTROLLER,

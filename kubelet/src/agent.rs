@@ -51,6 +51,9 @@ pub struct KubeletConfig {
     /// An exec, attach or port-forward connection that carries nothing
     /// for this long is closed (`--streaming-connection-idle-timeout`).
     pub streaming_idle_timeout: Duration,
+    /// How often running pods' volumes are written again
+    /// (`--sync-frequency`).
+    pub sync_frequency: Duration,
     /// TLS for the kubelet's port; it decides whose certificates get in.
     /// `None`: plain HTTP.
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
@@ -152,14 +155,18 @@ pub async fn run(
             "kubelet found the containers of its previous run"
         );
     }
+    // One Service lister for the node, for containers' Service variables.
+    let (services, services_task) = crate::envvars::ServiceLister::start(client.clone());
+    tasks.push(services_task);
     let manager = Arc::new(PodManager::new(
         client.clone(),
         PodManagerConfig {
             node_name: config.node.name.clone(),
-            launcher: launcher(&client, &config, &node),
+            launcher: launcher(&client, &config, &node, services),
             backoff: config.backoff,
             config_retry: Duration::from_secs(5),
             network,
+            volume_resync: config.sync_frequency,
         },
         runtime.clone(),
         recovered,
@@ -253,7 +260,12 @@ async fn register_until_done(
     }
 }
 
-fn launcher(client: &Client, config: &KubeletConfig, node: &Node) -> PodLauncher {
+fn launcher(
+    client: &Client,
+    config: &KubeletConfig,
+    node: &Node,
+    services: crate::envvars::ServiceLister,
+) -> PodLauncher {
     let address = config.node.address.clone();
     PodLauncher {
         client: client.clone(),
@@ -270,6 +282,8 @@ fn launcher(client: &Client, config: &KubeletConfig, node: &Node) -> PodLauncher
             .as_ref()
             .and_then(|s| s.allocatable.clone())
             .unwrap_or_default(),
+        tokens: Arc::new(crate::token::TokenManager::new(client.clone())),
+        services: Some(services),
     }
 }
 

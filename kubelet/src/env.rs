@@ -29,6 +29,12 @@ pub struct EnvSources {
     /// persistentVolumeClaim volumes: claim name → its bound volume's
     /// directory, or why it has none yet.
     pub claims: BTreeMap<String, crate::volumes::ClaimVolume>,
+    /// serviceAccountToken projections: their (audience, lifetime in
+    /// seconds) → the token, or why there is none.
+    pub tokens: BTreeMap<(String, i64), Result<String, String>>,
+    /// The Services' variables (see [`crate::envvars`]), which a
+    /// container's own env overrides and its values may refer to.
+    pub service_env: BTreeMap<String, String>,
 }
 
 /// What the pod cannot tell about itself: where it runs and its addresses.
@@ -103,8 +109,9 @@ pub enum EnvError {
 }
 
 /// The environment of `container`, in the order Kubernetes builds it: skiff's
-/// volume variables, envFrom, env (later entries win), then `HOSTNAME`,
-/// `PATH` and `HOME` (the pod root) where the container set none.
+/// volume variables, envFrom, env (later entries win), the Services'
+/// variables, then `HOSTNAME`, `PATH` and `HOME` (the pod root) where the
+/// container set none.
 pub fn container_env(
     pod: &Pod,
     container: &Container,
@@ -121,6 +128,9 @@ pub fn container_env(
         if let Some(value) = env_var_value(&env, var, pod, container, sources, node)? {
             env.set(var.name.clone(), value);
         }
+    }
+    for (name, value) in &sources.service_env {
+        env.set_default(name, value.clone());
     }
     env.set_default("HOSTNAME", pod_hostname(pod));
     env.set_default("PATH", DEFAULT_PATH.to_string());
@@ -421,7 +431,9 @@ fn env_var_value(
 ) -> Result<Option<String>, EnvError> {
     if let Some(value) = var.value.as_deref().filter(|v| !v.is_empty()) {
         return Ok(Some(expand_with(value, |name| {
-            env.get(name).map(str::to_string)
+            env.get(name)
+                .or_else(|| sources.service_env.get(name).map(String::as_str))
+                .map(str::to_string)
         })));
     }
     match &var.value_from {
@@ -720,6 +732,48 @@ mod tests {
         assert_eq!(lookup(&env, "CFG_MODE"), Some("dev"));
         assert_eq!(lookup(&env, "PASSWORD"), Some("secret"));
         assert_eq!(lookup(&env, "CFG_bad key"), None);
+    }
+
+    #[test]
+    fn service_variables_come_after_the_containers_own_which_win() {
+        let pod = one_container(json!({"env": [
+            {"name": "WEB_SERVICE_PORT", "value": "9999"},
+            {"name": "API", "value": "https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"},
+        ]}));
+        let mut sources = sources();
+        for (name, value) in [
+            ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("WEB_SERVICE_PORT", "80"),
+        ] {
+            sources.service_env.insert(name.into(), value.into());
+        }
+        let container = &pod.spec.as_ref().expect("spec").containers[0];
+        let node = NodeFacts::from_pod(&pod);
+        let env = container_env(
+            &pod,
+            container,
+            &sources,
+            &node,
+            &PreparedVolumes::default(),
+        )
+        .expect("env");
+        assert_eq!(lookup(&env, "KUBERNETES_SERVICE_HOST"), Some("10.96.0.1"));
+        assert_eq!(
+            lookup(&env, "WEB_SERVICE_PORT"),
+            Some("9999"),
+            "the container's own wins"
+        );
+        assert_eq!(
+            lookup(&env, "API"),
+            Some("https://10.96.0.1:443"),
+            "values refer to the Services' variables"
+        );
+        assert_eq!(
+            env.iter().filter(|(k, _)| k == "WEB_SERVICE_PORT").count(),
+            1,
+            "once"
+        );
     }
 
     #[test]

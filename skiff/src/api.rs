@@ -56,6 +56,17 @@ pub struct ServiceRangeFlags {
 }
 
 impl ServiceRangeFlags {
+    /// The `kubernetes` Service's address (the range's first), which
+    /// in-cluster clients dial and the serving certificate must name.
+    pub fn kubernetes_names(&self) -> Vec<String> {
+        skiff_apiserver::service_alloc::ServiceRanges::parse(
+            &self.service_cluster_ip_range,
+            &self.service_node_port_range,
+        )
+        .map(|ranges| vec![ranges.first_ip().to_string()])
+        .unwrap_or_default()
+    }
+
     /// `registry`, allocating from these ranges.
     pub fn apply(&self, registry: skiff_apiserver::Registry) -> Result<skiff_apiserver::Registry> {
         let ranges = skiff_apiserver::service_alloc::ServiceRanges::parse(
@@ -115,6 +126,19 @@ pub struct Security {
     pub authn: Arc<Authenticator>,
     pub insecure_listen: Option<SocketAddr>,
     pub authorization: skiff_apiserver::authz::Mode,
+}
+
+impl Security {
+    /// With `names` (the `kubernetes` Service's address) on the serving
+    /// certificate too.
+    pub fn with_names(mut self, names: Vec<String>) -> Security {
+        for name in names {
+            if !self.tls_sans.contains(&name) {
+                self.tls_sans.push(name);
+            }
+        }
+        self
+    }
 }
 
 impl SecurityFlags {

@@ -52,6 +52,9 @@ pub enum Command {
     Kubelet(Box<KubeletArgs>),
     /// The controller-manager alone, for the API of a kubeconfig.
     ControllerManager(ControllerManagerArgs),
+    /// The service proxy alone, for the API of a kubeconfig: Services'
+    /// cluster IPs and node ports reach their endpoints (nftables).
+    Proxy(crate::proxy::ProxyArgs),
 }
 
 impl Command {
@@ -65,7 +68,8 @@ impl Command {
             | Command::Server(_)
             | Command::Scheduler(_)
             | Command::Kubelet(_)
-            | Command::ControllerManager(_) => "info,raft=warn",
+            | Command::ControllerManager(_)
+            | Command::Proxy(_) => "info,raft=warn",
             Command::Member(_) | Command::Snapshot(_) => "warn",
         }
     }
@@ -85,6 +89,7 @@ impl Cli {
             Command::ControllerManager(args) => {
                 crate::control_plane::controller_manager(args).await
             }
+            Command::Proxy(args) => crate::proxy::run(args).await,
         }
     }
 }

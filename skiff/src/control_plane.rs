@@ -83,10 +83,13 @@ impl ControlPlane {
         name: &str,
         scheduler: Option<SchedulerConfig>,
         controllers: Vec<Controller>,
-        settings: Settings,
+        mut settings: Settings,
     ) -> Result<Option<ControlPlane>> {
         if scheduler.is_none() && controllers.is_empty() {
             return Ok(None);
+        }
+        if settings.root_ca.is_none() {
+            settings.root_ca = Some(api.pki.ca_pem().to_string());
         }
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let until_stopped = move || {
@@ -253,6 +256,12 @@ pub struct ControllerFlags {
     /// The prefix length of each Node's IPv6 pod range.
     #[arg(long, default_value_t = 64)]
     pub node_cidr_mask_size_ipv6: u8,
+    /// The cluster CA (a PEM bundle) the root CA publisher puts in every
+    /// namespace's kube-root-ca.crt ConfigMap [default: `skiff up` and
+    /// `skiff server`: their cluster CA; `skiff controller-manager`: the
+    /// kubeconfig's certificate authority].
+    #[arg(long)]
+    pub root_ca_file: Option<PathBuf>,
 }
 
 impl ControllerFlags {
@@ -271,6 +280,9 @@ impl ControllerFlags {
                 settings.node_cidr_mask_size_ipv6,
             )
             .map_err(|e| anyhow::anyhow!(e))?;
+        }
+        if let Some(path) = &self.root_ca_file {
+            read_root_ca(path)?;
         }
         Ok(chosen)
     }
@@ -302,8 +314,47 @@ impl ControllerFlags {
                     .unwrap_or(self.node_cidr_mask_size_ipv6),
                 _ => self.node_cidr_mask_size_ipv6,
             },
+            // Checked by `chosen`; a file that went since is reported by
+            // the publisher, which then has no CA.
+            root_ca: self
+                .root_ca_file
+                .as_deref()
+                .and_then(|path| read_root_ca(path).ok()),
         }
     }
+}
+
+/// The PEM bundle of `--root-ca-file`, which must hold certificates.
+pub fn read_root_ca(path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --root-ca-file {}", path.display()))?;
+    let certificates = crate::pki::pem_certs(&text)
+        .with_context(|| format!("--root-ca-file {}", path.display()))?;
+    anyhow::ensure!(
+        !certificates.is_empty(),
+        "--root-ca-file {} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+        path.display()
+    );
+    Ok(text)
+}
+
+/// The certificate authority a kubeconfig trusts, as PEM: what the root
+/// CA publisher publishes when no --root-ca-file is given, as
+/// kube-controller-manager uses its own client's CA.
+pub async fn kubeconfig_ca_pem(path: &Path) -> Result<Option<String>> {
+    use base64::Engine;
+    let roots = kubeconfig(path).await?.root_cert.unwrap_or_default();
+    let mut pem = String::new();
+    for der in roots {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(der);
+        pem.push_str("-----BEGIN CERTIFICATE-----\n");
+        for line in encoded.as_bytes().chunks(64) {
+            pem.push_str(&String::from_utf8_lossy(line));
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+    }
+    Ok((!pem.is_empty()).then_some(pem))
 }
 
 /// A duration flag as kube-controller-manager takes it: Go's syntax
@@ -328,6 +379,10 @@ pub struct ControllerManagerArgs {
 pub async fn controller_manager(args: ControllerManagerArgs) -> Result<()> {
     let controllers = args.controllers.chosen(true)?;
     let client = kubeconfig_client(&args.kubeconfig).await?;
+    let mut settings = args.controllers.settings();
+    if settings.root_ca.is_none() {
+        settings.root_ca = kubeconfig_ca_pem(&args.kubeconfig).await?;
+    }
     let mut signals = crate::shutdown::StopSignals::register()?;
     let names: Vec<&str> = controllers.iter().map(|c| c.name).collect();
     println!(
@@ -338,24 +393,34 @@ pub async fn controller_manager(args: ControllerManagerArgs) -> Result<()> {
     let lease = args
         .leader_elect
         .then(|| controller_manager_lease(&identity("controller-manager")));
-    manager::run(
-        client,
-        controllers,
-        args.controllers.settings(),
-        lease,
-        async move {
-            let name = signals.recv().await;
-            tracing::info!(signal = name, "stopping the controller-manager");
-        },
-    )
+    manager::run(client, controllers, settings, lease, async move {
+        let name = signals.recv().await;
+        tracing::info!(signal = name, "stopping the controller-manager");
+    })
     .await;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use super::{parse_duration, read_root_ca};
     use std::time::Duration;
+
+    #[test]
+    fn the_root_ca_file_must_hold_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = crate::pki::Pki::ensure(&dir.path().join("pki")).unwrap();
+        let good = dir.path().join("ca.crt");
+        std::fs::write(&good, pki.ca_pem()).unwrap();
+        assert_eq!(read_root_ca(&good).unwrap(), pki.ca_pem());
+
+        let empty = dir.path().join("empty.crt");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let err = format!("{:#}", read_root_ca(&empty).unwrap_err());
+        assert!(err.contains("holds no PEM certificate"), "{err}");
+        let missing = format!("{:#}", read_root_ca(&dir.path().join("none")).unwrap_err());
+        assert!(missing.contains("reading --root-ca-file"), "{missing}");
+    }
 
     #[test]
     fn durations_read_as_kube_controller_manager_reads_them() {

@@ -72,6 +72,11 @@ pub struct NodeArgs {
     /// closed, as the kubelet's flag of the same name.
     #[arg(long, default_value = "4h", value_parser = parse_duration)]
     pub streaming_connection_idle_timeout: Duration,
+    /// How often a running pod's volumes (ConfigMaps, Secrets, downward
+    /// API, ServiceAccount tokens due for refresh) are written again, as
+    /// the kubelet's flag of the same name.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub sync_frequency: Duration,
     /// Leave the pods' processes running when the kubelet stops (as the
     /// real kubelet does; the next start adopts them) instead of stopping
     /// them within their grace periods.
@@ -101,6 +106,21 @@ pub struct NodeArgs {
     /// The bridge of the default network.
     #[arg(long, default_value = "skiff0")]
     pub pod_bridge: String,
+    #[command(flatten)]
+    pub proxy: crate::proxy::ProxyFlags,
+    /// The cluster DNS pods resolve through (dnsPolicy ClusterFirst),
+    /// comma-separated IPs: the kube-dns Service's, by default the tenth
+    /// address of the API's service range.
+    #[arg(
+        long,
+        env = "SKIFF_CLUSTER_DNS",
+        value_delimiter = ',',
+        default_value = "10.96.0.10"
+    )]
+    pub cluster_dns: Vec<std::net::IpAddr>,
+    /// The cluster's DNS domain, which pods search in (empty: none).
+    #[arg(long, env = "SKIFF_CLUSTER_DOMAIN", default_value = "cluster.local")]
+    pub cluster_domain: String,
 }
 
 /// How pods get their network (`--pod-network`).
@@ -157,7 +177,16 @@ pub async fn kubelet(args: KubeletArgs) -> Result<()> {
         args.kubeconfig.display(),
         args.root_dir.display()
     );
-    agent::run(client, config, stop).await
+    let proxy_client = match &args.node.proxy.proxy_kubeconfig {
+        Some(path) => crate::control_plane::kubeconfig_client(path).await?,
+        None => client.clone(),
+    };
+    let proxy = crate::proxy::NodeProxy::start(proxy_client, &args.node, &config.node.name).await?;
+    let ran = agent::run(client, config, stop).await;
+    if let Some(proxy) = proxy {
+        proxy.stop().await;
+    }
+    ran
 }
 
 fn simulated(args: &KubeletArgs, count: usize) -> Result<SimulateConfig> {
@@ -224,6 +253,7 @@ pub fn kubelet_config(args: &NodeArgs, root_dir: &Path) -> Result<KubeletConfig>
         stop_timeout: Duration::from_secs(35),
         eviction_interval: args.eviction_interval,
         streaming_idle_timeout: args.streaming_connection_idle_timeout,
+        sync_frequency: args.sync_frequency,
         tls: None,
         network: match args.pod_network {
             PodNetworkMode::Host => None,
@@ -236,9 +266,30 @@ pub fn kubelet_config(args: &NodeArgs, root_dir: &Path) -> Result<KubeletConfig>
                 netns_dir: skiff_kubelet::network::netns::NETNS_DIR.into(),
                 state_dir: root_dir.join("cni"),
                 bridge: args.pod_bridge.clone(),
+                cluster_dns: args.cluster_dns.clone(),
+                cluster_domain: cluster_domain(&args.cluster_domain)?,
             }),
         },
     })
+}
+
+/// `--cluster-domain` without its trailing dot, checked to be a DNS
+/// domain (or empty: no cluster search paths).
+fn cluster_domain(domain: &str) -> Result<String> {
+    let domain = domain.trim().trim_end_matches('.');
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label.len() <= 63
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    if !domain.is_empty() && (domain.len() > 253 || !domain.split('.').all(label_ok)) {
+        bail!("--cluster-domain {domain:?} is not a DNS domain such as cluster.local");
+    }
+    Ok(domain.to_ascii_lowercase())
 }
 
 /// TLS for the kubelet's port of `config`: only the API server and
@@ -286,6 +337,8 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
 pub struct LocalKubelet {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<()>>,
+    /// The service proxy beside it.
+    proxy: Option<crate::proxy::NodeProxy>,
 }
 
 impl LocalKubelet {
@@ -300,6 +353,12 @@ impl LocalKubelet {
         let config = with_tls(kubelet_config(args, root_dir)?, roots)?;
         let user = format!("system:node:{}", config.node.name);
         let client = api.client(&user, &["system:nodes"]);
+        let proxy = crate::proxy::NodeProxy::start(
+            api.client("system:kube-proxy", &[]),
+            args,
+            &config.node.name,
+        )
+        .await?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(agent::run(client, config, async move {
             let _ = stopped.await;
@@ -307,11 +366,15 @@ impl LocalKubelet {
         Ok(LocalKubelet {
             stop: Some(stop),
             task,
+            proxy,
         })
     }
 
     /// Stops the kubelet (and its pods, within their grace periods).
     pub async fn stop(mut self) {
+        if let Some(proxy) = self.proxy.take() {
+            proxy.stop().await;
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -365,5 +428,58 @@ mod tests {
             node.cni_bin_dir,
             [PathBuf::from("/usr/lib/cni"), PathBuf::from("/opt/cni/bin")]
         );
+    }
+
+    #[test]
+    fn pods_resolve_through_the_cluster_dns_of_the_flags() {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            node: NodeArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Flags as clap::Parser>::try_parse_from(
+                std::iter::once("kubelet").chain(args.iter().copied()),
+            )
+            .map(|f| f.node)
+        };
+        if std::env::var_os("SKIFF_CLUSTER_DNS").is_none()
+            && std::env::var_os("SKIFF_CLUSTER_DOMAIN").is_none()
+        {
+            let node = parse(&[]).unwrap();
+            assert_eq!(
+                node.cluster_dns,
+                ["10.96.0.10".parse::<std::net::IpAddr>().unwrap()]
+            );
+            assert_eq!(node.cluster_domain, "cluster.local");
+        }
+        let node = parse(&[
+            "--cluster-dns=10.0.0.10,fd00::10",
+            "--cluster-domain=Corp.Example.",
+        ])
+        .unwrap();
+        assert_eq!(node.cluster_dns.len(), 2);
+        let config = kubelet_config(
+            &NodeArgs {
+                pod_network: PodNetworkMode::Cni,
+                ..node
+            },
+            Path::new("/tmp/skiff-flags-test"),
+        )
+        .unwrap();
+        let network = config.network.unwrap();
+        assert_eq!(
+            network.cluster_dns[1],
+            "fd00::10".parse::<std::net::IpAddr>().unwrap()
+        );
+        assert_eq!(network.cluster_domain, "corp.example");
+        let err = parse(&["--cluster-dns=ten.zero"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("--cluster-dns"), "{err}");
+        let err = cluster_domain("bad domain").unwrap_err().to_string();
+        assert!(err.contains("--cluster-domain"), "{err}");
+        assert_eq!(cluster_domain("").unwrap(), "");
     }
 }

@@ -15,6 +15,7 @@ pub mod kubelet;
 pub mod limits;
 pub mod member;
 pub mod pki;
+pub mod proxy;
 pub mod shutdown;
 pub mod snapshot;
 pub mod store;

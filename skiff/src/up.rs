@@ -110,10 +110,22 @@ impl UpArgs {
             .identity(Identity::from_pem(read(cert)?, read(key)?)))
     }
 
-    /// The kubelet to run beside the API, if any.
+    /// The kubelet to run beside the API, if any. Its cluster DNS left
+    /// at the default follows the Service range: the range's tenth
+    /// address, where the API keeps the `kube-dns` Service.
     fn local_node(&self) -> Option<LocalNode> {
+        let mut args = self.node.clone();
+        let default_dns: Vec<std::net::IpAddr> = vec![[10, 96, 0, 10].into()];
+        if args.cluster_dns == default_dns {
+            if let Ok(ranges) = skiff_apiserver::service_alloc::ServiceRanges::parse(
+                &self.services.service_cluster_ip_range,
+                &self.services.service_node_port_range,
+            ) {
+                args.cluster_dns = vec![ranges.dns_ip().into()];
+            }
+        }
         self.kubelet.then(|| LocalNode {
-            args: self.node.clone(),
+            args,
             root_dir: self.data_dir.join("kubelet"),
         })
     }
@@ -161,7 +173,10 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
         insecure_client_listen: args.insecure_client_listen,
         maintenance: args.store_maintenance.clone(),
     };
-    let security = args.security.resolve(&args.data_dir)?;
+    let security = args
+        .security
+        .resolve(&args.data_dir)?
+        .with_names(args.services.kubernetes_names());
     let store_security = StoreSecurity::ensure(security.pki.dir(), &security.tls_sans)?;
     let api = ApiServing {
         kubeconfig: args.data_dir.join("kubeconfig"),
@@ -190,7 +205,10 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
 async fn api_only(args: UpArgs) -> Result<()> {
     let scheduler_config =
         crate::control_plane::scheduler_config(args.scheduler_config.as_deref())?;
-    let security = args.security.resolve(&args.data_dir)?;
+    let security = args
+        .security
+        .resolve(&args.data_dir)?
+        .with_names(args.services.kubernetes_names());
     let tls = match args
         .store_endpoints
         .iter()
@@ -330,6 +348,7 @@ pub async fn server(args: ServerArgs) -> Result<()> {
     let kubeconfig = args
         .kubeconfig
         .unwrap_or_else(|| args.store.data_dir.join("kubeconfig"));
+    let kubernetes_names = args.services.kubernetes_names();
     let api = ApiServing {
         listen: args.api_listen,
         kubeconfig,
@@ -348,7 +367,10 @@ pub async fn server(args: ServerArgs) -> Result<()> {
             in_process: None,
         },
         encryption,
-        security: args.security.resolve(&args.store.data_dir)?,
+        security: args
+            .security
+            .resolve(&args.store.data_dir)?
+            .with_names(kubernetes_names),
     };
     let store_security = StoreSecurity::ensure(api.security.pki.dir(), &api.security.tls_sans)?;
     run_member(args.store, store_security, Some(api)).await

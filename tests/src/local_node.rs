@@ -46,6 +46,16 @@ impl Drop for PodNetworkCleanup {
             .args(["link", "del", &self.bridge])
             .stderr(std::process::Stdio::null())
             .status();
+        // The kubelet's masquerading table, named after its bridge.
+        let _ = std::process::Command::new("nft")
+            .args([
+                "delete",
+                "table",
+                "inet",
+                &skiff_kubelet::network::hostgw::table_name(&self.bridge),
+            ])
+            .stderr(std::process::Stdio::null())
+            .status();
     }
 }
 

@@ -65,6 +65,12 @@ impl SkiffProcess {
         if std::env::var_os("SKIFF_POD_NETWORK").is_none() {
             command.env("SKIFF_POD_NETWORK", "host");
         }
+        // Nor do they program Services into the host's nftables unless a
+        // test asks (`--service-proxy=true`, with a table and a Service
+        // range of its own).
+        if std::env::var_os("SKIFF_SERVICE_PROXY").is_none() {
+            command.env("SKIFF_SERVICE_PROXY", "false");
+        }
         let child = command
             .env("SKIFF_PKI_DIR", crate::test_pki::dir())
             .stdin(Stdio::null())

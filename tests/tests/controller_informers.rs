@@ -93,9 +93,9 @@ async fn the_controllers_share_one_watch_per_resource() -> Result<()> {
         ],
     )?;
     // The garbage collector is the last to open its watches (after API
-    // discovery); serviceaccounts are watched by it alone.
+    // discovery); limitranges are watched by it alone.
     let start = Instant::now();
-    while watchers(&http, "serviceaccounts").await? == 0 {
+    while watchers(&http, "limitranges").await? == 0 {
         if let Some(exit) = manager.try_exit()? {
             bail!(
                 "the controller-manager exited ({exit}): {}",

@@ -97,6 +97,11 @@ impl ApiConnection {
         self.send(Method::PUT, path, json, Encoding::Json).await
     }
 
+    pub async fn delete(&mut self, path: &str) -> Result<Answer> {
+        self.send(Method::DELETE, path, Bytes::new(), Encoding::Json)
+            .await
+    }
+
     async fn send(
         &mut self,
         method: Method,

@@ -146,6 +146,7 @@ async fn measure(
         name: NODE_NAME.into(),
         max_pods: 1,
         pod_network: None,
+        service_proxy: None,
     };
     let server = SkiffUp::start(skiff, dir, &components).await?;
     let port = free_port()?;

@@ -36,6 +36,8 @@ pub enum Components {
         name: String,
         max_pods: usize,
         pod_network: Option<PodNetwork>,
+        /// The service proxy's nftables table, when it runs.
+        service_proxy: Option<String>,
     },
     /// Its scheduler and controller-manager; the nodes are simulated.
     Controllers,
@@ -70,6 +72,7 @@ impl Components {
                 name,
                 max_pods,
                 pod_network,
+                service_proxy,
             } => {
                 let mut args = vec![
                     "--scheduler=true".into(),
@@ -82,6 +85,14 @@ impl Components {
                     "--capacity".into(),
                     format!("pods={}", (*max_pods).max(DEFAULT_MAX_PODS)),
                 ];
+                match service_proxy {
+                    Some(table) => args.extend([
+                        "--service-proxy=true".to_string(),
+                        format!("--proxy-table={table}"),
+                    ]),
+                    // Pods only: the host's nftables are left alone.
+                    None => args.push("--service-proxy=false".into()),
+                }
                 match pod_network {
                     Some(network) => args.extend([
                         "--pod-network=cni".to_string(),
@@ -130,6 +141,12 @@ impl PodNetwork {
     pub fn remove_bridge(&self) {
         let _ = std::process::Command::new("ip")
             .args(["link", "del", &self.bridge])
+            .stderr(std::process::Stdio::null())
+            .status();
+        // And the kubelet's masquerading table, named after the bridge.
+        let table = skiff_kubelet::network::hostgw::table_name(&self.bridge);
+        let _ = std::process::Command::new("nft")
+            .args(["delete", "table", "inet", &table])
             .stderr(std::process::Stdio::null())
             .status();
     }

@@ -86,6 +86,7 @@ pub async fn measure(
         name: NODE_NAME.into(),
         max_pods: config.pods,
         pod_network: config.pod_network.clone(),
+        service_proxy: None,
     };
     let started = Instant::now();
     let server = SkiffUp::start(skiff, dir, &components).await?;

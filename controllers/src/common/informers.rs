@@ -34,7 +34,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Endpoints, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
-    ResourceQuota, Secret, Service,
+    ResourceQuota, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -227,6 +227,7 @@ const TYPED: &[(ResourceKey, MetadataOf)] = &[
     typed::<ResourceQuota>(),
     typed::<Secret>(),
     typed::<Service>(),
+    typed::<ServiceAccount>(),
     typed::<CronJob>(),
     typed::<DaemonSet>(),
     typed::<Deployment>(),

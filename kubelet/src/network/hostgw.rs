@@ -157,7 +157,7 @@ pub fn table_name(bridge: &str) -> String {
 
 /// Runs `program args`, its stdin `input`; its stdout, or its stderr as
 /// the error.
-fn run(program: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
+pub(crate) fn run(program: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
     use std::io::Write;
     let mut command = Command::new(program);
     command
@@ -338,8 +338,12 @@ impl HostGateway {
         match run("nft", &["-f", "-"], Some(&rules)) {
             Ok(_) => {
                 match own.is_empty() {
-                    true => tracing::debug!(table = %self.table, "no pod CIDR of this node to masquerade yet"),
-                    false => tracing::info!(table = %self.table, own = ?own, "pods' traffic leaving the cluster is masqueraded"),
+                    true => {
+                        tracing::debug!(table = %self.table, "no pod CIDR of this node to masquerade yet")
+                    }
+                    false => {
+                        tracing::info!(table = %self.table, own = ?own, "pods' traffic leaving the cluster is masqueraded")
+                    }
                 }
                 self.applied_rules = Some(rules);
                 self.said_nft = None;

@@ -8,6 +8,7 @@ pub mod cni;
 pub mod files;
 pub mod hostgw;
 pub mod netns;
+pub mod resolv;
 
 use std::path::{Path, PathBuf};
 
@@ -41,6 +42,11 @@ pub struct NetworkConfig {
     pub state_dir: PathBuf,
     /// The bridge of the default network.
     pub bridge: String,
+    /// The cluster DNS pods of the `ClusterFirst` policies resolve
+    /// through (`--cluster-dns`).
+    pub cluster_dns: Vec<std::net::IpAddr>,
+    /// The cluster domain of their search paths (`--cluster-domain`).
+    pub cluster_domain: String,
 }
 
 /// A pod's network once set up: its namespace and addresses.
@@ -151,6 +157,14 @@ impl PodNetwork {
         Ok(Some(path))
     }
 
+    /// The cluster DNS the pods' resolver configurations point at.
+    fn cluster_dns(&self) -> resolv::ClusterDns<'_> {
+        resolv::ClusterDns {
+            servers: &self.config.cluster_dns,
+            domain: &self.config.cluster_domain,
+        }
+    }
+
     /// The network pods are attached to, or why there is none yet.
     pub fn network(&self) -> Result<NetworkList, NetworkError> {
         NetworkList::load(&self.config.conf_dir).map_err(|e| NetworkError::NotReady(e.to_string()))
@@ -214,7 +228,7 @@ impl PodNetwork {
         }
         .await;
         let added = match added {
-            Ok(ips) => files::write(&path, pod, &ips[0])
+            Ok(ips) => files::write(&path, pod, &ips[0], &self.cluster_dns())
                 .map(|()| ips)
                 .map_err(|source| NetworkError::Namespace {
                     path: files::dir_for(&path),
@@ -278,19 +292,20 @@ impl PodNetwork {
 }
 
 /// What a process of a pod enters before it execs: the pod's network
-/// namespace and its files. Opened before the fork, and kept until after
-/// the spawn.
+/// namespace, its files, and the container's volumes at their mountPaths.
+/// Opened before the fork, and kept until after the spawn.
 pub struct PodEntry {
     netns: std::os::fd::OwnedFd,
     mounts: Option<files::Mounts>,
 }
 
 impl PodEntry {
-    /// The entry into the pod whose namespace is at `netns`.
-    pub fn open(netns: &Path) -> std::io::Result<PodEntry> {
+    /// The entry into the pod whose namespace is at `netns`, for a process
+    /// of the container that mounts `volumes`.
+    pub fn open(netns: &Path, volumes: &[crate::volumes::BindMount]) -> std::io::Result<PodEntry> {
         Ok(PodEntry {
             netns: netns::open(netns)?,
-            mounts: files::prepare(netns),
+            mounts: files::prepare(netns, volumes),
         })
     }
 
@@ -429,6 +444,8 @@ mod tests {
             netns_dir: dir.path().join("netns"),
             state_dir: dir.path().join("state"),
             bridge: "skiff0".into(),
+            cluster_dns: vec!["10.96.0.10".parse().unwrap()],
+            cluster_domain: "cluster.local".into(),
         };
         let why = missing_plugins(&config).unwrap();
         assert!(
@@ -499,9 +516,13 @@ mod tests {
             netns_dir: dir.path().join("netns"),
             state_dir: dir.path().join("state"),
             bridge: bridge.clone(),
+            cluster_dns: vec!["10.96.0.10".parse().unwrap()],
+            cluster_domain: "cluster.local".into(),
         });
         assert!(matches!(network.network(), Err(NetworkError::NotReady(_))));
-        let written = network.write_default_config(std::slice::from_ref(&subnet)).unwrap();
+        let written = network
+            .write_default_config(std::slice::from_ref(&subnet))
+            .unwrap();
         assert!(written.is_some());
         // Written once: a configuration there is kept.
         assert!(network
@@ -518,6 +539,12 @@ mod tests {
         assert!(a.ips[0].starts_with(&prefix), "{a:?}");
         let hosts = std::fs::read_to_string(files::dir_for(&a.netns).join("hosts")).unwrap();
         assert!(hosts.contains(&format!("{}\tweb\n", a.ips[0])), "{hosts}");
+        let resolv = std::fs::read_to_string(files::dir_for(&a.netns).join("resolv.conf")).unwrap();
+        assert!(
+            resolv.starts_with("search default.svc.cluster.local svc.cluster.local cluster.local")
+                && resolv.contains("\nnameserver 10.96.0.10\noptions ndots:5\n"),
+            "{resolv}"
+        );
         // Set up again (a restarted kubelet): the same sandbox.
         assert_eq!(network.set_up(&one).await.unwrap(), a);
 

@@ -111,6 +111,7 @@ impl ContainerRunner {
                             &self.pod,
                             &self.container,
                             network.as_ref().map(|(ip, ns)| (ip.as_str(), ns.as_path())),
+                            &self.context.shared.volumes,
                         )
                         .await;
                     (handle, launch.map(|l| l.probe_target).unwrap_or_default())
@@ -199,6 +200,7 @@ impl ContainerRunner {
                     &self.pod,
                     &self.container,
                     network.as_ref().map(|(ip, ns)| (ip.as_str(), ns.as_path())),
+                    &self.context.shared.volumes,
                 )
                 .await
             {
@@ -225,6 +227,7 @@ impl ContainerRunner {
             stdin: self.container.stdin.unwrap_or(false),
             stdin_once: self.container.stdin_once.unwrap_or(false),
             tty: self.container.tty.unwrap_or(false),
+            mounts: launch.mounts.clone(),
             netns: network.map(|(_, netns)| netns),
         };
         match self.context.runtime.start(spec).await {

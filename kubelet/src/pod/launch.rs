@@ -1,9 +1,13 @@
 //! What a container is started with: its argv from command and args, its
-//! environment (ConfigMaps and Secrets fetched fresh at each start), its
-//! volumes and working directory, and its limits.
+//! environment (ConfigMaps and Secrets fetched fresh at each start, the
+//! Services' variables), its volumes (with ServiceAccount tokens) and
+//! working directory, and its limits; and the volumes' refresh while the
+//! pod runs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
@@ -13,9 +17,14 @@ use kube::{Api, Client};
 use skiff_machinery::quantity::Quantity;
 
 use crate::env::{self, EnvSources, NodeFacts};
+use crate::envvars::ServiceLister;
 use crate::probe::ProbeTarget;
 use crate::runtime::Limits;
-use crate::volumes;
+use crate::token::{TokenKey, TokenManager};
+use crate::volumes::{self, BindMount};
+
+/// How long a start waits for the kubelet's first list of Services.
+const SERVICES_WAIT: Duration = Duration::from_secs(5);
 
 /// The waiting reason and message a container shows when it cannot start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +42,9 @@ pub struct Launch {
     pub working_dir: PathBuf,
     pub limits: Limits,
     pub probe_target: ProbeTarget,
+    /// The container's volumes that its mount namespace (the pod's own
+    /// network's) has at their mountPaths; none without one.
+    pub mounts: Vec<BindMount>,
 }
 
 /// The pod-wide part of starting containers.
@@ -43,34 +55,44 @@ pub struct PodLauncher {
     pub pods_dir: PathBuf,
     pub node: NodeFacts,
     pub allocatable: BTreeMap<String, ApiQuantity>,
+    /// The pods' ServiceAccount tokens.
+    pub tokens: Arc<TokenManager>,
+    /// The cluster's Services, for containers' variables; `None`: none.
+    pub services: Option<ServiceLister>,
 }
 
 impl PodLauncher {
     /// Prepares volumes and resolves the container's start. `network` is
-    /// the pod's own network (its address and namespace) when it has one.
+    /// the pod's own network (its address and namespace) when it has one;
+    /// `volumes_lock` is the pod's, so that one of its volume setups runs
+    /// at a time.
     pub async fn launch(
         &self,
         pod: &Pod,
         container: &Container,
         network: Option<(&str, &Path)>,
+        volumes_lock: &tokio::sync::Mutex<()>,
     ) -> Result<Launch, NotStarted> {
         let mut node = self.node.clone();
         if let Some((ip, _)) = network {
             node.pod_ip = ip.to_string();
             node.pod_ips = vec![ip.to_string()];
         }
-        let sources = self.sources(pod).await?;
-        let prepared = volumes::prepare(&self.pods_dir, pod, &sources)
-            .await
-            .map_err(|err| NotStarted {
-                // The kubelet keeps such a pod in ContainerCreating until
-                // its claims are bound.
-                reason: match err {
-                    volumes::VolumeError::ClaimNotReady { .. } => "ContainerCreating",
-                    _ => "CreateContainerConfigError",
-                },
-                message: err.to_string(),
-            })?;
+        let mut sources = self.sources(pod).await?;
+        sources.service_env = self.service_env(pod).await?;
+        let prepared = {
+            let _one_at_a_time = volumes_lock.lock().await;
+            volumes::prepare(&self.pods_dir, pod, &sources).await
+        };
+        let prepared = prepared.map_err(|err| NotStarted {
+            // The kubelet keeps such a pod in ContainerCreating until
+            // its claims are bound.
+            reason: match err {
+                volumes::VolumeError::ClaimNotReady { .. } => "ContainerCreating",
+                _ => "CreateContainerConfigError",
+            },
+            message: err.to_string(),
+        })?;
         let env =
             env::container_env(pod, container, &sources, &node, &prepared).map_err(|err| {
                 NotStarted {
@@ -92,6 +114,10 @@ impl PodLauncher {
                 ),
             });
         }
+        let mounts = match network {
+            Some(_) => mountable(pod, container, &prepared.bind_mounts(&container.name)),
+            None => Vec::new(),
+        };
         Ok(Launch {
             probe_target: ProbeTarget {
                 host: node.pod_ip.clone(),
@@ -99,16 +125,82 @@ impl PodLauncher {
                 working_dir: working_dir.clone(),
                 ports: container.ports.clone().unwrap_or_default(),
                 netns: network.map(|(_, netns)| netns.to_path_buf()),
+                mounts: mounts.clone(),
             },
             argv,
             env,
             working_dir,
             limits: limits(container),
+            mounts,
         })
     }
 
-    /// The ConfigMaps and Secrets the pod refers to; a missing one is left
-    /// out (env and volumes then report it, or skip it if optional).
+    /// Writes the pod's volumes again from what the API has now: its
+    /// ConfigMaps, Secrets and downward API fields, and ServiceAccount
+    /// tokens, refreshed when they are due. A volume that cannot be set up
+    /// keeps what it had.
+    pub async fn refresh_volumes(
+        &self,
+        pod: &Pod,
+        volumes_lock: &tokio::sync::Mutex<()>,
+    ) -> Result<(), String> {
+        let sources = self.sources(pod).await.map_err(|e| e.message)?;
+        let _one_at_a_time = volumes_lock.lock().await;
+        volumes::prepare(&self.pods_dir, pod, &sources)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The Services' variables for a container of `pod`.
+    async fn service_env(&self, pod: &Pod) -> Result<BTreeMap<String, String>, NotStarted> {
+        let Some(services) = &self.services else {
+            return Ok(BTreeMap::new());
+        };
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let links = crate::envvars::enable_service_links(pod);
+        services
+            .env_for(namespace, links, SERVICES_WAIT)
+            .await
+            .map_err(|message| NotStarted {
+                reason: "CreateContainerConfigError",
+                message,
+            })
+    }
+
+    /// A token for each serviceAccountToken projection of the pod, bound
+    /// to it (or why there is none).
+    async fn tokens(&self, pod: &Pod, sources: &mut EnvSources) {
+        let spec = pod.spec.as_ref();
+        let account = spec
+            .and_then(|s| s.service_account_name.clone().or(s.service_account.clone()))
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| "default".to_string());
+        for projection in volumes::token_projections(pod) {
+            let (audience, expiration_seconds) = volumes::token_key(projection);
+            let key = TokenKey {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                account: account.clone(),
+                audiences: if audience.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![audience.clone()]
+                },
+                expiration_seconds,
+                pod_name: pod.metadata.name.clone().unwrap_or_default(),
+                pod_uid: pod_uid(pod),
+            };
+            let token = self.tokens.service_account_token(&key).await;
+            sources.tokens.insert(
+                (audience, expiration_seconds),
+                token.map_err(|e| e.to_string()),
+            );
+        }
+    }
+
+    /// The ConfigMaps and Secrets the pod refers to (a missing one is left
+    /// out: env and volumes then report it, or skip it if optional), its
+    /// claims' volumes, and its projections' tokens.
     async fn sources(&self, pod: &Pod) -> Result<EnvSources, NotStarted> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let mut sources = EnvSources {
@@ -128,6 +220,7 @@ impl PodLauncher {
             }
         }
         self.claims(pod, namespace, &mut sources).await?;
+        self.tokens(pod, &mut sources).await;
         Ok(sources)
     }
 
@@ -158,6 +251,24 @@ impl PodLauncher {
         }
         Ok(())
     }
+}
+
+/// The volumes that can be mounted at their mountPaths in the container's
+/// mount namespace (their mount points made); the others are said once
+/// per start and reached through `SKIFF_VOLUME_*` and the pod root.
+fn mountable(pod: &Pod, container: &Container, volumes: &[BindMount]) -> Vec<BindMount> {
+    let (accepted, refused) = crate::network::files::mountable(volumes);
+    for (volume, why) in refused {
+        tracing::warn!(
+            pod = %pod.metadata.name.as_deref().unwrap_or_default(),
+            namespace = %pod.metadata.namespace.as_deref().unwrap_or_default(),
+            container = %container.name,
+            mount_path = %volume.mount_path,
+            reason = %why,
+            "the volume is not mounted at its mountPath; the container finds it through SKIFF_VOLUME_* and the pod root"
+        );
+    }
+    accepted
 }
 
 fn claim_error(err: kube::Error) -> NotStarted {

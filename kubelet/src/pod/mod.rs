@@ -40,6 +40,8 @@ pub struct PodContext {
     pub config_retry: Duration,
     /// The pods' own network; `None`: pods share the host's.
     pub network: Option<Arc<PodNetwork>>,
+    /// How often a running pod's volumes are written again.
+    pub volume_resync: Duration,
 }
 
 struct Worker {
@@ -57,6 +59,9 @@ pub struct PodManagerConfig {
     pub config_retry: Duration,
     /// The pods' own network; `None`: pods share the host's.
     pub network: Option<Arc<PodNetwork>>,
+    /// How often a running pod's volumes are written again
+    /// (`--sync-frequency`).
+    pub volume_resync: Duration,
 }
 
 pub struct PodManager {
@@ -153,6 +158,7 @@ impl PodManager {
             backoff: self.config.backoff,
             config_retry: self.config.config_retry,
             network: self.config.network.clone(),
+            volume_resync: self.config.volume_resync,
         });
         let (updates, receiver) = watch::channel(Some(pod));
         let recovered = self.recovered.lock().remove(&uid).unwrap_or_default();

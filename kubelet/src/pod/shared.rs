@@ -36,6 +36,9 @@ pub struct PodShared {
     version: watch::Sender<u64>,
     /// Flips once the eviction manager evicts the pod.
     evicted: watch::Sender<bool>,
+    /// Held while the pod's volumes are written (a container's start, a
+    /// refresh), so that one writer works on them at a time.
+    pub volumes: tokio::sync::Mutex<()>,
 }
 
 impl PodShared {
@@ -69,6 +72,7 @@ impl PodShared {
             handles: Mutex::new(HashMap::new()),
             version: watch::channel(0).0,
             evicted: watch::channel(false).0,
+            volumes: tokio::sync::Mutex::new(()),
         }
     }
 

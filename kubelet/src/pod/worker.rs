@@ -66,6 +66,7 @@ pub async fn run_pod(
         stop_rx,
         recovered,
     ));
+    let refresher = tokio::spawn(refresh_volumes(context.clone(), updates.clone()));
     let mut lifecycle_done = false;
     let mut evictions = context.shared.evictions();
     let mut evicted = false;
@@ -97,6 +98,7 @@ pub async fn run_pod(
     if !lifecycle_done {
         let _ = lifecycle.await;
     }
+    refresher.abort();
     // The last status, with every container terminated, goes out first.
     tokio::time::sleep(STATUS_COALESCE * 3).await;
     writer.abort();
@@ -124,6 +126,46 @@ pub async fn run_pod(
     if let Err(err) = crate::volumes::cleanup(&context.launcher.pods_dir, &context.shared.uid).await
     {
         tracing::warn!(pod = %context.shared.pod_label(), error = %err, "removing the pod's volumes");
+    }
+    context.launcher.tokens.forget_pod(&context.shared.uid);
+}
+
+/// Every `volume_resync` (`--sync-frequency`), while a container of the
+/// pod runs, writes its volumes again (ConfigMaps, Secrets, downward API,
+/// tokens due for refresh) from the pod as the API has it now, as the
+/// kubelet's periodic pod sync does; a failure is logged (once until it
+/// changes) and the volumes keep what they had.
+async fn refresh_volumes(context: Arc<PodContext>, updates: PodUpdates) {
+    let mut said = String::new();
+    let period = context.volume_resync.max(Duration::from_millis(100));
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let (init, containers, _) = context.shared.snapshot();
+        let running = init.iter().chain(&containers).any(|s| {
+            s.state
+                .as_ref()
+                .is_some_and(|state| state.running.is_some())
+        });
+        let Some(pod) = updates.borrow().clone() else {
+            return;
+        };
+        if !running {
+            continue;
+        }
+        let refreshed = context
+            .launcher
+            .refresh_volumes(&pod, &context.shared.volumes)
+            .await;
+        match refreshed {
+            Ok(()) => said.clear(),
+            Err(why) if why != said => {
+                tracing::warn!(pod = %context.shared.pod_label(), error = %why, "refreshing the pod's volumes; they keep what they had");
+                said = why;
+            }
+            Err(_) => {}
+        }
     }
 }
 

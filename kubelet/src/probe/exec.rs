@@ -86,7 +86,7 @@ fn spawn(
     let pod = target
         .netns
         .as_deref()
-        .map(crate::network::PodEntry::open)
+        .map(|netns| crate::network::PodEntry::open(netns, &target.mounts))
         .transpose()?;
     let mut command = Command::new(program);
     if let Some(pod) = &pod {

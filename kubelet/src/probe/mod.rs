@@ -29,6 +29,9 @@ pub struct ProbeTarget {
     /// The pod's network namespace, where exec probes run; `None`: the
     /// host's network.
     pub netns: Option<PathBuf>,
+    /// The container's volumes at their mountPaths, for exec probes
+    /// (with `netns` only).
+    pub mounts: Vec<crate::volumes::BindMount>,
 }
 
 /// The outcome of one probe, with Kubernetes' message on failure.

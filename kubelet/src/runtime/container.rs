@@ -60,6 +60,9 @@ pub struct ContainerSpec {
     /// The pod's network namespace, which the container joins; `None`:
     /// the host's network.
     pub netns: Option<PathBuf>,
+    /// The container's volumes, bind-mounted at their mountPaths in its
+    /// mount namespace (with `netns` only).
+    pub mounts: Vec<crate::volumes::BindMount>,
 }
 
 /// How a container ended, as its `state.terminated` reports it.

@@ -26,6 +26,9 @@ pub struct ExecContext {
     /// The pod's network namespace, which the command joins, if it has
     /// one.
     pub netns: Option<PathBuf>,
+    /// The container's volumes, mounted at their mountPaths for the
+    /// command as for the container (with `netns` only).
+    pub mounts: Vec<crate::volumes::BindMount>,
 }
 
 impl ExecContext {
@@ -56,6 +59,7 @@ impl ProcessRuntime {
             stdin_socket: spec.stdin_socket,
             tty: spec.tty,
             netns: spec.netns,
+            mounts: spec.mounts,
         })
     }
 }

@@ -65,6 +65,10 @@ pub struct ShimSpec {
     /// host's network.
     #[serde(default)]
     pub netns: Option<PathBuf>,
+    /// The container's volumes, bind-mounted at their mountPaths in its
+    /// mount namespace before exec (with `netns` only).
+    #[serde(default)]
+    pub mounts: Vec<crate::volumes::BindMount>,
 }
 
 /// The one line the shim writes to its stdout, telling the runtime whether
@@ -310,16 +314,15 @@ fn start_container(spec: &ShimSpec, keep_stdin: bool) -> Result<Started, ShimErr
         (None, None)
     };
     let tty = replica.is_some();
-    let pod =
-        match &spec.netns {
-            Some(path) => Some(crate::network::PodEntry::open(path).map_err(|source| {
-                ShimError::OpenNetns {
-                    path: path.clone(),
-                    source,
-                }
-            })?),
-            None => None,
-        };
+    let pod = match &spec.netns {
+        Some(path) => Some(crate::network::PodEntry::open(path, &spec.mounts).map_err(
+            |source| ShimError::OpenNetns {
+                path: path.clone(),
+                source,
+            },
+        )?),
+        None => None,
+    };
     let mut command = container_command(spec, keep_stdin, replica)?;
     if let Some(pod) = &pod {
         let enter = pod.in_child();
@@ -603,6 +606,7 @@ mod tests {
             stdin_once: false,
             tty: false,
             netns: None,
+            mounts: Vec::new(),
         };
         std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
         assert!(matches!(

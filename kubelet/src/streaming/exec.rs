@@ -149,12 +149,14 @@ fn start(context: &ExecContext, request: &ExecRequest) -> Result<Started, String
         None => None,
     };
     let pod = match &context.netns {
-        Some(path) => Some(crate::network::PodEntry::open(path).map_err(|err| {
-            format!(
-                "cannot enter the pod's network namespace {}: {err}",
-                path.display()
-            )
-        })?),
+        Some(path) => Some(
+            crate::network::PodEntry::open(path, &context.mounts).map_err(|err| {
+                format!(
+                    "cannot enter the pod's network namespace {}: {err}",
+                    path.display()
+                )
+            })?,
+        ),
         None => None,
     };
     let mut command = Command::new(&program);
@@ -360,6 +362,7 @@ mod tests {
             stdin: false,
             tty: false,
             netns: None,
+            mounts: Vec::new(),
         }
     }
 

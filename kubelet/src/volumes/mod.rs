@@ -1,7 +1,9 @@
-//! Pod volumes as plain directories, since skiff has no mount namespaces:
-//! emptyDir, configMap, secret, hostPath, downwardAPI, projected and
-//! persistentVolumeClaim (its bound volume's hostPath or local path), linked
-//! into a per-pod root and announced through env (see [`PreparedVolumes`]).
+//! Pod volumes as plain directories: emptyDir, configMap, secret,
+//! hostPath, downwardAPI, projected (with ServiceAccount tokens) and
+//! persistentVolumeClaim (its bound volume's hostPath or local path),
+//! linked into a per-pod root and announced through env, and bind-mounted
+//! at their mountPaths for pods with a mount namespace (see
+//! [`PreparedVolumes`]).
 
 mod atomic_writer;
 mod claims;
@@ -18,6 +20,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::env::EnvSources;
 
 pub use claims::{claim_names, resolve_claim, ClaimVolume};
+pub use sources::{token_key, token_projections};
 
 /// Where emptyDir volumes live under the pod directory, as the kubelet names it.
 const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
@@ -40,8 +43,12 @@ const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
 /// Memory is an ordinary directory and sizeLimit is not enforced here.
 /// readOnly is recorded on each mount; only an emptyDir that every mount
 /// reads is made read-only (mode 0555), and hostPath files are never
-/// touched. serviceAccountToken and clusterTrustBundle projections are
+/// touched. serviceAccountToken projections hold the tokens the caller
+/// asked for (see [`crate::token`]); clusterTrustBundle projections are
 /// skipped and listed in `notes`.
+///
+/// A pod with a mount namespace (its own network) also sees each mount at
+/// its mountPath: see [`PreparedVolumes::bind_mounts`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PreparedVolumes {
     /// `<pods_dir>/<uid>`; empty when nothing was prepared.
@@ -66,6 +73,18 @@ pub struct ContainerMount {
     pub read_only: bool,
     /// `SKIFF_VOLUME_…`, whose value is `source`.
     pub env_name: String,
+}
+
+/// One volume (or subPath of one) that a container sees at `mount_path`:
+/// bind-mounted there in the container's mount namespace when the pod has
+/// one (see [`crate::network::files::prepare`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BindMount {
+    /// The volume directory (or file) on the host.
+    pub source: PathBuf,
+    /// Where the container sees it: an absolute path.
+    pub mount_path: String,
+    pub read_only: bool,
 }
 
 /// Why a pod's volumes could not be prepared.
@@ -138,6 +157,19 @@ impl PreparedVolumes {
     /// The mounts of `container`, in mountPath order.
     pub fn container_mounts(&self, container: &str) -> &[ContainerMount] {
         self.mounts.get(container).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The mounts of `container` as bind mounts, shallowest mountPath
+    /// first (an outer mount before one nested in it).
+    pub fn bind_mounts(&self, container: &str) -> Vec<BindMount> {
+        self.container_mounts(container)
+            .iter()
+            .map(|m| BindMount {
+                source: m.source.clone(),
+                mount_path: m.mount_path.clone(),
+                read_only: m.read_only,
+            })
+            .collect()
     }
 
     /// `SKIFF_POD_ROOT` and one `SKIFF_VOLUME_…` per mount of `container`.

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume, VolumeProjection};
+use k8s_openapi::api::core::v1::{
+    DownwardAPIVolumeFile, KeyToPath, Pod, ServiceAccountTokenProjection, Volume, VolumeProjection,
+};
 
 use super::atomic_writer::{write_payload, FileEntry, Payload};
 use super::{host_path, set_mode, ClaimVolume, VolumeError, EMPTY_DIR_PLUGIN};
@@ -260,10 +262,15 @@ fn projected_files(
             payload.extend(downward_files(pod, items, mode, sources)?);
         }
         if let Some(token) = &projection.service_account_token {
-            notes.push(format!(
-                "serviceAccountToken projection to {:?} skipped: skiff issues no tokens to local processes",
-                token.path
-            ));
+            let issued = sources.tokens.get(&token_key(token)).ok_or_else(|| {
+                format!("no token was asked for the projection to {:?}", token.path)
+            })?;
+            let token_text = issued.as_ref().map_err(String::clone)?;
+            let file = FileEntry {
+                data: token_text.clone().into_bytes(),
+                mode,
+            };
+            payload.insert(token.path.clone(), file);
         }
         if let Some(bundle) = &projection.cluster_trust_bundle {
             notes.push(format!(
@@ -273,6 +280,29 @@ fn projected_files(
         }
     }
     Ok(payload)
+}
+
+/// The serviceAccountToken projections of the pod's volumes.
+pub fn token_projections(pod: &Pod) -> Vec<&ServiceAccountTokenProjection> {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    volumes
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.projected.as_ref())
+        .flat_map(|p| p.sources.iter().flatten())
+        .filter_map(|source| source.service_account_token.as_ref())
+        .collect()
+}
+
+/// What a projection's token is asked with and found by in
+/// [`EnvSources::tokens`]: its audience (empty: the API server's) and
+/// lifetime (an hour unless it names one, ten minutes at least).
+pub fn token_key(projection: &ServiceAccountTokenProjection) -> (String, i64) {
+    let seconds = projection
+        .expiration_seconds
+        .unwrap_or(crate::token::DEFAULT_EXPIRATION_SECONDS)
+        .max(crate::token::MIN_EXPIRATION_SECONDS);
+    (projection.audience.clone().unwrap_or_default(), seconds)
 }
 
 fn file_mode(mode: Option<i32>, default: u32) -> u32 {

@@ -237,9 +237,14 @@ async fn read_only_empty_dirs_and_projected_volumes() {
                 {"serviceAccountToken": {"path": "token"}}]}},
         ],
     }));
-    let prepared = prepare(dir.path(), &pod, &sources())
-        .await
-        .expect("prepared");
+    let mut sources = sources();
+    // A projection without a lifetime asks for an hour's token.
+    let key = (String::new(), 3600);
+    let projection = token_projections(&pod);
+    assert_eq!(projection.len(), 1);
+    assert_eq!(token_key(projection[0]), key);
+    sources.tokens.insert(key.clone(), Ok("first-token".into()));
+    let prepared = prepare(dir.path(), &pod, &sources).await.expect("prepared");
     assert_eq!(
         mode_of(prepared.volume_path("frozen").expect("frozen")),
         0o555
@@ -249,13 +254,39 @@ async fn read_only_empty_dirs_and_projected_volumes() {
     assert_eq!(read(&projected.join("password")), "secret");
     assert_eq!(read(&projected.join("ns")), "shop");
     assert_eq!(mode_of(&projected.join("ns")), 0o440);
-    assert!(!projected.join("token").exists());
-    assert_eq!(prepared.notes.len(), 1, "{:?}", prepared.notes);
-    assert!(
-        prepared.notes[0].contains("serviceAccountToken"),
-        "{:?}",
-        prepared.notes
+    assert_eq!(read(&projected.join("token")), "first-token");
+    assert_eq!(mode_of(&projected.join("token")), 0o440);
+    assert!(prepared.notes.is_empty(), "{:?}", prepared.notes);
+    let data_link = |dir: &Path| std::fs::read_link(dir.join("..data")).expect("..data");
+    let before = data_link(projected);
+
+    // A refreshed token replaces the old at once (a new ..data).
+    sources
+        .tokens
+        .insert(key.clone(), Ok("second-token".into()));
+    prepare(dir.path(), &pod, &sources)
+        .await
+        .expect("refreshed");
+    assert_eq!(read(&projected.join("token")), "second-token");
+    assert_ne!(data_link(projected), before);
+    assert_eq!(
+        read(&projected.join("ns")),
+        "shop",
+        "the rest is still there"
     );
+
+    // No token: the volume cannot be set up, and what was there stays.
+    sources.tokens.insert(
+        key,
+        Err("failed to fetch token: serviceaccounts \"default\" not found".into()),
+    );
+    let err = prepare(dir.path(), &pod, &sources).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("MountVolume.SetUp failed for volume \"all-in-one\" : failed to fetch token"),
+        "{err}"
+    );
+    assert_eq!(read(&projected.join("token")), "second-token");
     cleanup(dir.path(), "uid-1")
         .await
         .expect("read-only emptyDir is removed too");
