@@ -179,6 +179,20 @@ pub fn pod_network_or_skip(test: &str) -> bool {
     false
 }
 
+/// Whether the service proxy (and a kubelet's masquerading) can program
+/// nftables here: root and `nft`. Else the test says it was skipped, or
+/// fails under CI=true, which installs nftables.
+pub fn nftables_or_skip(test: &str) -> bool {
+    let Some(why) = skiff_kubelet::proxy::unavailable_reason() else {
+        return true;
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: {why}");
+    }
+    eprintln!("{test}: skipped: {why}");
+    false
+}
+
 /// Polls `check` until it holds, for at most [`TIMEOUT`].
 pub async fn wait_until(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
     let deadline = Instant::now() + TIMEOUT;

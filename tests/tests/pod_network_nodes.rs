@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use skiff_tests::kubectl::{kubectl_or_skip, Kubectl};
-use skiff_tests::local_node::{apply, jsonpath, pod_network_or_skip, wait_until, RELAXED_EVICTION};
+use skiff_tests::local_node::{
+    apply, jsonpath, nftables_or_skip, pod_network_or_skip, wait_until, RELAXED_EVICTION,
+};
 use skiff_tests::node_processes;
 use skiff_tests::skiff_process::{free_addrs, SkiffProcess};
 
@@ -174,12 +176,7 @@ async fn pods_on_different_nodes_reach_each_other_by_address() -> Result<()> {
     if !pod_network_or_skip(test) {
         return Ok(());
     }
-    if Command::new("nft").arg("--version").output().is_err() {
-        let why = "needs nft: apt-get install nftables";
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{test}: {why}");
-        }
-        eprintln!("{test}: skipped: {why}");
+    if !nftables_or_skip(test) {
         return Ok(());
     }
     let Some(binary) = kubectl_or_skip(test) else {

@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use skiff_tests::kubectl::Kubectl;
-use skiff_tests::local_node::{apply, jsonpath, pod_network_or_skip, wait_until, LocalNode};
+use skiff_tests::local_node::{
+    apply, jsonpath, nftables_or_skip, pod_network_or_skip, wait_until, LocalNode,
+};
 
 const CLUSTER_CIDR: &str = "10.207.0.0/16";
 /// Service addresses and node ports of this test alone: the proxy of
@@ -149,12 +151,7 @@ async fn services_reach_their_endpoints_through_the_proxy() -> Result<()> {
     if !pod_network_or_skip(test) {
         return Ok(());
     }
-    if Command::new("nft").arg("--version").output().is_err() {
-        let why = "needs nft: apt-get install nftables";
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{test}: {why}");
-        }
-        eprintln!("{test}: skipped: {why}");
+    if !nftables_or_skip(test) {
         return Ok(());
     }
     let table = format!("skt-proxy-{}", std::process::id());
@@ -414,11 +411,7 @@ endpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skiff_proxy_alone_programs_the_services_of_a_kubeconfig() -> Result<()> {
     let test = "skiff_proxy_alone_programs_the_services_of_a_kubeconfig";
-    if let Some(why) = skiff_kubelet::proxy::unavailable_reason() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{test}: {why}");
-        }
-        eprintln!("{test}: skipped: {why}");
+    if !nftables_or_skip(test) {
         return Ok(());
     }
     let Some(binary) = skiff_tests::kubectl::kubectl_or_skip(test) else {
@@ -554,11 +547,7 @@ async fn the_python_clients_in_cluster_configuration_works_in_a_pod() -> Result<
     if !pod_network_or_skip(test) {
         return Ok(());
     }
-    if let Some(why) = skiff_kubelet::proxy::unavailable_reason() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{test}: {why}");
-        }
-        eprintln!("{test}: skipped: {why}");
+    if !nftables_or_skip(test) {
         return Ok(());
     }
     let Some(python) = skiff_tests::python::python_with_kubernetes_or_skip(test) else {
