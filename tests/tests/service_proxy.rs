@@ -376,13 +376,55 @@ async fn services_reach_their_endpoints_through_the_proxy() -> Result<()> {
     Ok(())
 }
 
-/// A listing without the affinity sets' remembered clients.
-fn normalized(listing: &str) -> String {
-    listing
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("elements = {") || l.contains(':'))
-        .collect::<Vec<_>>()
-        .join("\n")
+/// A listing as a set of its maps, sets and chains (their order is the
+/// order they were made in), without what a restart changes by design:
+/// the affinity sets' remembered clients, and the port the node's cluster
+/// DNS got (any free one, again at each start).
+fn normalized(listing: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut block: Vec<String> = Vec::new();
+    let mut in_dns = false;
+    for line in listing.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() || line.starts_with("table ") || line == "}" {
+            continue;
+        }
+        if trimmed.starts_with("chain ") {
+            in_dns = trimmed.starts_with("chain cluster-dns ");
+        }
+        if trimmed.starts_with("elements = {") && !line.contains(':') {
+            continue;
+        }
+        match (in_dns, line.rsplit_once("127.0.0.1:")) {
+            (true, Some((head, _))) => block.push(format!("{head}127.0.0.1:PORT")),
+            _ => block.push(line.to_string()),
+        }
+        if line == "\t}" {
+            blocks.push(sorted_elements(&block.join(" ")));
+            block.clear();
+        }
+    }
+    blocks.sort();
+    blocks
+}
+
+/// A map's or set's elements in order (the kernel lists a hash's in its
+/// own, which a new table changes).
+fn sorted_elements(block: &str) -> String {
+    let Some((head, rest)) = block.split_once("elements = {") else {
+        return block.split_whitespace().collect::<Vec<_>>().join(" ");
+    };
+    let Some((elements, tail)) = rest.split_once('}') else {
+        return block.to_string();
+    };
+    let mut listed: Vec<String> = elements
+        .split(',')
+        .map(|e| e.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    listed.sort();
+    let head = head.split_whitespace().collect::<Vec<_>>().join(" ");
+    let tail = tail.split_whitespace().collect::<Vec<_>>().join(" ");
+    format!("{head} elements = {{ {} }} {tail}", listed.join(", "))
 }
 
 /// A Service with no selector, its EndpointSlice naming `port` on this
