@@ -382,8 +382,19 @@ kind: ConfigMap
 metadata: {name: c, namespace: quota}
 ",
     )?;
-    let base = described_used(kubectl, "configmaps")?.parse::<u32>()?;
-    ensure!(base >= 3, "three configmaps counted, got {base}");
+    // The root CA publisher adds `kube-root-ca.crt` to every namespace; the
+    // count is read once it has, so that it cannot move under the test.
+    wait_until("the root CA configmap in the namespace", || {
+        Ok(kubectl
+            .ok(&["get", "configmap", "kube-root-ca.crt", "-n", "quota"])
+            .is_ok())
+    })
+    .await?;
+    wait_until("the four configmaps counted", || {
+        Ok(described_used(kubectl, "configmaps")? == "4")
+    })
+    .await?;
+    let base = 4;
     // Usage written wrongly is recounted from what exists.
     kubectl.ok(&[
         "patch",
