@@ -5,7 +5,9 @@
 //! others' pod CIDRs through their addresses (host-gw): a pod on one node
 //! reaches a pod on another by its address and is seen there by its own
 //! address (no NAT); a pod reaching outside the pods' ranges is
-//! masqueraded behind its node; a deleted node's route goes. Needs root,
+//! masqueraded behind its node; a deleted node's route goes. With the
+//! service proxy beside each kubelet, node ports and the Local traffic
+//! policies behave as kube-proxy's across nodes. Needs root,
 //! the CNI plugins and nft (CI installs them).
 
 use std::io::{Read, Write};
@@ -113,6 +115,12 @@ impl Hosts {
             ip(Some(&ns), &["addr", "add", &address, "dev", "eth0"])?;
             ip(Some(&ns), &["link", "set", "eth0", "up"])?;
             ip(Some(&ns), &["link", "set", "lo", "up"])?;
+            // Through this host, as a host has a way out: without it,
+            // what no rule sends elsewhere is unroutable at once.
+            ip(
+                Some(&ns),
+                &["route", "add", "default", "via", &format!("{HOSTS_NET}.1")],
+            )?;
         }
         Ok(hosts)
     }
@@ -170,53 +178,66 @@ fn ask_from_pod(kubectl: &Kubectl, ip: &str, port: u16) -> Result<String> {
         .map(|out| out.trim().to_string())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_on_different_nodes_reach_each_other_by_address() -> Result<()> {
-    let test = "pods_on_different_nodes_reach_each_other_by_address";
-    if !pod_network_or_skip(test) {
-        return Ok(());
-    }
-    if !nftables_or_skip(test) {
-        return Ok(());
-    }
-    let Some(binary) = kubectl_or_skip(test) else {
-        return Ok(());
-    };
-    let id = std::process::id() % 100_000;
-    let mut hosts = Hosts::make(id)?;
-    let dir = tempfile::tempdir()?;
-    let api = format!("{HOSTS_NET}.1:6443");
-    let client = free_addrs(1)?[0];
-    let data_dir = dir.path().join("skiff");
-    let _server = SkiffProcess::spawn(
-        "skiff up",
-        [
-            "up".to_string(),
-            format!("--data-dir={}", data_dir.display()),
-            format!("--api-listen={api}"),
-            format!("--client-listen={client}"),
-            format!("--tls-san={HOSTS_NET}.1"),
-            "--kubelet=false".into(),
-            format!("--cluster-cidr={CLUSTER_CIDR}"),
-        ],
-    )?;
-    let kubeconfig = data_dir.join("kubeconfig");
-    wait_until("skiff up's kubeconfig", || Ok(kubeconfig.exists())).await?;
-    let kubectl = Kubectl::new(binary, &kubeconfig)?;
-    let server = std::fs::read_to_string(&kubeconfig)?;
-    ensure!(
-        server.contains(&format!("https://{api}")),
-        "the kubeconfig names another server:\n{server}"
-    );
+/// One `skiff up` on this host and a `skiff kubelet` in each host
+/// namespace, with `extra` flags; dropped: kubelets, hosts, then the
+/// server and its data.
+struct Cluster {
+    kubectl: Kubectl,
+    kubelets: Vec<SkiffProcess>,
+    hosts: Hosts,
+    /// Each node's pod CIDR.
+    cidrs: Vec<String>,
+    _server: SkiffProcess,
+    _dir: tempfile::TempDir,
+    /// Held to the end: the clusters share the hosts' network and the
+    /// API's address, so the tests take turns.
+    _turn: tokio::sync::MutexGuard<'static, ()>,
+}
 
-    let mut kubelets = Vec::new();
-    for (i, ns) in hosts.namespaces.clone().iter().enumerate() {
-        let root = dir.path().join(format!("kubelet-{i}"));
-        hosts.kubelet_roots.push(root.clone());
-        kubelets.push(SkiffProcess::spawn_in_netns(
-            &format!("skiff kubelet n{i}"),
-            ns,
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+impl Cluster {
+    /// `None` (and a note) when this machine cannot run it.
+    async fn start(test: &str, extra: &[&str]) -> Result<Option<Cluster>> {
+        if !pod_network_or_skip(test) || !nftables_or_skip(test) {
+            return Ok(None);
+        }
+        let Some(binary) = kubectl_or_skip(test) else {
+            return Ok(None);
+        };
+        let turn = TURN.lock().await;
+        let id = std::process::id() % 100_000;
+        let mut hosts = Hosts::make(id)?;
+        let dir = tempfile::tempdir()?;
+        let api = format!("{HOSTS_NET}.1:6443");
+        let client = free_addrs(1)?[0];
+        let data_dir = dir.path().join("skiff");
+        let server = SkiffProcess::spawn(
+            "skiff up",
             [
+                "up".to_string(),
+                format!("--data-dir={}", data_dir.display()),
+                format!("--api-listen={api}"),
+                format!("--client-listen={client}"),
+                format!("--tls-san={HOSTS_NET}.1"),
+                "--kubelet=false".into(),
+                format!("--cluster-cidr={CLUSTER_CIDR}"),
+            ],
+        )?;
+        let kubeconfig = data_dir.join("kubeconfig");
+        wait_until("skiff up's kubeconfig", || Ok(kubeconfig.exists())).await?;
+        let kubectl = Kubectl::new(binary, &kubeconfig)?;
+        let named = std::fs::read_to_string(&kubeconfig)?;
+        ensure!(
+            named.contains(&format!("https://{api}")),
+            "the kubeconfig names another server:\n{named}"
+        );
+
+        let mut kubelets = Vec::new();
+        for (i, ns) in hosts.namespaces.clone().iter().enumerate() {
+            let root = dir.path().join(format!("kubelet-{i}"));
+            hosts.kubelet_roots.push(root.clone());
+            let mut args = vec![
                 "kubelet".to_string(),
                 format!("--kubeconfig={}", kubeconfig.display()),
                 format!("--root-dir={}", root.display()),
@@ -226,39 +247,95 @@ async fn pods_on_different_nodes_reach_each_other_by_address() -> Result<()> {
                 "--pod-network=cni".into(),
                 "--container-restart-backoff=1s".into(),
                 RELAXED_EVICTION.into(),
-            ],
-        )?);
-    }
-    let ready = wait_until("three Ready nodes with pod CIDRs", || {
-        let out = kubectl
-            .ok(&[
-                "get",
-                "nodes",
-                "-o",
-                "jsonpath={range .items[*]}{.spec.podCIDR} {.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
-            ])
-            .unwrap_or_default();
-        Ok(out.lines().filter(|l| l.starts_with("10.219.") && l.ends_with(" True")).count() == NODES)
-    })
-    .await;
-    if let Err(err) = ready {
-        let logs: Vec<String> = kubelets.iter().map(|k| k.stderr()).collect();
-        bail!("{err:#}\n{}", logs.join("\n----\n"));
+            ];
+            args.extend(extra.iter().map(|a| a.to_string()));
+            kubelets.push(SkiffProcess::spawn_in_netns(
+                &format!("skiff kubelet n{i}"),
+                ns,
+                args,
+            )?);
+        }
+        let ready = wait_until("three Ready nodes with pod CIDRs", || {
+            let out = kubectl
+                .ok(&[
+                    "get",
+                    "nodes",
+                    "-o",
+                    "jsonpath={range .items[*]}{.spec.podCIDR} {.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
+                ])
+                .unwrap_or_default();
+            Ok(out.lines().filter(|l| l.starts_with("10.219.") && l.ends_with(" True")).count() == NODES)
+        })
+        .await;
+        if let Err(err) = ready {
+            let logs: Vec<String> = kubelets.iter().map(|k| k.stderr()).collect();
+            bail!("{err:#}\n{}", logs.join("\n----\n"));
+        }
+        let cidrs: Vec<String> = (0..NODES)
+            .map(|i| jsonpath(&kubectl, "node", &format!("n{i}"), "{.spec.podCIDR}"))
+            .collect::<Result<_>>()?;
+        Ok(Some(Cluster {
+            kubectl,
+            kubelets,
+            hosts,
+            cidrs,
+            _server: server,
+            _dir: dir,
+            _turn: turn,
+        }))
     }
 
-    // Each node routes the others' pod CIDRs through their addresses.
-    let cidrs: Vec<String> = (0..NODES)
-        .map(|i| jsonpath(&kubectl, "node", &format!("n{i}"), "{.spec.podCIDR}"))
-        .collect::<Result<_>>()?;
-    let routes_of = |i: usize| {
+    fn routes_of(&self, i: usize) -> Result<String> {
         ip(
-            Some(&hosts.namespaces[i]),
+            Some(&self.hosts.namespaces[i]),
             &["route", "show", "proto", "211"],
         )
+    }
+
+    /// Applies `pods` and waits for every pod named to be Ready (their
+    /// namespace files noted for clean-up).
+    async fn run_pods(&mut self, pods: &str, names: &[&str]) -> Result<()> {
+        apply(&self.kubectl, "pods.yaml", pods)?;
+        for pod in names {
+            self.hosts
+                .pods
+                .push(jsonpath(&self.kubectl, "pod", pod, "{.metadata.uid}")?);
+        }
+        let kubectl = &self.kubectl;
+        let running = wait_until("the pods Ready", || {
+            Ok(names.iter().all(|name| {
+                jsonpath(
+                    kubectl,
+                    "pod",
+                    name,
+                    "{.status.conditions[?(@.type==\"Ready\")].status}",
+                )
+                .unwrap_or_default()
+                    == "True"
+            }))
+        })
+        .await;
+        if let Err(err) = running {
+            let described = kubectl.ok(&["describe", "pods"]).unwrap_or_default();
+            let logs: Vec<String> = self.kubelets.iter().map(|k| k.stderr()).collect();
+            bail!("{err:#}\n{described}\n{}", logs.join("\n----\n"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_on_different_nodes_reach_each_other_by_address() -> Result<()> {
+    let test = "pods_on_different_nodes_reach_each_other_by_address";
+    let Some(mut cluster) = Cluster::start(test, &[]).await? else {
+        return Ok(());
     };
+    let cidrs = cluster.cidrs.clone();
+
+    // Each node routes the others' pod CIDRs through their addresses.
     wait_until("every node routing the others' pods", || {
         Ok((0..NODES).all(|i| {
-            let routes = routes_of(i).unwrap_or_default();
+            let routes = cluster.routes_of(i).unwrap_or_default();
             (0..NODES)
                 .filter(|j| *j != i)
                 .all(|j| routes.contains(&format!("{} via {}", cidrs[j], node_ip(j))))
@@ -266,31 +343,8 @@ async fn pods_on_different_nodes_reach_each_other_by_address() -> Result<()> {
     })
     .await?;
 
-    apply(&kubectl, "pods.yaml", PODS)?;
-    for pod in ["echo", "asker"] {
-        hosts
-            .pods
-            .push(jsonpath(&kubectl, "pod", pod, "{.metadata.uid}")?);
-    }
-    let running = wait_until("both pods Ready", || {
-        let ready = |name| {
-            jsonpath(
-                &kubectl,
-                "pod",
-                name,
-                "{.status.conditions[?(@.type==\"Ready\")].status}",
-            )
-            .unwrap_or_default()
-                == "True"
-        };
-        Ok(ready("echo") && ready("asker"))
-    })
-    .await;
-    if let Err(err) = running {
-        let described = kubectl.ok(&["describe", "pods"]).unwrap_or_default();
-        let logs: Vec<String> = kubelets.iter().map(|k| k.stderr()).collect();
-        bail!("{err:#}\n{described}\n{}", logs.join("\n----\n"));
-    }
+    cluster.run_pods(PODS, &["echo", "asker"]).await?;
+    let kubectl = &cluster.kubectl;
     let echo_ip = jsonpath(&kubectl, "pod", "echo", "{.status.podIP}")?;
     let asker_ip = jsonpath(&kubectl, "pod", "asker", "{.status.podIP}")?;
     let prefix = |cidr: &str| {
@@ -354,23 +408,162 @@ async fn pods_on_different_nodes_reach_each_other_by_address() -> Result<()> {
 
     // A node gone: the others drop its route.
     kubectl.ok(&["delete", "pod", "echo", "--wait=false"])?;
-    let stopped = kubelets.remove(2);
+    let stopped = cluster.kubelets.remove(2);
     drop(stopped);
     kubectl.ok(&["delete", "node", "n2"])?;
     wait_until("n2's route gone from n0", || {
-        Ok(!routes_of(0).unwrap_or_default().contains(&cidrs[2]))
+        Ok(!cluster.routes_of(0).unwrap_or_default().contains(&cidrs[2]))
     })
     .await?;
-    let routes = routes_of(0)?;
+    let routes = cluster.routes_of(0)?;
     ensure!(
         routes.contains(&format!("{} via {}", cidrs[1], node_ip(1))),
         "n1's route went too:\n{routes}"
     );
-    drop(kubelets);
-    drop(hosts);
+    let first_host = cluster.hosts.namespaces[0].clone();
+    drop(cluster);
     ensure!(
-        !Path::new(&format!("/run/netns/skh{id}-0")).exists(),
+        !Path::new(&format!("/run/netns/{first_host}")).exists(),
         "a host namespace outlived the test"
+    );
+    Ok(())
+}
+
+/// A Python program that connects to `ip:port` and prints `answered
+/// <what the server said>`, or the error's name (`TimeoutError` when the
+/// connection was dropped, `ConnectionRefusedError` when refused).
+fn probe_script(ip: &str, port: u16) -> String {
+    format!(
+        "import socket
+try:
+    s = socket.create_connection(('{ip}', {port}), timeout=2)
+    print('answered', s.recv(100).decode())
+except OSError as e:
+    print(type(e).__name__ if type(e) is not OSError else e)"
+    )
+}
+
+/// [`probe_script`] run on a host: this one (`None`) or a node's
+/// namespace.
+fn probe_from_host(netns: Option<&str>, ip: &str, port: u16) -> Result<String> {
+    let mut command = match netns {
+        Some(ns) => {
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", ns, "python3"]);
+            command
+        }
+        None => Command::new("python3"),
+    };
+    let output = command
+        .args(["-c", &probe_script(ip, port)])
+        .output()
+        .context("running python3")?;
+    ensure!(
+        output.status.success(),
+        "python3: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// [`probe_script`] run in the pod `asker`.
+fn probe_from_pod(kubectl: &Kubectl, ip: &str, port: u16) -> Result<String> {
+    kubectl
+        .ok(&["exec", "asker", "--", "python3", "-c", &probe_script(ip, port)])
+        .map(|out| out.trim().to_string())
+}
+
+/// The echo pod (on n1) behind two NodePort Services: one with the
+/// default policies, one with `externalTrafficPolicy` and
+/// `internalTrafficPolicy` Local.
+const SERVICES: &str = "apiVersion: v1
+kind: Service
+metadata: {name: everywhere}
+spec:
+  type: NodePort
+  selector: {app: echo}
+  ports: [{port: 80, targetPort: 8080, nodePort: 30080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: local}
+spec:
+  type: NodePort
+  externalTrafficPolicy: Local
+  internalTrafficPolicy: Local
+  selector: {app: echo}
+  ports: [{port: 80, targetPort: 8080, nodePort: 30081}]
+";
+
+/// kube-proxy's traffic policies across nodes, with the service proxy
+/// beside each kubelet: a node port reaches a pod on another node
+/// (masqueraded behind the node asked); under `externalTrafficPolicy:
+/// Local` only the pod's own node answers, keeping the client's address,
+/// and the others drop; under `internalTrafficPolicy: Local` the cluster
+/// IP reaches only endpoints on the client's node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_ports_and_local_traffic_policies_across_nodes() -> Result<()> {
+    let test = "node_ports_and_local_traffic_policies_across_nodes";
+    let Some(mut cluster) = Cluster::start(test, &["--service-proxy=true"]).await? else {
+        return Ok(());
+    };
+    cluster.run_pods(PODS, &["echo", "asker"]).await?;
+    apply(&cluster.kubectl, "services.yaml", SERVICES)?;
+    let kubectl = &cluster.kubectl;
+    let this_host = format!("{HOSTS_NET}.1");
+    let answered = |seen: &str| format!("answered {seen}");
+
+    // Default policy: any node's port reaches the pod on n1, seen as
+    // coming from the node asked.
+    wait_until("n0's node port answering", || {
+        Ok(probe_from_host(None, &node_ip(0), 30080)?.starts_with("answered"))
+    })
+    .await?;
+    let seen = probe_from_host(None, &node_ip(0), 30080)?;
+    ensure!(
+        seen == answered(&node_ip(0)),
+        "through n0's node port: {seen:?}, not masqueraded behind n0"
+    );
+
+    // externalTrafficPolicy Local: the pod's own node answers with the
+    // client's address kept; another node drops (no RST, no hop).
+    wait_until("n1's Local node port answering", || {
+        Ok(probe_from_host(None, &node_ip(1), 30081)?.starts_with("answered"))
+    })
+    .await?;
+    let seen = probe_from_host(None, &node_ip(1), 30081)?;
+    ensure!(
+        seen == answered(&this_host),
+        "through n1's Local node port: {seen:?}, not the client {this_host}"
+    );
+    wait_until("n0 dropping the Local node port", || {
+        Ok(probe_from_host(None, &node_ip(0), 30081)? == "TimeoutError")
+    })
+    .await?;
+
+    // internalTrafficPolicy Local: from n0 (its pod or itself) the
+    // cluster IP has no endpoint and drops; from n1's host it answers.
+    let local_ip = jsonpath(kubectl, "service", "local", "{.spec.clusterIP}")?;
+    let everywhere_ip = jsonpath(kubectl, "service", "everywhere", "{.spec.clusterIP}")?;
+    let asker_ip = jsonpath(kubectl, "pod", "asker", "{.status.podIP}")?;
+    wait_until("the pod on n0 reaching the default Service", || {
+        Ok(probe_from_pod(kubectl, &everywhere_ip, 80)? == answered(&asker_ip))
+    })
+    .await?;
+    let from_pod = probe_from_pod(kubectl, &local_ip, 80)?;
+    ensure!(
+        from_pod == "TimeoutError",
+        "the Local cluster IP from a pod on n0 gave {from_pod:?}"
+    );
+    let from_n0 = probe_from_host(Some(&cluster.hosts.namespaces[0]), &local_ip, 80)?;
+    ensure!(
+        from_n0 == "TimeoutError",
+        "the Local cluster IP from n0 gave {from_n0:?}"
+    );
+    let from_n1 = probe_from_host(Some(&cluster.hosts.namespaces[1]), &local_ip, 80)?;
+    ensure!(
+        from_n1.starts_with("answered"),
+        "the Local cluster IP from n1 gave {from_n1:?}"
     );
     Ok(())
 }
