@@ -400,28 +400,29 @@ mod tests {
         assert!(parse_duration("3d").is_err());
     }
 
-    #[test]
-    fn pods_get_networks_of_their_own_unless_told_otherwise() {
+    /// The node flags of `skiff kubelet ARGS`.
+    fn node_args(args: &[&str]) -> Result<NodeArgs, clap::Error> {
         #[derive(clap::Parser)]
         struct Flags {
             #[command(flatten)]
             node: NodeArgs,
         }
-        let parse = |args: &[&str]| {
-            <Flags as clap::Parser>::try_parse_from(
-                std::iter::once("kubelet").chain(args.iter().copied()),
-            )
-            .unwrap()
-            .node
-        };
+        <Flags as clap::Parser>::try_parse_from(
+            std::iter::once("kubelet").chain(args.iter().copied()),
+        )
+        .map(|f| f.node)
+    }
+
+    #[test]
+    fn pods_get_networks_of_their_own_unless_told_otherwise() {
         if std::env::var_os("SKIFF_POD_NETWORK").is_none() {
-            assert_eq!(parse(&[]).pod_network, PodNetworkMode::Cni);
+            assert_eq!(node_args(&[]).unwrap().pod_network, PodNetworkMode::Cni);
         }
         assert_eq!(
-            parse(&["--pod-network=host"]).pod_network,
+            node_args(&["--pod-network=host"]).unwrap().pod_network,
             PodNetworkMode::Host
         );
-        let node = parse(&["--pod-network", "cni"]);
+        let node = node_args(&["--pod-network", "cni"]).unwrap();
         assert_eq!(node.pod_network, PodNetworkMode::Cni);
         assert_eq!(node.pod_bridge, "skiff0");
         assert_eq!(
@@ -432,28 +433,17 @@ mod tests {
 
     #[test]
     fn pods_resolve_through_the_cluster_dns_of_the_flags() {
-        #[derive(clap::Parser)]
-        struct Flags {
-            #[command(flatten)]
-            node: NodeArgs,
-        }
-        let parse = |args: &[&str]| {
-            <Flags as clap::Parser>::try_parse_from(
-                std::iter::once("kubelet").chain(args.iter().copied()),
-            )
-            .map(|f| f.node)
-        };
         if std::env::var_os("SKIFF_CLUSTER_DNS").is_none()
             && std::env::var_os("SKIFF_CLUSTER_DOMAIN").is_none()
         {
-            let node = parse(&[]).unwrap();
+            let node = node_args(&[]).unwrap();
             assert_eq!(
                 node.cluster_dns,
                 ["10.96.0.10".parse::<std::net::IpAddr>().unwrap()]
             );
             assert_eq!(node.cluster_domain, "cluster.local");
         }
-        let node = parse(&[
+        let node = node_args(&[
             "--cluster-dns=10.0.0.10,fd00::10",
             "--cluster-domain=Corp.Example.",
         ])
@@ -473,7 +463,7 @@ mod tests {
             "fd00::10".parse::<std::net::IpAddr>().unwrap()
         );
         assert_eq!(network.cluster_domain, "corp.example");
-        let err = parse(&["--cluster-dns=ten.zero"])
+        let err = node_args(&["--cluster-dns=ten.zero"])
             .err()
             .unwrap()
             .to_string();

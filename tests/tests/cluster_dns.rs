@@ -282,7 +282,11 @@ async fn the_cluster_dns_answers_services_and_forwards_the_rest() -> Result<()> 
             "{transport:?}"
         );
         assert!(web.metadata.authoritative);
-        assert_eq!(data(&web, RecordType::A), [web_ip.clone()], "{transport:?}");
+        assert_eq!(
+            data(&web, RecordType::A),
+            std::slice::from_ref(&web_ip),
+            "{transport:?}"
+        );
 
         let srv = ask(
             dns,

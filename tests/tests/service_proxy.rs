@@ -119,6 +119,44 @@ fn reached(ip: &str, port: u16, tries: usize) -> Result<BTreeSet<String>> {
     (0..tries).map(|_| get(ip, port)).collect()
 }
 
+/// `field` of each pod of the web Deployment (`metadata.name`,
+/// `status.podIP`, ...).
+fn of_web_pods(kubectl: &Kubectl, field: &str) -> Result<BTreeSet<String>> {
+    let path = format!("jsonpath={{.items[*].{field}}}");
+    let listed = kubectl.ok(&["get", "pods", "-l", "app=web", "-o", &path])?;
+    Ok(listed.split_whitespace().map(String::from).collect())
+}
+
+/// Whether pods can have networks of their own and the service proxy can
+/// program nftables here, as [`pod_network_or_skip`] and
+/// [`nftables_or_skip`] say.
+fn pod_network_and_proxy_or_skip(test: &str) -> bool {
+    pod_network_or_skip(test) && nftables_or_skip(test)
+}
+
+/// `skiff up` with its pod network (`bridge_prefix`, `cluster_cidr`) and
+/// the service proxy writing nftables table `table`, for Services in
+/// `service_range` and node ports in `node_ports`: ranges of the test's
+/// own. `None` when kubectl is missing outside CI.
+async fn start_with_service_proxy(
+    test: &str,
+    bridge_prefix: &str,
+    cluster_cidr: &str,
+    table: &str,
+    service_range: &str,
+    node_ports: &str,
+) -> Result<Option<LocalNode>> {
+    let flags = [
+        "--service-proxy=true".to_string(),
+        format!("--proxy-table={table}"),
+        format!("--service-cluster-ip-range={service_range}"),
+        format!("--service-node-port-range={node_ports}"),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    LocalNode::start_with_pod_network(test, bridge_prefix, cluster_cidr, &flags).await
+}
+
+/// The proxy's nftables table of a test, deleted when the test ends.
 struct Table(String);
 
 impl Drop for Table {
@@ -148,23 +186,14 @@ fn table_listing(table: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn services_reach_their_endpoints_through_the_proxy() -> Result<()> {
     let test = "services_reach_their_endpoints_through_the_proxy";
-    if !pod_network_or_skip(test) {
-        return Ok(());
-    }
-    if !nftables_or_skip(test) {
+    if !pod_network_and_proxy_or_skip(test) {
         return Ok(());
     }
     let table = format!("skt-proxy-{}", std::process::id());
     let _table = Table(table.clone());
-    let flags = [
-        "--service-proxy=true".to_string(),
-        format!("--proxy-table={table}"),
-        format!("--service-cluster-ip-range={SERVICE_RANGE}"),
-        format!("--service-node-port-range={NODE_PORTS}"),
-    ];
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let Some(mut node) =
-        LocalNode::start_with_pod_network(test, "skp", CLUSTER_CIDR, &flags).await?
+        start_with_service_proxy(test, "skp", CLUSTER_CIDR, &table, SERVICE_RANGE, NODE_PORTS)
+            .await?
     else {
         return Ok(());
     };
@@ -189,28 +218,10 @@ async fn services_reach_their_endpoints_through_the_proxy() -> Result<()> {
         let described = kubectl.ok(&["describe", "pods"]).unwrap_or_default();
         bail!("{err:#}\n{described}");
     }
-    let uids = kubectl.ok(&[
-        "get",
-        "pods",
-        "-l",
-        "app=web",
-        "-o",
-        "jsonpath={.items[*].metadata.uid}",
-    ])?;
-    node.clean_up_pods(uids.split_whitespace().map(String::from));
+    let uids = of_web_pods(kubectl, "metadata.uid")?;
+    node.clean_up_pods(uids);
     let kubectl: &Kubectl = &node.kubectl;
-    let names: BTreeSet<String> = kubectl
-        .ok(&[
-            "get",
-            "pods",
-            "-l",
-            "app=web",
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ])?
-        .split_whitespace()
-        .map(String::from)
-        .collect();
+    let names = of_web_pods(kubectl, "metadata.name")?;
     let cluster_ip = jsonpath(kubectl, "service", "web", "{.spec.clusterIP}")?;
     ensure!(cluster_ip.starts_with("10.206."), "clusterIP {cluster_ip}");
     let node_port: u16 =
@@ -275,18 +286,7 @@ async fn services_reach_their_endpoints_through_the_proxy() -> Result<()> {
         network.uids.push(db_uid);
     }
     let db_ip = jsonpath(kubectl, "pod", "db-0", "{.status.podIP}")?;
-    let pod_ips: BTreeSet<String> = kubectl
-        .ok(&[
-            "get",
-            "pods",
-            "-l",
-            "app=web",
-            "-o",
-            "jsonpath={.items[*].status.podIP}",
-        ])?
-        .split_whitespace()
-        .map(String::from)
-        .collect();
+    let pod_ips = of_web_pods(kubectl, "status.podIP")?;
     let lookup = "import socket\nprint(' '.join(sorted({a[4][0] for a in socket.getaddrinfo('web-headless', 80, socket.AF_INET)})))\nprint(socket.gethostbyname('db-0.db'))";
     let mut answer = String::new();
     wait_until("the headless and StatefulSet names resolving", || {
@@ -337,7 +337,7 @@ async fn services_reach_their_endpoints_through_the_proxy() -> Result<()> {
         Ok(sticky.len() == 1)
     })
     .await
-    .with_context(|| format!("{}", table_listing(&table)))?;
+    .with_context(|| table_listing(&table))?;
 
     // The proxy's rules after a SIGKILL and restart of skiff: the same.
     let before = table_listing(&table);
@@ -586,10 +586,7 @@ spec:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_clients_in_cluster_configuration_works_in_a_pod() -> Result<()> {
     let test = "the_python_clients_in_cluster_configuration_works_in_a_pod";
-    if !pod_network_or_skip(test) {
-        return Ok(());
-    }
-    if !nftables_or_skip(test) {
+    if !pod_network_and_proxy_or_skip(test) {
         return Ok(());
     }
     let Some(python) = skiff_tests::python::python_with_kubernetes_or_skip(test) else {
@@ -597,15 +594,15 @@ async fn the_python_clients_in_cluster_configuration_works_in_a_pod() -> Result<
     };
     let table = format!("skt-incluster-{}", std::process::id());
     let _table = Table(table.clone());
-    let flags = [
-        "--service-proxy=true".to_string(),
-        format!("--proxy-table={table}"),
-        "--service-cluster-ip-range=10.202.0.0/16".into(),
-        "--service-node-port-range=31200-31299".into(),
-    ];
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let Some(mut node) =
-        LocalNode::start_with_pod_network(test, "ski", "10.201.0.0/16", &flags).await?
+    let Some(mut node) = start_with_service_proxy(
+        test,
+        "ski",
+        "10.201.0.0/16",
+        &table,
+        "10.202.0.0/16",
+        "31200-31299",
+    )
+    .await?
     else {
         return Ok(());
     };

@@ -100,6 +100,18 @@ async fn run_async(args: ProxyArgs) -> Result<()> {
     Ok(())
 }
 
+/// The cells of a latency row: `name`, the runs, then p50, p90 and the
+/// slowest in milliseconds.
+fn latency_row(name: &str, latencies: &Latencies) -> Vec<String> {
+    vec![
+        name.to_string(),
+        latencies.len().to_string(),
+        report::millis(latencies.percentile(50.0)),
+        report::millis(latencies.percentile(90.0)),
+        report::millis(latencies.max()),
+    ]
+}
+
 /// What programming gave.
 struct Programmed {
     services: usize,
@@ -120,14 +132,10 @@ impl Programmed {
             ("one Service's endpoints changed", &self.change),
             ("floor: the table with no Service", &self.floor),
         ] {
-            table.row(vec![
-                name.to_string(),
-                latencies.len().to_string(),
-                report::millis(latencies.percentile(50.0)),
-                report::millis(latencies.percentile(90.0)),
-                report::millis(latencies.max()),
-                report::ratio(latencies.percentile(50.0).as_secs_f64(), floor),
-            ]);
+            let p50 = latencies.percentile(50.0).as_secs_f64();
+            let mut row = latency_row(name, latencies);
+            row.push(report::ratio(p50, floor));
+            table.row(row);
         }
         table.print();
         println!(

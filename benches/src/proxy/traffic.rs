@@ -16,7 +16,7 @@ use hyper::StatusCode;
 use crate::api::http::ApiConnection;
 use crate::data_root::DataRoot;
 use crate::kubelet::server::{Components, PodNetwork, SkiffUp};
-use crate::report::{self, Latencies, Table};
+use crate::report::{Latencies, Table};
 use crate::versus::system::Program;
 
 const NODE: &str = "node-1";
@@ -40,13 +40,7 @@ impl Flowing {
             ),
             ("floor: connected to the pod's own address", &self.direct),
         ] {
-            table.row(vec![
-                name.to_string(),
-                latencies.len().to_string(),
-                report::millis(latencies.percentile(50.0)),
-                report::millis(latencies.percentile(90.0)),
-                report::millis(latencies.max()),
-            ]);
+            table.row(super::latency_row(name, latencies));
         }
         table.print();
         println!(

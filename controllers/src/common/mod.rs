@@ -3,8 +3,9 @@
 //! (`owners`), the expectations
 //! that keep a stale cache from doubling a create or delete, the pod
 //! writes (`pod_control`), reading the API's refusals (`api`), and the
-//! test objects (`fixtures`); and the informers every controller of a
-//! process shares (`informers`).
+//! test objects (`fixtures`); the informers every controller of a
+//! process shares (`informers`), and the loop of the controllers that keep
+//! an object in every namespace (`per_namespace`).
 
 pub mod api;
 pub mod expectations;
@@ -12,5 +13,6 @@ pub mod expectations;
 pub(crate) mod fixtures;
 pub mod informers;
 pub mod owners;
+pub mod per_namespace;
 pub mod pod_control;
 pub mod pods;

@@ -108,7 +108,7 @@ impl CidrSet {
         match self.cluster {
             IpNet::V4(net) => {
                 let base = u32::from(net.network());
-                let address = base | ((index as u32) << shift);
+                let address = base | (index << shift);
                 IpNet::V4(
                     Ipv4Net::new(Ipv4Addr::from(address), self.node_prefix)
                         .expect("the node prefix was checked against 32"),

@@ -8,17 +8,15 @@ pub mod plan;
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{PostParams, ResourceExt};
-use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, WatchStreamExt};
 use kube::{Api, Client};
 
-use crate::backoff::Failures;
 use crate::common::api::{api_message, status_code};
 use crate::common::informers::Informers;
+use crate::common::per_namespace::sync_every_namespace;
 use crate::manager::{Controller, Settings};
 use plan::{Plan, CONFIG_MAP_NAME};
 
@@ -48,7 +46,6 @@ struct Context {
     client: Client,
     config_maps: Store<ConfigMap>,
     root_ca: String,
-    failures: Failures,
 }
 
 /// Publishes the CA in every namespace until aborted; without a CA
@@ -62,44 +59,18 @@ pub async fn run(informers: Arc<Informers>, settings: Arc<Settings>) {
         return;
     };
     let client = informers.client();
-    let (namespaces, namespace_events) = informers.all::<Namespace>().await.into_parts();
-    let (config_maps, config_map_events) = informers.all::<ConfigMap>().await.into_parts();
-    let ours = config_map_events.touched_objects().filter(|map| {
-        let ours = map.as_ref().map_or(true, |m| {
-            m.metadata.name.as_deref() == Some(CONFIG_MAP_NAME)
-        });
-        std::future::ready(ours)
-    });
-    let queue = futures::stream::select(
-        trigger_self(namespace_events.touched_objects(), ()),
-        trigger_with(ours, |map: ConfigMap| {
-            map.namespace()
-                .map(|namespace| ObjectRef::<Namespace>::new(&namespace))
-        }),
-    );
-    let ctx = Arc::new(Context {
-        client,
-        config_maps,
-        root_ca,
-        failures: Failures::default(),
-    });
-    applier(
-        |namespace, ctx| Box::pin(reconcile(namespace, ctx)),
-        |namespace, err, ctx| {
-            let delay = ctx.failures.delay(&namespace.name_any());
-            tracing::warn!(error = %err, retry_in = ?delay, "root-ca-cert-publisher: retrying");
-            Action::requeue(delay)
+    sync_every_namespace(
+        CONTROLLER.name,
+        &informers,
+        |map: &ConfigMap| map.metadata.name.as_deref() == Some(CONFIG_MAP_NAME),
+        |config_maps| Context {
+            client,
+            config_maps,
+            root_ca,
         },
-        ctx,
-        namespaces,
-        queue,
-        Config::default().concurrency(CONCURRENT_SYNCS),
+        reconcile,
+        CONCURRENT_SYNCS,
     )
-    .for_each(|result| async move {
-        if let Err(err) = result {
-            tracing::debug!(error = %err, "root-ca-cert-publisher");
-        }
-    })
     .await;
 }
 
@@ -139,6 +110,5 @@ async fn reconcile(namespace: Arc<Namespace>, ctx: Arc<Context>) -> Result<Actio
             Err(err) => return Err(failed("updating")(err)),
         },
     }
-    ctx.failures.forget(&name);
     Ok(Action::await_change())
 }

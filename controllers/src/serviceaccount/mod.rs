@@ -5,17 +5,15 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{PostParams, ResourceExt};
-use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, WatchStreamExt};
 use kube::{Api, Client};
 
-use crate::backoff::Failures;
 use crate::common::api::{api_message, status_code};
 use crate::common::informers::Informers;
+use crate::common::per_namespace::sync_every_namespace;
 use crate::manager::Controller;
 
 /// The `serviceaccount` controller of the controller-manager.
@@ -46,48 +44,19 @@ pub struct Error {
 struct Context {
     client: Client,
     accounts: Store<ServiceAccount>,
-    failures: Failures,
 }
 
 /// Makes the accounts of every namespace until aborted.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
-    let (namespaces, namespace_events) = informers.all::<Namespace>().await.into_parts();
-    let (accounts, account_events) = informers.all::<ServiceAccount>().await.into_parts();
-    let queue = futures::stream::select(
-        trigger_self(namespace_events.touched_objects(), ()),
-        trigger_with(
-            account_events.touched_objects(),
-            |account: ServiceAccount| {
-                account
-                    .namespace()
-                    .filter(|_| ACCOUNTS.contains(&account.name_any().as_str()))
-                    .map(|namespace| ObjectRef::<Namespace>::new(&namespace))
-            },
-        ),
-    );
-    let ctx = Arc::new(Context {
-        client,
-        accounts,
-        failures: Failures::default(),
-    });
-    applier(
-        |namespace, ctx| Box::pin(reconcile(namespace, ctx)),
-        |namespace, err, ctx| {
-            let delay = ctx.failures.delay(&namespace.name_any());
-            tracing::warn!(error = %err, retry_in = ?delay, "serviceaccount: retrying");
-            Action::requeue(delay)
-        },
-        ctx,
-        namespaces,
-        queue,
-        Config::default().concurrency(CONCURRENT_SYNCS),
+    sync_every_namespace(
+        CONTROLLER.name,
+        &informers,
+        |account: &ServiceAccount| ACCOUNTS.contains(&account.name_any().as_str()),
+        |accounts| Context { client, accounts },
+        reconcile,
+        CONCURRENT_SYNCS,
     )
-    .for_each(|result| async move {
-        if let Err(err) = result {
-            tracing::debug!(error = %err, "serviceaccount controller");
-        }
-    })
     .await;
 }
 
@@ -133,7 +102,6 @@ async fn reconcile(namespace: Arc<Namespace>, ctx: Arc<Context>) -> Result<Actio
             }
         }
     }
-    ctx.failures.forget(&name);
     Ok(Action::await_change())
 }
 

@@ -189,7 +189,7 @@ pub fn host_upstreams(resolv_conf: &str) -> Vec<SocketAddr> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     use hickory_proto::op::{Message, Query};
@@ -205,7 +205,7 @@ mod tests {
 
     /// An upstream of the test's own on UDP: answers `behaviour(query)`,
     /// or stays silent for `None`.
-    async fn upstream(
+    pub(crate) async fn upstream(
         behaviour: impl Fn(&Message) -> Option<Message> + Send + 'static,
     ) -> SocketAddr {
         let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();

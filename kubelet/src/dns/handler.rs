@@ -306,26 +306,18 @@ mod tests {
     /// An upstream of the test's own: every name under `example.com` is
     /// 192.0.2.1, any other NXDOMAIN.
     async fn upstream() -> SocketAddr {
-        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let address = socket.local_addr().unwrap();
-        tokio::spawn(async move {
-            let mut buffer = vec![0u8; 4096];
-            while let Ok((length, from)) = socket.recv_from(&mut buffer).await {
-                let Ok(asked) = Message::from_vec(&buffer[..length]) else {
-                    continue;
-                };
-                let mut answer = Message::response(asked.metadata.id, asked.metadata.op_code);
-                answer.add_queries(asked.queries.iter().cloned());
-                let name = asked.queries[0].name().clone();
-                if name.to_ascii().ends_with(".example.com.") {
-                    answer.add_answer(Record::from_rdata(name, 60, RData::A(A::new(192, 0, 2, 1))));
-                } else {
-                    answer.metadata.response_code = ResponseCode::NXDomain;
-                }
-                let _ = socket.send_to(&answer.to_vec().unwrap(), from).await;
+        crate::dns::forward::tests::upstream(|asked| {
+            let mut answer = Message::response(asked.metadata.id, asked.metadata.op_code);
+            answer.add_queries(asked.queries.iter().cloned());
+            let name = asked.queries[0].name().clone();
+            if name.to_ascii().ends_with(".example.com.") {
+                answer.add_answer(Record::from_rdata(name, 60, RData::A(A::new(192, 0, 2, 1))));
+            } else {
+                answer.metadata.response_code = ResponseCode::NXDomain;
             }
-        });
-        address
+            Some(answer)
+        })
+        .await
     }
 
     /// The server on a port of its own, answering from `informed`.
