@@ -120,6 +120,7 @@ impl Kubelet {
             stdin_once: false,
             tty: console.tty,
             netns: None,
+            files: None,
             mounts: Vec::new(),
         };
         let handle = runtime.start(spec).await.unwrap();

@@ -172,6 +172,7 @@ impl Cluster {
                 stdin_once: false,
                 tty: false,
                 netns: None,
+                files: None,
                 mounts: Vec::new(),
             })
             .await

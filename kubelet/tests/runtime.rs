@@ -38,6 +38,7 @@ fn spec(container: &str, attempt: u32, argv: &[&str]) -> ContainerSpec {
         stdin_once: false,
         tty: false,
         netns: None,
+        files: None,
         mounts: Vec::new(),
     }
 }

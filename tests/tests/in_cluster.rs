@@ -8,7 +8,9 @@
 //! /var/run/secrets/kubernetes.io/serviceaccount — in its mount namespace,
 //! not on the host. The token authenticates as the pod's account while the
 //! pod lives. A ConfigMap volume follows its ConfigMap while the pod runs
-//! (`--sync-frequency`). Needs root and the CNI plugins (CI installs them).
+//! (`--sync-frequency`). A pod in the host's network gets the same files,
+//! the host's hosts file, and the cluster DNS by `ClusterFirstWithHostNet`.
+//! Needs root and the CNI plugins (CI installs them).
 
 use std::path::Path;
 
@@ -55,6 +57,18 @@ spec:
   terminationGracePeriodSeconds: 1
   enableServiceLinks: false
   automountServiceAccountToken: false
+  containers:
+  - name: app
+    image: busybox
+    command: [sleep, \"3600\"]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: host}
+spec:
+  terminationGracePeriodSeconds: 1
+  hostNetwork: true
+  dnsPolicy: ClusterFirstWithHostNet
   containers:
   - name: app
     image: busybox
@@ -181,7 +195,7 @@ async fn pods_find_the_api_its_ca_and_their_token_as_in_cluster_clients_expect()
     );
     apply(kubectl, "pods.yaml", PODS)?;
     let mut uids = Vec::new();
-    for pod in ["client", "quiet"] {
+    for pod in ["client", "quiet", "host"] {
         wait_running(kubectl, pod).await?;
         uids.push(jsonpath(kubectl, "pod", pod, "{.metadata.uid}")?);
     }
@@ -285,6 +299,32 @@ async fn pods_find_the_api_its_ca_and_their_token_as_in_cluster_clients_expect()
     ensure!(
         !Path::new(MOUNT_PATH).join("token").exists(),
         "the token is on the host's filesystem"
+    );
+
+    // A pod in the host's network has its own mount namespace too: the
+    // token where clients read it, the host's hosts file, and (by
+    // ClusterFirstWithHostNet) the cluster DNS — none of it on the host.
+    let host_token = kubectl.ok(&["exec", "host", "--", "cat", &format!("{MOUNT_PATH}/token")])?;
+    ensure!(
+        host_token.starts_with("eyJ") && host_token != token,
+        "the host-network pod's token {host_token:?}"
+    );
+    let resolv = kubectl.ok(&["exec", "host", "--", "cat", "/etc/resolv.conf"])?;
+    ensure!(
+        resolv.contains("search default.svc.cluster.local svc.cluster.local cluster.local")
+            && resolv.contains("options ndots:5"),
+        "the host-network pod's resolv.conf:\n{resolv}"
+    );
+    let hosts = kubectl.ok(&["exec", "host", "--", "cat", "/etc/hosts"])?;
+    ensure!(
+        hosts.starts_with("# Kubernetes-managed hosts file (host network).")
+            && hosts.contains("localhost"),
+        "the host-network pod's hosts file:\n{hosts}"
+    );
+    let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    ensure!(
+        !host_resolv.contains("svc.cluster.local"),
+        "the host's resolv.conf was changed:\n{host_resolv}"
     );
 
     // The token authenticates against the API, verified with the pod's CA.

@@ -7,8 +7,9 @@
 //! address (no NAT); a pod reaching outside the pods' ranges is
 //! masqueraded behind its node; a deleted node's route goes. With the
 //! service proxy beside each kubelet, node ports and the Local traffic
-//! policies behave as kube-proxy's across nodes. Needs root,
-//! the CNI plugins and nft (CI installs them).
+//! policies behave as kube-proxy's across nodes, and a UDP flow follows
+//! its Service to a new endpoint. Needs root, the CNI plugins, nft and
+//! conntrack (CI installs them).
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -345,8 +346,8 @@ async fn pods_on_different_nodes_reach_each_other_by_address() -> Result<()> {
 
     cluster.run_pods(PODS, &["echo", "asker"]).await?;
     let kubectl = &cluster.kubectl;
-    let echo_ip = jsonpath(&kubectl, "pod", "echo", "{.status.podIP}")?;
-    let asker_ip = jsonpath(&kubectl, "pod", "asker", "{.status.podIP}")?;
+    let echo_ip = jsonpath(kubectl, "pod", "echo", "{.status.podIP}")?;
+    let asker_ip = jsonpath(kubectl, "pod", "asker", "{.status.podIP}")?;
     let prefix = |cidr: &str| {
         cidr.rsplit_once('.')
             .map(|(p, _)| format!("{p}."))
@@ -365,7 +366,7 @@ async fn pods_on_different_nodes_reach_each_other_by_address() -> Result<()> {
 
     // Node to node, pod to pod: the server sees the asking pod's own
     // address.
-    let seen = ask_from_pod(&kubectl, &echo_ip, 8080)?;
+    let seen = ask_from_pod(kubectl, &echo_ip, 8080)?;
     ensure!(
         seen == asker_ip,
         "echo on n1 saw {seen:?}, not the asking pod {asker_ip}"
@@ -396,7 +397,7 @@ async fn pods_on_different_nodes_reach_each_other_by_address() -> Result<()> {
         let _ = stream.read_to_end(&mut rest);
         Ok(peer.ip().to_string())
     });
-    let seen = ask_from_pod(&kubectl, &format!("{HOSTS_NET}.1"), port)?;
+    let seen = ask_from_pod(kubectl, &format!("{HOSTS_NET}.1"), port)?;
     let accepted = accepting
         .join()
         .map_err(|_| anyhow::anyhow!("the listener panicked"))??;
@@ -469,7 +470,14 @@ fn probe_from_host(netns: Option<&str>, ip: &str, port: u16) -> Result<String> {
 /// [`probe_script`] run in the pod `asker`.
 fn probe_from_pod(kubectl: &Kubectl, ip: &str, port: u16) -> Result<String> {
     kubectl
-        .ok(&["exec", "asker", "--", "python3", "-c", &probe_script(ip, port)])
+        .ok(&[
+            "exec",
+            "asker",
+            "--",
+            "python3",
+            "-c",
+            &probe_script(ip, port),
+        ])
         .map(|out| out.trim().to_string())
 }
 
@@ -566,4 +574,126 @@ async fn node_ports_and_local_traffic_policies_across_nodes() -> Result<()> {
         "the Local cluster IP from n1 gave {from_n1:?}"
     );
     Ok(())
+}
+
+/// Two UDP echo pods answering with their names, on n1 and n2; only `u1`
+/// is the Service's at first.
+const UDP: &str = "apiVersion: v1
+kind: Service
+metadata: {name: udp}
+spec:
+  selector: {app: udp}
+  ports: [{port: 53, targetPort: 5353, protocol: UDP}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: u1, labels: {app: udp}}
+spec:
+  nodeName: n1
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: app, image: python:3, command: [python3, -c, \"$(SCRIPT)\"], env: [{name: SCRIPT, value: \"import socket\\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\\ns.bind(('0.0.0.0', 5353))\\nwhile True:\\n    data, peer = s.recvfrom(100)\\n    s.sendto(b'u1', peer)\\n\"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: u2, labels: {app: spare}}
+spec:
+  nodeName: n2
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: app, image: python:3, command: [python3, -c, \"$(SCRIPT)\"], env: [{name: SCRIPT, value: \"import socket\\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\\ns.bind(('0.0.0.0', 5353))\\nwhile True:\\n    data, peer = s.recvfrom(100)\\n    s.sendto(b'u2', peer)\\n\"}]}
+";
+
+/// Whether the `conntrack` tool is here; else the test says it was
+/// skipped, or fails under CI=true, which installs it.
+fn conntrack_or_skip(test: &str) -> bool {
+    let found = Command::new("conntrack")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found && std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: the conntrack tool is missing (apt-get install conntrack)");
+    }
+    if !found {
+        eprintln!("{test}: skipped: the conntrack tool is missing (apt-get install conntrack)");
+    }
+    found
+}
+
+/// A client on n0 that keeps one UDP flow to a Service going (a datagram
+/// every 100 ms from one port, as a resolver or a game client would): the
+/// flow's connection-tracking entry never expires, so it follows the
+/// endpoints only because the proxy deletes it when its endpoint leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_udp_flow_follows_its_service_to_a_new_endpoint() -> Result<()> {
+    let test = "a_udp_flow_follows_its_service_to_a_new_endpoint";
+    if !conntrack_or_skip(test) {
+        return Ok(());
+    }
+    let Some(mut cluster) = Cluster::start(test, &["--service-proxy=true"]).await? else {
+        return Ok(());
+    };
+    cluster.run_pods(UDP, &["u1", "u2"]).await?;
+    let kubectl = &cluster.kubectl;
+    let service_ip = jsonpath(kubectl, "service", "udp", "{.spec.clusterIP}")?;
+    let script = format!(
+        "import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('0.0.0.0', 40404))
+s.settimeout(0.1)
+end = time.time() + 120
+while time.time() < end:
+    s.sendto(b'?', ('{service_ip}', 53))
+    try:
+        print(s.recv(100).decode(), flush=True)
+        time.sleep(0.1)
+    except socket.timeout:
+        print('-', flush=True)"
+    );
+    let dir = tempfile::tempdir()?;
+    let heard = dir.path().join("heard");
+    let mut client = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &cluster.hosts.namespaces[0],
+            "python3",
+            "-c",
+        ])
+        .arg(&script)
+        .stdout(std::fs::File::create(&heard)?)
+        .spawn()
+        .context("running the UDP client")?;
+    let last = || {
+        std::fs::read_to_string(&heard)
+            .unwrap_or_default()
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let followed = async {
+        wait_until("u1 answering through the Service", || Ok(last() == "u1")).await?;
+        // The Service moves to u2; u1 keeps running (and would keep
+        // answering the flow that still went to it).
+        kubectl.ok(&["label", "pod", "u2", "app=udp", "--overwrite"])?;
+        kubectl.ok(&["label", "pod", "u1", "app=spare", "--overwrite"])?;
+        wait_until("the same flow answered by u2", || Ok(last() == "u2")).await
+    }
+    .await;
+    let _ = client.kill();
+    let _ = client.wait();
+    followed.with_context(|| {
+        let text = std::fs::read_to_string(&heard).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(5).collect();
+        let log = cluster.kubelets[0].stderr();
+        let said: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("conntrack") || l.contains("UDP") || l.contains("proxy"))
+            .collect();
+        format!(
+            "the client heard last: {tail:?}; n0's kubelet said:\n{}",
+            said.join("\n")
+        )
+    })
 }

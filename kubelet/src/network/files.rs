@@ -78,9 +78,39 @@ pub fn write(
     ip: &str,
     dns: &super::resolv::ClusterDns<'_>,
 ) -> io::Result<()> {
-    let dir = dir_for(netns);
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("hosts"), hosts_file(pod, ip))?;
+    write_in(&dir_for(netns), &hosts_file(pod, ip), pod, dns)
+}
+
+/// The host's hosts file, which pods in the host's network get.
+pub const HOST_HOSTS: &str = "/etc/hosts";
+
+/// Writes the files of a pod in the host's network into `dir`: the host's
+/// hosts file, as the kubelet gives such pods, and its resolver
+/// configuration by its `dnsPolicy` (`ClusterFirstWithHostNet` the cluster
+/// DNS, `ClusterFirst` the host's).
+pub fn write_host_network(
+    dir: &Path,
+    pod: &Pod,
+    dns: &super::resolv::ClusterDns<'_>,
+) -> io::Result<()> {
+    let host = match std::fs::read_to_string(HOST_HOSTS) {
+        Ok(text) => text,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => String::new(),
+        Err(err) => return Err(err),
+    };
+    let hosts = format!("# Kubernetes-managed hosts file (host network).\n{host}");
+    write_in(dir, &hosts, pod, dns)
+}
+
+/// Writes `hosts` and the pod's resolver configuration into `dir`.
+fn write_in(
+    dir: &Path,
+    hosts: &str,
+    pod: &Pod,
+    dns: &super::resolv::ClusterDns<'_>,
+) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("hosts"), hosts)?;
     // No file on the host: no nameservers of its own, as with an empty one.
     let host = match std::fs::read_to_string(HOST_RESOLV_CONF) {
         Ok(text) => super::resolv::ResolverConfig::parse(&text),
@@ -99,9 +129,15 @@ pub fn write(
     std::fs::write(dir.join("resolv.conf"), formed.config.render())
 }
 
-/// Removes the pod's files; none there is nothing to do.
+/// Removes the pod's files (of its namespace `netns`); none there is
+/// nothing to do.
 pub fn remove(netns: &Path) -> io::Result<()> {
-    match std::fs::remove_dir_all(dir_for(netns)) {
+    remove_dir(&dir_for(netns))
+}
+
+/// Removes the pod's files in `dir`; none there is nothing to do.
+pub fn remove_dir(dir: &Path) -> io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
         Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
         _ => Ok(()),
     }
@@ -128,12 +164,11 @@ struct VolumeBind {
     read_only: bool,
 }
 
-/// The mounts for a process of the pod whose namespace is `netns`: each
-/// of the pod's files whose target the host has, and each of `volumes` at
-/// its mountPath (see [`mount_point`] for where one can be). `None` when
-/// there is nothing to mount (a sandbox of an older kubelet, no volumes).
-pub fn prepare(netns: &Path, volumes: &[BindMount]) -> Option<Mounts> {
-    let dir = dir_for(netns);
+/// The mounts for a process of the pod whose files are in `dir`: each of
+/// them whose target the host has, and each of `volumes` at its mountPath
+/// (see [`mount_point`] for where one can be). `None` when there is
+/// nothing to mount (a sandbox of an older kubelet, no volumes).
+pub fn prepare(dir: &Path, volumes: &[BindMount]) -> Option<Mounts> {
     let binds: Vec<(CString, CString)> =
         [("hosts", "/etc/hosts"), ("resolv.conf", "/etc/resolv.conf")]
             .iter()
@@ -597,5 +632,48 @@ mod tests {
         );
         pod.spec.as_mut().unwrap().hostname = Some("named".into());
         assert!(hosts_file(&pod, "10.244.0.7").contains("\n10.244.0.7\tnamed\n"));
+    }
+
+    #[test]
+    fn a_host_network_pod_gets_the_hosts_file_of_the_host_and_dns_by_its_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let servers = ["10.96.0.10".parse().unwrap()];
+        let dns = super::super::resolv::ClusterDns {
+            servers: &servers,
+            domain: "cluster.local",
+        };
+        let pod = |policy: &str| Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some("agent".into()),
+                namespace: Some("kube-system".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                host_network: Some(true),
+                dns_policy: Some(policy.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        write_host_network(dir.path(), &pod("ClusterFirstWithHostNet"), &dns).unwrap();
+        let hosts = std::fs::read_to_string(dir.path().join("hosts")).unwrap();
+        let host = std::fs::read_to_string(HOST_HOSTS).unwrap_or_default();
+        assert_eq!(
+            hosts,
+            format!("# Kubernetes-managed hosts file (host network).\n{host}")
+        );
+        let resolv = std::fs::read_to_string(dir.path().join("resolv.conf")).unwrap();
+        assert!(resolv.contains("nameserver 10.96.0.10"), "{resolv}");
+        assert!(
+            resolv.contains("search kube-system.svc.cluster.local svc.cluster.local cluster.local"),
+            "{resolv}"
+        );
+        // ClusterFirst in the host's network resolves as the host does.
+        write_host_network(dir.path(), &pod("ClusterFirst"), &dns).unwrap();
+        let resolv = std::fs::read_to_string(dir.path().join("resolv.conf")).unwrap();
+        assert!(!resolv.contains("10.96.0.10"), "{resolv}");
+        remove_dir(dir.path()).unwrap();
+        assert!(!dir.path().exists());
+        remove_dir(dir.path()).unwrap();
     }
 }

@@ -247,6 +247,29 @@ impl PodNetwork {
         }
     }
 
+    /// Writes the files of a pod in the host's network (see
+    /// [`files::write_host_network`]) where a pod's files are kept, and
+    /// returns their directory.
+    pub fn host_network_files(&self, pod: &Pod) -> Result<PathBuf, NetworkError> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let dir = files::dir_for(&self.netns_path(&uid));
+        files::write_host_network(&dir, pod, &self.cluster_dns()).map_err(|source| {
+            NetworkError::Namespace {
+                path: dir.clone(),
+                source,
+            }
+        })?;
+        Ok(dir)
+    }
+
+    /// Removes the files of a pod in the host's network; none there is
+    /// nothing to do.
+    pub fn remove_host_network_files(&self, pod: &Pod) -> Result<(), NetworkError> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let dir = files::dir_for(&self.netns_path(&uid));
+        files::remove_dir(&dir).map_err(|source| NetworkError::Namespace { path: dir, source })
+    }
+
     /// Tears the pod's network down: `DEL` through the plugins (freeing
     /// its address), then its namespace. Nothing there is nothing to do.
     pub async fn tear_down(&self, pod: &Pod) -> Result<(), NetworkError> {
@@ -292,30 +315,45 @@ impl PodNetwork {
 }
 
 /// What a process of a pod enters before it execs: the pod's network
-/// namespace, its files, and the container's volumes at their mountPaths.
-/// Opened before the fork, and kept until after the spawn.
+/// namespace (none in the host's network), its files, and the container's
+/// volumes at their mountPaths. Opened before the fork, and kept until
+/// after the spawn.
 pub struct PodEntry {
-    netns: std::os::fd::OwnedFd,
+    netns: Option<std::os::fd::OwnedFd>,
     mounts: Option<files::Mounts>,
 }
 
 impl PodEntry {
-    /// The entry into the pod whose namespace is at `netns`, for a process
-    /// of the container that mounts `volumes`.
-    pub fn open(netns: &Path, volumes: &[crate::volumes::BindMount]) -> std::io::Result<PodEntry> {
-        Ok(PodEntry {
-            netns: netns::open(netns)?,
-            mounts: files::prepare(netns, volumes),
-        })
+    /// The entry into the pod whose namespace is at `netns` (`None`: the
+    /// host's network) and whose files are in `files` (`None`: beside its
+    /// namespace), for a process of the container that mounts `volumes`.
+    /// `None` when there is nothing to enter.
+    pub fn open(
+        netns: Option<&Path>,
+        files: Option<&Path>,
+        volumes: &[crate::volumes::BindMount],
+    ) -> std::io::Result<Option<PodEntry>> {
+        let files = files
+            .map(Path::to_path_buf)
+            .or_else(|| netns.map(files::dir_for));
+        let Some(files) = files else {
+            return Ok(None);
+        };
+        Ok(Some(PodEntry {
+            netns: netns.map(netns::open).transpose()?,
+            mounts: files::prepare(&files, volumes),
+        }))
     }
 
     /// What the child runs before exec, for `pre_exec`: setns(2), then
     /// unshare(2) and mount(2), on what was made before the fork.
     pub fn in_child(&self) -> impl Fn() -> std::io::Result<()> + Send + Sync + 'static {
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.netns);
+        let fd = self.netns.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
         let mounts = self.mounts.clone();
         move || {
-            netns::enter_fd(fd)?;
+            if let Some(fd) = fd {
+                netns::enter_fd(fd)?;
+            }
             match &mounts {
                 Some(mounts) => files::enter(mounts),
                 None => Ok(()),

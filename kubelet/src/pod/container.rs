@@ -110,7 +110,7 @@ impl ContainerRunner {
                         .launch(
                             &self.pod,
                             &self.container,
-                            network.as_ref().map(|(ip, ns)| (ip.as_str(), ns.as_path())),
+                            network.as_ref(),
                             &self.context.shared.volumes,
                         )
                         .await;
@@ -199,7 +199,7 @@ impl ContainerRunner {
                 .launch(
                     &self.pod,
                     &self.container,
-                    network.as_ref().map(|(ip, ns)| (ip.as_str(), ns.as_path())),
+                    network.as_ref(),
                     &self.context.shared.volumes,
                 )
                 .await
@@ -228,7 +228,8 @@ impl ContainerRunner {
             stdin_once: self.container.stdin_once.unwrap_or(false),
             tty: self.container.tty.unwrap_or(false),
             mounts: launch.mounts.clone(),
-            netns: network.map(|(_, netns)| netns),
+            netns: network.as_ref().and_then(|p| p.netns.clone()),
+            files: network.map(|p| p.files),
         };
         match self.context.runtime.start(spec).await {
             Ok(handle) => {

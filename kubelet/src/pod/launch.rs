@@ -18,6 +18,7 @@ use skiff_machinery::quantity::Quantity;
 
 use crate::env::{self, EnvSources, NodeFacts};
 use crate::envvars::ServiceLister;
+use crate::pod::shared::PodPlace;
 use crate::probe::ProbeTarget;
 use crate::runtime::Limits;
 use crate::token::{TokenKey, TokenManager};
@@ -42,8 +43,8 @@ pub struct Launch {
     pub working_dir: PathBuf,
     pub limits: Limits,
     pub probe_target: ProbeTarget,
-    /// The container's volumes that its mount namespace (the pod's own
-    /// network's) has at their mountPaths; none without one.
+    /// The container's volumes that its mount namespace has at their
+    /// mountPaths; none without one.
     pub mounts: Vec<BindMount>,
 }
 
@@ -63,18 +64,23 @@ pub struct PodLauncher {
 
 impl PodLauncher {
     /// Prepares volumes and resolves the container's start. `network` is
-    /// the pod's own network (its address and namespace) when it has one;
+    /// where the pod's processes run (its own network's address and
+    /// namespace, or the host's network, and its files) when the kubelet
+    /// makes such a place;
     /// `volumes_lock` is the pod's, so that one of its volume setups runs
     /// at a time.
     pub async fn launch(
         &self,
         pod: &Pod,
         container: &Container,
-        network: Option<(&str, &Path)>,
+        network: Option<&PodPlace>,
         volumes_lock: &tokio::sync::Mutex<()>,
     ) -> Result<Launch, NotStarted> {
         let mut node = self.node.clone();
-        if let Some((ip, _)) = network {
+        if let Some(PodPlace {
+            ip, netns: Some(_), ..
+        }) = network
+        {
             node.pod_ip = ip.to_string();
             node.pod_ips = vec![ip.to_string()];
         }
@@ -124,7 +130,8 @@ impl PodLauncher {
                 env: env.clone(),
                 working_dir: working_dir.clone(),
                 ports: container.ports.clone().unwrap_or_default(),
-                netns: network.map(|(_, netns)| netns.to_path_buf()),
+                netns: network.and_then(|p| p.netns.clone()),
+                files: network.map(|p| p.files.clone()),
                 mounts: mounts.clone(),
             },
             argv,

@@ -13,6 +13,15 @@ use super::container::initial_status;
 use super::status::PodFacts;
 use crate::runtime::ContainerHandle;
 
+/// Where a pod's processes run: its network namespace (`None`: the host's
+/// network) with its address, and its own files.
+#[derive(Debug, Clone)]
+pub struct PodPlace {
+    pub ip: String,
+    pub netns: Option<std::path::PathBuf>,
+    pub files: std::path::PathBuf,
+}
+
 /// A container's place in the pod's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Slot {
@@ -117,14 +126,16 @@ impl PodShared {
         self.evicted.subscribe()
     }
 
-    /// The pod's own network, once set up: its address and namespace.
-    pub fn network(&self) -> Option<(String, std::path::PathBuf)> {
+    /// Where the pod's processes run, once its network (or, in the
+    /// host's network, its files) is set up.
+    pub fn network(&self) -> Option<PodPlace> {
         let statuses = self.statuses.lock();
         let facts = &statuses.facts;
-        facts
-            .netns
-            .clone()
-            .map(|netns| (facts.pod_ip.clone(), netns))
+        facts.files.clone().map(|files| PodPlace {
+            ip: facts.pod_ip.clone(),
+            netns: facts.netns.clone(),
+            files,
+        })
     }
 
     /// Init containers' statuses, regular containers' statuses and facts.

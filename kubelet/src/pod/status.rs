@@ -13,6 +13,9 @@ pub struct PodFacts {
     /// The pod's network namespace once its network is set up; `None`:
     /// the host's network (pod_ip is then the host's).
     pub netns: Option<std::path::PathBuf>,
+    /// The pod's own files (hosts, resolv.conf) for its processes' mount
+    /// namespace, once written; `None`: the kubelet makes none.
+    pub files: Option<std::path::PathBuf>,
     pub start_time: Option<jiff::Timestamp>,
     /// The pod's volumes are ready and its containers may start.
     pub sandbox_ready: bool,

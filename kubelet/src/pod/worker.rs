@@ -109,10 +109,12 @@ pub async fn run_pod(
     // sandbox before it confirms the deletion: a pod gone from the API has
     // its address free again.
     if let Some(network) = context.network.as_ref() {
-        if !crate::network::host_network(&pod) {
-            if let Err(err) = network.tear_down(&pod).await {
-                tracing::warn!(pod = %context.shared.pod_label(), error = %err, "tearing down the pod's network");
-            }
+        let torn_down = match crate::network::host_network(&pod) {
+            false => network.tear_down(&pod).await,
+            true => network.remove_host_network_files(&pod),
+        };
+        if let Err(err) = torn_down {
+            tracing::warn!(pod = %context.shared.pod_label(), error = %err, "tearing down the pod's network");
         }
     }
     if matches!(stopping, Stopping::Deleted(_)) {
@@ -289,8 +291,18 @@ async fn run_containers(
             };
             context.shared.update_facts(|f| {
                 f.pod_ip = sandbox.ips[0].clone();
+                f.files = Some(crate::network::files::dir_for(&sandbox.netns));
                 f.netns = Some(sandbox.netns.clone());
             });
+        } else {
+            // In the host's network, the pod still gets its own files
+            // and a mount namespace for its volumes.
+            match network.host_network_files(&pod) {
+                Ok(dir) => context.shared.update_facts(|f| f.files = Some(dir)),
+                Err(err) => {
+                    tracing::warn!(pod = %context.shared.pod_label(), error = %err, "writing the pod's hosts and resolv.conf; its processes see the host's")
+                }
+            }
         }
     }
     context.shared.update_facts(|f| f.sandbox_ready = true);

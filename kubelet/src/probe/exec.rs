@@ -83,11 +83,11 @@ fn spawn(
     target: &ProbeTarget,
     writer: PipeWriter,
 ) -> std::io::Result<Child> {
-    let pod = target
-        .netns
-        .as_deref()
-        .map(|netns| crate::network::PodEntry::open(netns, &target.mounts))
-        .transpose()?;
+    let pod = crate::network::PodEntry::open(
+        target.netns.as_deref(),
+        target.files.as_deref(),
+        &target.mounts,
+    )?;
     let mut command = Command::new(program);
     if let Some(pod) = &pod {
         let enter = pod.in_child();

@@ -29,8 +29,10 @@ pub struct ProbeTarget {
     /// The pod's network namespace, where exec probes run; `None`: the
     /// host's network.
     pub netns: Option<PathBuf>,
+    /// The pod's own files, for exec probes' mount namespace.
+    pub files: Option<PathBuf>,
     /// The container's volumes at their mountPaths, for exec probes
-    /// (with `netns` only).
+    /// (with `netns` or `files` only).
     pub mounts: Vec<crate::volumes::BindMount>,
 }
 

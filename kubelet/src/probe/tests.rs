@@ -20,6 +20,7 @@ fn target() -> ProbeTarget {
         working_dir: PathBuf::new(),
         ports: Vec::new(),
         netns: None,
+        files: None,
         mounts: Vec::new(),
     }
 }

@@ -5,8 +5,10 @@
 //! `skiff proxy`), as root, through the `nft` tool; the rules live in one
 //! table of its own, written whole at start (so a restarted proxy
 //! converges on what the API says) and then changed only where the
-//! Services and endpoints changed.
+//! Services and endpoints changed; UDP flows made stale by a change are
+//! deleted from connection tracking (see [`conntrack`]).
 
+mod conntrack;
 pub mod model;
 pub mod rules;
 
@@ -136,6 +138,12 @@ pub async fn run_proxy(
     let mut listed = [false, false];
     let mut dirty = false;
     let mut applied: Option<Ruleset> = None;
+    // The ports the rules were last written for, to find stale UDP flows.
+    let mut applied_ports: Vec<model::ServicePort> = Vec::new();
+    let conntrack = conntrack::available();
+    if !conntrack {
+        tracing::warn!("the conntrack tool (conntrack-tools) is not installed: UDP flows to endpoints that left are not deleted, and keep going there while their clients send");
+    }
     let mut last_full = Instant::now();
     // The pod bridge appears with the first pod, whenever that is.
     let mut localnet = tokio::time::interval(LOCALNET_CHECK);
@@ -181,9 +189,18 @@ pub async fn run_proxy(
         let before = if full { None } else { applied.take() };
         let table = config.table.clone();
         let interfaces = config.localnet_interfaces.clone();
+        let stale = match conntrack {
+            true => conntrack::stale(&applied_ports, &ports, &config.node_name),
+            false => Default::default(),
+        };
         let written = tokio::task::spawn_blocking(move || {
             route_localnet(&interfaces);
             let result = apply(&table, &ruleset, before.as_ref());
+            if result.is_ok() {
+                if let Err(err) = conntrack::delete(&stale) {
+                    tracing::warn!(error = %err, "deleting stale UDP flows");
+                }
+            }
             (ruleset, result)
         })
         .await;
@@ -202,6 +219,7 @@ pub async fn run_proxy(
                     tracing::debug!(table = %config.table, service_ports = done.service_ports, took = ?done.took, "service proxy changed its rules");
                 }
                 applied = Some(ruleset);
+                applied_ports = ports;
                 if let Some(synced) = synced.as_ref() {
                     let _ = synced.send(done);
                 }

@@ -60,8 +60,11 @@ pub struct ContainerSpec {
     /// The pod's network namespace, which the container joins; `None`:
     /// the host's network.
     pub netns: Option<PathBuf>,
+    /// The pod's own files (hosts, resolv.conf) for its mount namespace;
+    /// `None`: beside `netns`, or none.
+    pub files: Option<PathBuf>,
     /// The container's volumes, bind-mounted at their mountPaths in its
-    /// mount namespace (with `netns` only).
+    /// mount namespace (with `netns` or `files` only).
     pub mounts: Vec<crate::volumes::BindMount>,
 }
 

@@ -26,8 +26,10 @@ pub struct ExecContext {
     /// The pod's network namespace, which the command joins, if it has
     /// one.
     pub netns: Option<PathBuf>,
+    /// The pod's own files, mounted for the command as for the container.
+    pub files: Option<PathBuf>,
     /// The container's volumes, mounted at their mountPaths for the
-    /// command as for the container (with `netns` only).
+    /// command as for the container (with `netns` or `files` only).
     pub mounts: Vec<crate::volumes::BindMount>,
 }
 
@@ -59,6 +61,7 @@ impl ProcessRuntime {
             stdin_socket: spec.stdin_socket,
             tty: spec.tty,
             netns: spec.netns,
+            files: spec.files,
             mounts: spec.mounts,
         })
     }

@@ -282,6 +282,7 @@ fn shim_spec_of(
         stdin_once: spec.stdin_once,
         tty: spec.tty,
         netns: spec.netns.clone(),
+        files: spec.files.clone(),
         mounts: spec.mounts.clone(),
     }
 }

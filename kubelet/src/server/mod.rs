@@ -98,7 +98,7 @@ impl ContainerFinder for NodePods {
                 format!("pod {namespace}/{pod} has no running container"),
             ));
         }
-        Ok(context.shared.network().map(|(_, netns)| netns))
+        Ok(context.shared.network().and_then(|place| place.netns))
     }
 }
 

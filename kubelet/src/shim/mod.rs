@@ -65,8 +65,13 @@ pub struct ShimSpec {
     /// host's network.
     #[serde(default)]
     pub netns: Option<PathBuf>,
+    /// The pod's own files (hosts, resolv.conf), bind-mounted in the
+    /// process's mount namespace; `None`: beside `netns` (a spec of an
+    /// older kubelet), or none in the host's network.
+    #[serde(default)]
+    pub files: Option<PathBuf>,
     /// The container's volumes, bind-mounted at their mountPaths in its
-    /// mount namespace before exec (with `netns` only).
+    /// mount namespace before exec (with `netns` or `files` only).
     #[serde(default)]
     pub mounts: Vec<crate::volumes::BindMount>,
 }
@@ -314,15 +319,16 @@ fn start_container(spec: &ShimSpec, keep_stdin: bool) -> Result<Started, ShimErr
         (None, None)
     };
     let tty = replica.is_some();
-    let pod = match &spec.netns {
-        Some(path) => Some(crate::network::PodEntry::open(path, &spec.mounts).map_err(
-            |source| ShimError::OpenNetns {
-                path: path.clone(),
+    let pod =
+        crate::network::PodEntry::open(spec.netns.as_deref(), spec.files.as_deref(), &spec.mounts)
+            .map_err(|source| ShimError::OpenNetns {
+                path: spec
+                    .netns
+                    .clone()
+                    .or(spec.files.clone())
+                    .unwrap_or_default(),
                 source,
-            },
-        )?),
-        None => None,
-    };
+            })?;
     let mut command = container_command(spec, keep_stdin, replica)?;
     if let Some(pod) = &pod {
         let enter = pod.in_child();
@@ -606,6 +612,7 @@ mod tests {
             stdin_once: false,
             tty: false,
             netns: None,
+            files: None,
             mounts: Vec::new(),
         };
         std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();

@@ -148,17 +148,18 @@ fn start(context: &ExecContext, request: &ExecRequest) -> Result<Started, String
         }
         None => None,
     };
-    let pod = match &context.netns {
-        Some(path) => Some(
-            crate::network::PodEntry::open(path, &context.mounts).map_err(|err| {
-                format!(
-                    "cannot enter the pod's network namespace {}: {err}",
-                    path.display()
-                )
-            })?,
-        ),
-        None => None,
-    };
+    let pod = crate::network::PodEntry::open(
+        context.netns.as_deref(),
+        context.files.as_deref(),
+        &context.mounts,
+    )
+    .map_err(|err| {
+        let path = context.netns.as_ref().or(context.files.as_ref());
+        format!(
+            "cannot enter the pod's namespaces ({}): {err}",
+            path.map(|p| p.display().to_string()).unwrap_or_default()
+        )
+    })?;
     let mut command = Command::new(&program);
     if let Some(pod) = &pod {
         let enter = pod.in_child();
@@ -362,6 +363,7 @@ mod tests {
             stdin: false,
             tty: false,
             netns: None,
+            files: None,
             mounts: Vec::new(),
         }
     }
