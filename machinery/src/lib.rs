@@ -4,12 +4,15 @@
 //! label and field selectors, the syntax of names and labels, Go's
 //! quoting, Go's durations, ResourceQuota's usage evaluator, node affinity and taint
 //! matching, Lease leader election (feature `leader-election`), the
+//! event recorder every component writes Events with (feature `events`), the
 //! version skiff reports, a TLS verifier for servers whose certificates
 //! are not checked, and the HTTP client of webhooks and extenders
 //! (feature `http-client`). It depends on no part of skiff, so
 //! a client built on it never builds the store or the API server.
 
 pub mod duration;
+#[cfg(feature = "events")]
+pub mod events;
 #[cfg(feature = "http-client")]
 pub mod http_client;
 #[cfg(feature = "leader-election")]
