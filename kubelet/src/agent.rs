@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use kube::Client;
+use skiff_machinery::events::Recorder;
 use tokio::sync::watch;
 
 use crate::env::NodeFacts;
@@ -28,6 +29,8 @@ const LEASE_INTERVAL: Duration = Duration::from_secs(10);
 const LEASE_DURATION_SECONDS: i32 = 40;
 /// Registration is retried this often while the API is not reachable.
 const REGISTER_RETRY: Duration = Duration::from_secs(1);
+/// The events' source component, as the kubelet names itself.
+const COMPONENT: &str = "kubelet";
 
 pub struct KubeletConfig {
     pub node: NodeConfig,
@@ -83,6 +86,10 @@ pub async fn run(
     };
     let uid = node.metadata.uid.clone().unwrap_or_default();
     tracing::info!(node = %config.node.name, port = config.node.kubelet_port, "kubelet registered its node");
+    // One recorder for the whole kubelet, its events from `kubelet` on
+    // this node.
+    let recorder = Recorder::new(client.clone(), COMPONENT, Some(&config.node.name));
+    recorder.record(crate::node::events::starting(&config.node.name));
     let network = match config.network.clone() {
         None => None,
         Some(wanted) => {
@@ -135,6 +142,7 @@ pub async fn run(
         host,
         pressure_tx,
         status::StatusIntervals::default(),
+        recorder.clone(),
         stopped(),
     )));
 
@@ -167,6 +175,7 @@ pub async fn run(
             config_retry: Duration::from_secs(5),
             network,
             volume_resync: config.sync_frequency,
+            recorder,
         },
         runtime.clone(),
         recovered,

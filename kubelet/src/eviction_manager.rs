@@ -1,7 +1,8 @@
 //! The eviction manager: while the node is under memory or disk pressure
 //! (the hard thresholds crossed), it evicts one pod per interval in
-//! Kubernetes' order — the pod is killed at once and left Failed with the
-//! reason Evicted — until the pressure is gone.
+//! Kubernetes' order — an Evicted event is recorded, the pod is killed at
+//! once and left Failed with the reason Evicted — until the pressure is
+//! gone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -106,6 +107,8 @@ async fn evict_one(
         &victim.containers,
     );
     tracing::warn!(pod = %victim.context.shared.pod_label(), resource = resource.name(), %message, "evicting a pod");
+    let event = crate::pod::events::evicted(&victim.pod, &message);
+    victim.context.recorder.record(event);
     victim.context.shared.evict(reason, &message);
 }
 

@@ -9,7 +9,6 @@ pub mod framework;
 pub mod metrics;
 pub mod plugins;
 pub mod queue;
-pub mod recent_events;
 pub mod run;
 pub mod scheduler;
 pub mod watch;

@@ -4,12 +4,11 @@
 //! the PodScheduled condition) and requeue.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use rand::SeedableRng;
@@ -22,12 +21,10 @@ use crate::framework::{Binder, Code, CycleState, PodInfo, Profile, ScheduleFailu
 use crate::metrics::Metrics;
 use crate::plugins::default_preemption;
 use crate::queue::{Popped, SchedulingQueue};
-use crate::recent_events::{RecentEvents, Seen};
 use crate::watch::pod_info;
+use skiff_machinery::events::{EventType, Recorder};
 
-/// How long a repeated event counts up on the first one.
-const EVENT_AGGREGATION: Duration = Duration::from_secs(600);
-/// Binding cycles (the binding and its Scheduled event) going on at once;
+/// Binding cycles going on at once;
 /// the scheduling loop waits for one to end before it binds another pod.
 /// Unbounded, a stall of the API (a slow disk sync) piles up a binding per
 /// pod scheduled meanwhile, past the API's writes in flight (200 by
@@ -51,9 +48,8 @@ pub struct Scheduler {
     pub metrics: Arc<Metrics>,
     /// Pods nominated to a node by preemption: key → (node, pod).
     nominated: Mutex<HashMap<String, (String, Arc<PodInfo>)>>,
-    events: AtomicU64,
-    /// Events recorded lately, so that repeats count on the first one.
-    recent_events: Mutex<RecentEvents>,
+    /// The pods' events.
+    recorder: Recorder,
     /// One permit per binding cycle under way.
     binding_cycles: Arc<tokio::sync::Semaphore>,
 }
@@ -61,6 +57,7 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn new(client: Client, config: &SchedulerConfig, metrics: Arc<Metrics>) -> Scheduler {
         Scheduler {
+            recorder: Recorder::new(client.clone(), COMPONENT, None),
             client,
             queue: SchedulingQueue::new(config.queue),
             cache: Mutex::new(Cache::new()),
@@ -72,14 +69,8 @@ impl Scheduler {
             extenders: config.extenders.clone(),
             metrics,
             nominated: Mutex::new(HashMap::new()),
-            events: AtomicU64::new(0),
-            recent_events: Mutex::new(RecentEvents::new(EVENT_AGGREGATION)),
             binding_cycles: Arc::new(tokio::sync::Semaphore::new(BINDING_CYCLES)),
         }
-    }
-
-    fn recent_events(&self) -> std::sync::MutexGuard<'_, RecentEvents> {
-        self.recent_events.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn with_cache<T>(&self, f: impl FnOnce(&mut Cache) -> T) -> T {
@@ -422,7 +413,7 @@ impl Scheduler {
                 scheduler.forget_nomination(&pod.key);
                 scheduler.metrics.bound(popped.pod.first_seen.elapsed());
                 let message = format!("Successfully assigned {} to {node}", pod.key);
-                scheduler.event(&pod, "Normal", "Scheduled", &message).await;
+                scheduler.event(&pod, EventType::Normal, "Scheduled", &message);
             } else {
                 profile.run_unreserve(&mut state, &pod, &node);
                 scheduler.with_cache(|cache| cache.forget(&pod.key));
@@ -462,7 +453,7 @@ impl Scheduler {
     /// Deletes one preemption victim, saying why.
     async fn evict(&self, pod: &PodInfo, node: &str, victim: &PodInfo) {
         let message = format!("Preempted by pod {} on node {node}", pod.key);
-        self.event(victim, "Normal", "Preempted", &message).await;
+        self.event(victim, EventType::Normal, "Preempted", &message);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), victim.namespace());
         if victim.pod.metadata.deletion_timestamp.is_some() {
             return; // already going
@@ -497,8 +488,7 @@ impl Scheduler {
 
     /// The FailedScheduling event and the PodScheduled=False condition.
     async fn record_failure(&self, pod: &PodInfo, reason: &str, message: &str) {
-        self.event(pod, "Warning", "FailedScheduling", message)
-            .await;
+        self.event(pod, EventType::Warning, "FailedScheduling", message);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.namespace());
         let condition = json!({
             "type": "PodScheduled",
@@ -534,90 +524,11 @@ impl Scheduler {
         }
     }
 
-    /// Records an event on the pod. The same event again within
-    /// [`EVENT_AGGREGATION`] raises the first one's count, as client-go's
-    /// event correlator does, rather than adding another.
-    async fn event(&self, pod: &PodInfo, kind: &str, reason: &str, message: &str) {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), pod.namespace());
-        let same = (pod.key.clone(), reason.to_string(), message.to_string());
-        let seen = self.recent_events().seen(&same, std::time::Instant::now());
-        match seen {
-            Seen::New => {}
-            // The first one is still being created; it takes this count
-            // when it lands.
-            Seen::Pending => return,
-            Seen::Repeat { name, count } => {
-                let patch = json!({"count": count, "lastTimestamp": now()});
-                match api
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                {
-                    Ok(_) => return,
-                    // Gone (deleted or expired): record it anew, as
-                    // client-go does, reserved before the create so that a
-                    // repeat meanwhile is counted on this event.
-                    Err(kube::Error::Api(status)) if status.code == 404 => {
-                        let mut recent = self.recent_events();
-                        recent.forget(&same);
-                        recent.seen(&same, std::time::Instant::now());
-                    }
-                    // Any other failure loses this count rather than
-                    // starting a second event for the same thing.
-                    Err(err) => {
-                        tracing::debug!(pod = %pod.key, error = %err, "could not update an event");
-                        return;
-                    }
-                }
-            }
-        }
-        let n = self.events.fetch_add(1, Ordering::Relaxed);
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        let now = now();
-        let name = format!("{}.{:x}{:x}", pod.name(), stamp, n);
-        let event = json!({
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": pod.namespace()},
-            "involvedObject": {
-                "apiVersion": "v1", "kind": "Pod",
-                "name": pod.name(), "namespace": pod.namespace(),
-                "uid": pod.pod.metadata.uid,
-                "resourceVersion": pod.pod.metadata.resource_version,
-            },
-            "reason": reason,
-            "message": message,
-            "type": kind,
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        });
-        let forget = || self.recent_events().forget(&same);
-        // Nothing but its name (given here) is needed back.
-        let path = format!("/api/v1/namespaces/{}/events", pod.namespace());
-        match post_undecoded(&self.client, path, &event).await {
-            Ok(()) => {
-                let count =
-                    self.recent_events()
-                        .created(&same, name.clone(), std::time::Instant::now());
-                if count > 1 {
-                    let patch = json!({"count": count, "lastTimestamp": now});
-                    if let Err(err) = api
-                        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                    {
-                        tracing::debug!(pod = %pod.key, error = %err, "could not update an event");
-                    }
-                }
-            }
-            Err(err) => {
-                forget();
-                tracing::debug!(pod = %pod.key, error = %err, "could not record an event")
-            }
-        }
+    /// Records an event on the pod, without waiting for it to be
+    /// written: the shared recorder counts repeats on the first one, as
+    /// client-go's event correlator does.
+    fn event(&self, pod: &PodInfo, type_: EventType, reason: &str, message: &str) {
+        self.recorder.event(&*pod.pod, type_, reason, message);
     }
 }
 
@@ -645,8 +556,8 @@ impl Binder for ApiBinder {
 }
 
 /// POSTs `body` to `path`, the answer checked for an error but not
-/// decoded: the scheduler makes a binding and an Event per pod, and needs
-/// nothing back from either. A write the API refused as too many is sent
+/// decoded: the scheduler makes a binding per pod, and needs nothing
+/// back. A write the API refused as too many is sent
 /// again, as client-go does.
 async fn post_undecoded(client: &Client, path: String, body: &Value) -> Result<(), kube::Error> {
     let body = body.to_string().into_bytes();

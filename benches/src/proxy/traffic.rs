@@ -1,15 +1,16 @@
 //! A Service written → traffic through its ClusterIP: `skiff up` with its
 //! pod network and service proxy, one pod serving, then Services created
 //! one at a time; each is timed from its create call to the first TCP
-//! connection through its ClusterIP from this host (the endpoint slice
-//! controller, the proxy's watch and its nftables write on the way), beside
-//! connections straight to the pod's own address.
+//! connection through its ClusterIP from this host that the pod answers
+//! (the endpoint slice controller, the proxy's watch and its nftables
+//! write on the way), beside connections straight to the pod's own
+//! address.
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use bytes::Bytes;
 use hyper::StatusCode;
 
@@ -44,7 +45,7 @@ impl Flowing {
         }
         table.print();
         println!(
-            "each Service: the create call, the endpoint slice controller's slice, the proxy's watch and its nftables change, then connect() from this host retried every {} ms until it succeeds.",
+            "each Service: the create call, the endpoint slice controller's slice, the proxy's watch and its nftables change, then a connection from this host retried every {} ms until the pod answers through it.",
             POLL.as_millis()
         );
     }
@@ -60,7 +61,7 @@ fn pod_json() -> serde_json::Value {
             "containers": [{
                 "name": "echo", "image": "python:3",
                 "command": ["python3", "-c",
-                    "import socket\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', 8080))\ns.listen(128)\nwhile True:\n    c, _ = s.accept()\n    c.close()\n"],
+                    "import socket\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', 8080))\ns.listen(128)\nwhile True:\n    c, _ = s.accept()\n    c.sendall(b'echo')\n    c.close()\n"],
             }],
         },
     })
@@ -103,11 +104,11 @@ async fn measure_against(server: &SkiffUp, writes: usize) -> Result<Flowing> {
     let mut direct = Vec::new();
     for _ in 0..writes {
         let started = Instant::now();
-        TcpStream::connect_timeout(
-            &SocketAddr::new(pod_ip.parse()?, 8080),
-            Duration::from_secs(5),
-        )
-        .with_context(|| format!("connecting to the pod at {pod_ip}:8080"))?;
+        let pod = SocketAddr::new(pod_ip.parse()?, 8080);
+        ensure!(
+            answers(&pod, Duration::from_secs(5)),
+            "the pod at {pod} did not answer"
+        );
         direct.push(started.elapsed());
     }
     let mut written = Vec::new();
@@ -133,7 +134,7 @@ async fn measure_against(server: &SkiffUp, writes: usize) -> Result<Flowing> {
             .parse()?;
         let target = SocketAddr::new(ip, 80);
         loop {
-            if TcpStream::connect_timeout(&target, Duration::from_millis(200)).is_ok() {
+            if answers(&target, Duration::from_millis(200)) {
                 break;
             }
             if started.elapsed() > FLOW_TIMEOUT {
@@ -164,7 +165,7 @@ async fn wait_serving(conn: &mut ApiConnection) -> Result<String> {
         let pod: serde_json::Value = serde_json::from_slice(&body)?;
         if let Some(ip) = pod["status"]["podIP"].as_str() {
             let address = SocketAddr::new(ip.parse()?, 8080);
-            if TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok() {
+            if answers(&address, Duration::from_millis(200)) {
                 return Ok(ip.to_string());
             }
         }
@@ -172,4 +173,19 @@ async fn wait_serving(conn: &mut ApiConnection) -> Result<String> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     bail!("pod echo did not serve within {POD_TIMEOUT:?}: {last}")
+}
+
+/// Whether the pod answers at `address`: it says `echo` and closes. A
+/// connection alone proves nothing where the host's network accepts
+/// connections to any address (as a transparent proxy on the way out
+/// does): that answers nothing, or something else.
+fn answers(address: &SocketAddr, timeout: Duration) -> bool {
+    use std::io::Read;
+    let Ok(stream) = TcpStream::connect_timeout(address, timeout) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(timeout));
+    let mut said = Vec::new();
+    let _ = stream.take(16).read_to_end(&mut said);
+    said == b"echo"
 }

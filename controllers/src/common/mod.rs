@@ -2,12 +2,14 @@
 //! `controller_utils` holds it: reading a pod (`pods`), owner references
 //! (`owners`), the expectations
 //! that keep a stale cache from doubling a create or delete, the pod
-//! writes (`pod_control`), reading the API's refusals (`api`), and the
+//! writes (`pod_control`) and the events about them (`events`), reading
+//! the API's refusals (`api`), and the
 //! test objects (`fixtures`); the informers every controller of a
 //! process shares (`informers`), and the loop of the controllers that keep
 //! an object in every namespace (`per_namespace`).
 
 pub mod api;
+pub mod events;
 pub mod expectations;
 #[cfg(test)]
 pub(crate) mod fixtures;

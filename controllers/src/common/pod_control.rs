@@ -1,6 +1,7 @@
 //! The pod writes the workload controllers share (kube-controller-manager's
 //! `controller_utils`): creates in slow-start batches, and deletes on the
-//! condition of the pod's UID, kept in the controller's expectations.
+//! condition of the pod's UID, kept in the controller's expectations, each
+//! recorded as an event on the pods' owner.
 
 use std::sync::Arc;
 
@@ -8,10 +9,12 @@ use futures::future::join_all;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Preconditions};
-use kube::Api;
+use kube::{Api, Resource};
 use parking_lot::Mutex;
+use skiff_machinery::events::Recorder;
 
 use super::api::status_code;
+use super::events::{pod_delete_failed, pod_deleted};
 use crate::common::expectations::Expectations;
 
 /// The first batch of a slow-start create (`SlowStartInitialBatchSize`).
@@ -36,14 +39,20 @@ pub fn slow_start_batches(count: usize) -> Vec<usize> {
 /// of its UID (a pod replaced under the same name is left alone), with
 /// `grace_period_seconds` when given. The deletions are expected first and
 /// each failed one forgotten again; what failed, other than a pod already
-/// gone, is returned with its error.
-pub async fn delete_pods(
+/// gone, is returned with its error. Each deletion, or its failure, is
+/// recorded on `owner` through `recorder`.
+pub async fn delete_pods<K>(
     client: &kube::Client,
+    recorder: &Recorder,
+    owner: &K,
     expectations: &Mutex<Expectations>,
     key: &str,
     pods: &[Arc<Pod>],
     grace_period_seconds: Option<u32>,
-) -> Vec<(Arc<Pod>, kube::Error)> {
+) -> Vec<(Arc<Pod>, kube::Error)>
+where
+    K: Resource<DynamicType = ()>,
+{
     let uids = pods.iter().filter_map(|p| p.metadata.uid.clone());
     expectations
         .lock()
@@ -66,11 +75,16 @@ pub async fn delete_pods(
     });
     let mut failed = Vec::new();
     for (pod, result) in pods.iter().zip(join_all(deletes).await) {
-        let Err(err) = result else { continue };
+        let Err(err) = result else {
+            let name = pod.metadata.name.as_deref().unwrap_or_default();
+            recorder.record(pod_deleted(owner, name));
+            continue;
+        };
         expectations
             .lock()
             .deletion_failed(key, pod.metadata.uid.as_deref().unwrap_or_default());
         if status_code(&err) != Some(404) {
+            recorder.record(pod_delete_failed(owner, &err));
             failed.push((pod.clone(), err));
         }
     }

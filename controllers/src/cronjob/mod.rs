@@ -20,6 +20,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{applier, WatchStreamExt};
 use kube::Client;
 use parking_lot::Mutex;
+use skiff_machinery::events::Recorder;
 
 use crate::common::informers::Informers;
 use crate::manager::Controller;
@@ -33,11 +34,16 @@ pub const CONTROLLER: Controller = Controller {
 /// CronJobs synced at once (`--concurrent-cron-job-syncs`).
 pub const CONCURRENT_SYNCS: u16 = 5;
 
+/// The source of its events, as kube-controller-manager names it.
+pub const COMPONENT: &str = "cronjob-controller";
+
 const RETRY_BASE: Duration = Duration::from_millis(5);
 const RETRY_MAX: Duration = Duration::from_secs(1000);
 
 pub struct Context {
     client: Client,
+    /// Events as `cronjob-controller`.
+    recorder: Recorder,
     jobs: Store<Job>,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -83,6 +89,7 @@ pub async fn run(informers: Arc<Informers>) {
     let (jobs, job_events) = informers.all::<Job>().await.into_parts();
     let ctx = Arc::new(Context {
         client: client.clone(),
+        recorder: Recorder::new(client.clone(), COMPONENT, None),
         jobs,
         failures: Mutex::new(HashMap::new()),
     });

@@ -11,11 +11,10 @@ use kube::runtime::controller::Action;
 use kube::Api;
 use serde_json::json;
 
-use super::events::record;
+use super::events;
 use super::plan::plan;
 use super::{Context, Error};
-
-const COMPONENT: &str = "cronjob-controller";
+use crate::common::events::namespace_terminating;
 
 pub async fn sync(cj: &CronJob, ctx: &Context, key: &str) -> Result<Action, Error> {
     let namespace = cj.metadata.namespace.as_deref().unwrap_or_default();
@@ -23,19 +22,11 @@ pub async fn sync(cj: &CronJob, ctx: &Context, key: &str) -> Result<Action, Erro
     let mut plan = plan(cj, &jobs, &TimeZone::system(), Timestamp::now());
     for event in &plan.events {
         tracing::info!(cronjob = key, reason = event.reason, message = %event.message, "CronJob event");
-        record(
-            &ctx.client,
-            COMPONENT,
-            cj,
-            event.warning,
-            event.reason,
-            &event.message,
-        )
-        .await;
+        ctx.recorder.record(events::planned(cj, event));
     }
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), namespace);
     for job in plan.delete_active.iter().chain(&plan.prune) {
-        delete_job(&api, job, key).await?;
+        delete_job(ctx, cj, &api, job, key).await?;
     }
     if let Some(job) = &plan.create {
         let name = job.metadata.name.as_deref().unwrap_or_default();
@@ -52,28 +43,14 @@ pub async fn sync(cj: &CronJob, ctx: &Context, key: &str) -> Result<Action, Erro
                     entry.uid = created.metadata.uid.clone();
                     entry.resource_version = created.metadata.resource_version.clone();
                 }
-                record(
-                    &ctx.client,
-                    COMPONENT,
-                    cj,
-                    false,
-                    "SuccessfulCreate",
-                    &format!("Created job {name}"),
-                )
-                .await
+                ctx.recorder.record(events::created_job(cj, name));
             }
             // Created by an earlier sync whose status write was lost.
             Err(kube::Error::Api(status)) if status.code == 409 => {}
             Err(source) => {
-                record(
-                    &ctx.client,
-                    COMPONENT,
-                    cj,
-                    true,
-                    "FailedCreate",
-                    &format!("Error creating job: {source}"),
-                )
-                .await;
+                if !namespace_terminating(&source) {
+                    ctx.recorder.record(events::create_job_failed(cj, &source));
+                }
                 return Err(Error::Api {
                     key: key.into(),
                     action: "creating a Job of",
@@ -94,7 +71,9 @@ pub async fn sync(cj: &CronJob, ctx: &Context, key: &str) -> Result<Action, Erro
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => {}
+            Ok(_) => events::active_jobs_left(cj, &jobs, &plan.status)
+                .into_iter()
+                .for_each(|e| ctx.recorder.record(e)),
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(source) => {
                 return Err(Error::Api {
@@ -147,21 +126,31 @@ async fn jobs_of(ctx: &Context, cj: &CronJob) -> Vec<Arc<Job>> {
 }
 
 /// Deletes a Job with background propagation (its pods follow).
-async fn delete_job(api: &Api<Job>, job: &Job, key: &str) -> Result<(), Error> {
+async fn delete_job(
+    ctx: &Context,
+    cj: &CronJob,
+    api: &Api<Job>,
+    job: &Job,
+    key: &str,
+) -> Result<(), Error> {
     let params = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         ..DeleteParams::default()
     };
-    match api
-        .delete(job.metadata.name.as_deref().unwrap_or_default(), &params)
-        .await
-    {
-        Ok(_) => Ok(()),
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    match api.delete(name, &params).await {
+        Ok(_) => {
+            ctx.recorder.record(events::deleted_job(cj, name));
+            Ok(())
+        }
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(source) => Err(Error::Api {
-            key: key.into(),
-            action: "deleting a Job of",
-            source,
-        }),
+        Err(source) => {
+            ctx.recorder.record(events::delete_job_failed(cj, &source));
+            Err(Error::Api {
+                key: key.into(),
+                action: "deleting a Job of",
+                source,
+            })
+        }
     }
 }

@@ -5,6 +5,7 @@
 //! history, and the status `kubectl rollout status` reads.
 
 pub mod eligibility;
+pub mod events;
 #[cfg(test)]
 mod fixtures;
 pub mod plan;
@@ -25,6 +26,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::Client;
 use parking_lot::Mutex;
+use skiff_machinery::events::Recorder;
 use skiff_machinery::selectors::LabelSelector;
 
 use crate::backoff::Failures;
@@ -44,6 +46,9 @@ pub const CONTROLLER: Controller = Controller {
 /// DaemonSets synced at once (`--concurrent-daemonset-syncs`).
 pub const CONCURRENT_SYNCS: u16 = 2;
 
+/// The source of its events, as kube-controller-manager names it.
+pub const COMPONENT: &str = "daemonset-controller";
+
 /// The first wait before a failed daemon pod is replaced again, doubled
 /// each time it fails, up to [`FAILED_POD_BACKOFF_MAX`].
 pub const FAILED_POD_BACKOFF: Duration = Duration::from_secs(1);
@@ -52,6 +57,8 @@ pub const FAILED_POD_BACKOFF_MAX: Duration = Duration::from_secs(15 * 60);
 /// What every sync shares.
 pub struct Context {
     client: Client,
+    /// Events as `daemonset-controller`.
+    recorder: Recorder,
     pods: Store<Pod>,
     nodes: Store<Node>,
     expectations: Mutex<Expectations>,
@@ -168,6 +175,7 @@ pub async fn run(informers: Arc<Informers>) {
     let nodes = informers.all::<Node>().await;
     let ctx = Arc::new(Context {
         client: client.clone(),
+        recorder: Recorder::new(client.clone(), COMPONENT, None),
         pods: pods.store,
         nodes: nodes.store,
         expectations: Mutex::new(Expectations::default()),
@@ -270,6 +278,7 @@ mod tests {
         let (pods, _) = kube::runtime::reflector::store::<Pod>();
         let (nodes, _) = kube::runtime::reflector::store::<Node>();
         let ctx = Context {
+            recorder: Recorder::new(client.clone(), COMPONENT, None),
             client,
             pods,
             nodes,

@@ -17,8 +17,9 @@ use serde_json::json;
 use super::plan::{self, Inputs, Plan};
 use super::pod_control::new_pod;
 use super::status::{compute_status, is_current, status_patch};
-use super::{controlled_pods, key_of, Context, Error};
+use super::{controlled_pods, events, key_of, Context, Error};
 use crate::common::api::{api_message, status_code};
+use crate::common::events as common_events;
 use crate::common::owners::controller_reference;
 use crate::common::pod_control::{self, slow_start_batches};
 use crate::history::{self, HistoryError, Owner};
@@ -180,6 +181,15 @@ async fn perform(
     let now = Timestamp::now();
     for node in &plan.failed_on {
         ctx.record_failed_pod(key, node, now);
+        let failed = plan.delete.iter().find(|pod| {
+            let on = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            on == Some(node.as_str()) && phase == Some("Failed")
+        });
+        if let Some(pod) = failed {
+            ctx.recorder
+                .record(events::failed_daemon_pod(ds, pod, node));
+        }
     }
     if !plan.create_on.is_empty() || !plan.delete.is_empty() || !plan.force_delete.is_empty() {
         tracing::debug!(
@@ -189,8 +199,8 @@ async fn perform(
             "syncing daemon pods"
         );
     }
-    let mut failure = delete_pods(ctx, key, &plan.delete, false).await;
-    if let Some(forced) = delete_pods(ctx, key, &plan.force_delete, true).await {
+    let mut failure = delete_pods(ctx, ds, key, &plan.delete, false).await;
+    if let Some(forced) = delete_pods(ctx, ds, key, &plan.force_delete, true).await {
         failure.get_or_insert(forced);
     }
     if let Some(created) = create_pods(ctx, ds, key, template, hash, &plan.create_on).await {
@@ -230,8 +240,15 @@ async fn create_pods(
         let mut created = Vec::new();
         for result in results {
             match result {
-                Ok(pod) => created.extend(pod.metadata.name),
+                Ok(pod) => {
+                    let name = pod.metadata.name.unwrap_or_default();
+                    ctx.recorder.record(common_events::pod_created(ds, &name));
+                    created.push(name);
+                }
                 Err(err) => {
+                    if let Some(event) = common_events::pod_create_failed(ds, &err) {
+                        ctx.recorder.record(event);
+                    }
                     failure.get_or_insert_with(|| {
                         format!("creating a daemon pod: {}", api_message(&err))
                     });
@@ -252,6 +269,7 @@ async fn create_pods(
 /// without a grace period.
 async fn delete_pods(
     ctx: &Context,
+    ds: &DaemonSet,
     key: &str,
     victims: &[Arc<Pod>],
     force: bool,
@@ -260,8 +278,16 @@ async fn delete_pods(
         return None;
     }
     let grace = force.then_some(0);
-    let failed =
-        pod_control::delete_pods(&ctx.client, &ctx.expectations, key, victims, grace).await;
+    let failed = pod_control::delete_pods(
+        &ctx.client,
+        &ctx.recorder,
+        ds,
+        &ctx.expectations,
+        key,
+        victims,
+        grace,
+    )
+    .await;
     failed
         .first()
         .map(|(_, err)| format!("deleting a daemon pod: {}", api_message(err)))

@@ -3,6 +3,7 @@
 //! `kubectl rollout`, and reports status. Pods are the ReplicaSet controller's.
 
 mod claim;
+mod events;
 pub(crate) mod hash;
 mod history;
 mod plan;

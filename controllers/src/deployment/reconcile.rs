@@ -13,11 +13,16 @@ use kube::runtime::controller::{applier, trigger_owners, trigger_self, Action, C
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
+use skiff_machinery::events::Recorder;
 
+use super::events;
 use super::plan::{plan, Plan, ReplicaSetWrite};
 use super::{revision, PlanError};
 use crate::backoff::Failures;
 use crate::common::informers::Informers;
+
+/// The source of its events, as kube-controller-manager names it.
+pub const COMPONENT: &str = "deployment-controller";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
@@ -25,6 +30,8 @@ pub enum SyncError {
     Plan(#[from] PlanError),
     #[error("deployment API request failed: {0}")]
     Api(#[from] kube::Error),
+    #[error("creating new ReplicaSet {0:?}: {1}")]
+    Create(String, #[source] kube::Error),
     #[error("Deployment {0:?} has no namespace")]
     NoNamespace(String),
     #[error("ReplicaSet {0:?} already exists with another template; collisionCount raised, retrying with a new name")]
@@ -33,6 +40,8 @@ pub enum SyncError {
 
 struct Context {
     client: Client,
+    /// Events as `deployment-controller`.
+    recorder: Recorder,
     /// Consecutive failed syncs per Deployment (namespace/name), for back-off.
     failures: Failures,
 }
@@ -43,6 +52,7 @@ pub async fn run(informers: Arc<Informers>) {
     let deployments = informers.all::<Deployment>().await;
     let replica_sets = informers.all::<ReplicaSet>().await;
     let context = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), COMPONENT, None),
         client,
         failures: Failures::default(),
     });
@@ -81,7 +91,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Sync
         Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now());
     let plan = plan(&d, &listed, now)?;
     let requeue_after = plan.requeue_after;
-    perform(&ctx.client, &d, &namespace, plan).await?;
+    perform(&ctx, &d, &namespace, &listed, plan).await?;
     ctx.failures.forget(&key(&d));
     Ok(match requeue_after {
         Some(after) => Action::requeue(after),
@@ -98,15 +108,31 @@ fn error_policy(d: Arc<Deployment>, err: &SyncError, ctx: Arc<Context>) -> Actio
 /// ReplicaSets first, then the status (conditional on the Deployment's
 /// resourceVersion), then the revision annotation.
 async fn perform(
-    client: &Client,
+    ctx: &Context,
     d: &Deployment,
     namespace: &str,
+    listed: &[ReplicaSet],
     plan: Plan,
 ) -> Result<(), SyncError> {
+    let client = &ctx.client;
     let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     for write in plan.replica_sets {
-        write_replica_set(&replica_sets, &deployments, d, write).await?;
+        let before = match &write {
+            ReplicaSetWrite::Update(rs) => listed.iter().find(|l| l.name_any() == rs.name_any()),
+            _ => None,
+        };
+        let scaled = events::replica_set_written(d, &write, before);
+        let result = write_replica_set(&replica_sets, &deployments, d, write).await;
+        match &result {
+            Ok(()) => scaled.into_iter().for_each(|e| ctx.recorder.record(e)),
+            Err(SyncError::Create(name, err)) => {
+                let failed = events::replica_set_create_failed(d, name, err);
+                failed.into_iter().for_each(|e| ctx.recorder.record(e));
+            }
+            Err(_) => {}
+        }
+        result?;
     }
     if let Some(status) = plan.status {
         write_status(&deployments, d, status).await?;
@@ -141,7 +167,7 @@ async fn write_replica_set(
                 raise_collision_count(deployments, d).await?;
                 Err(SyncError::HashCollision(rs.name_any()))
             }
-            Err(err) => Err(err.into()),
+            Err(err) => Err(SyncError::Create(rs.name_any(), err)),
         },
         ReplicaSetWrite::Update(rs) => {
             replica_sets

@@ -3,6 +3,7 @@
 //! metadata-only watches of every resource API discovery reports.
 
 pub mod decide;
+pub mod events;
 pub mod graph;
 pub mod monitors;
 pub mod queue;
@@ -15,6 +16,7 @@ use std::time::Duration;
 use kube::discovery::ApiResource;
 use kube::Client;
 use parking_lot::{Mutex, RwLock};
+use skiff_machinery::events::Recorder;
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::common::informers::Informers;
@@ -38,6 +40,8 @@ const WORKERS: usize = 4;
 /// What the monitors and workers share.
 pub struct GarbageCollector {
     client: Client,
+    /// Events as `garbage-collector-controller`.
+    recorder: Recorder,
     /// The controllers' informers, whose watches of pods, nodes, … the
     /// collector shares.
     informers: Arc<Informers>,
@@ -53,6 +57,7 @@ pub struct GarbageCollector {
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
     let collector = Arc::new(GarbageCollector {
+        recorder: Recorder::new(client.clone(), events::COMPONENT, None),
         client,
         informers,
         graph: Mutex::default(),

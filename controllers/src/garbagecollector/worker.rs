@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::decide::{self, DependentAction, ForegroundAction, OwnerState, Propagation};
 use super::graph::{ObjectIdentity, ObjectNode, FOREGROUND_FINALIZER};
-use super::GarbageCollector;
+use super::{events, GarbageCollector};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 type MetaApi = Api<PartialObjectMeta<DynamicObject>>;
@@ -146,6 +146,7 @@ async fn attempt_to_delete(collector: &GarbageCollector, node: &ObjectNode) -> R
         let state = owner_state(collector, &latest, reference).await?;
         owners.push((reference.clone(), state));
     }
+    report_invalid_namespace_owners(collector, &latest, &owners);
     match decide::dependent(&latest, &owners, dependents) {
         DependentAction::Keep => Ok(()),
         DependentAction::Unresolvable => {
@@ -165,6 +166,31 @@ async fn attempt_to_delete(collector: &GarbageCollector, node: &ObjectNode) -> R
                 patch_owner_references(&api, &latest, &references).await?;
             }
             delete(&api, &latest.identity, propagation).await
+        }
+    }
+}
+
+/// Records `OwnerRefInvalidNamespace` on `dependent` for each owner that
+/// can never be found: a namespaced kind named by a cluster-scoped object,
+/// or an owner the graph knows in another namespace than the dependent's.
+fn report_invalid_namespace_owners(
+    collector: &GarbageCollector,
+    dependent: &ObjectNode,
+    owners: &[(OwnerReference, OwnerState)],
+) {
+    let graph = collector.graph.lock();
+    for (reference, state) in owners {
+        let invalid = match state {
+            OwnerState::Unresolvable => true,
+            OwnerState::Absent => graph.node(&reference.uid).is_some_and(|owner| {
+                owner.identity.namespace.is_some()
+                    && owner.identity.namespace != dependent.identity.namespace
+            }),
+            _ => false,
+        };
+        if invalid {
+            let event = events::owner_ref_invalid_namespace(&dependent.identity, reference);
+            collector.recorder.record(event);
         }
     }
 }

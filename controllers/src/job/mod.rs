@@ -7,6 +7,7 @@
 
 pub mod backoff;
 pub mod conditions;
+pub mod events;
 pub mod failure_policy;
 #[cfg(test)]
 mod fixtures;
@@ -30,6 +31,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::Client;
 use parking_lot::Mutex;
+use skiff_machinery::events::Recorder;
 
 use crate::backoff::Failures;
 use crate::common::expectations::Expectations;
@@ -48,9 +50,14 @@ pub const CONTROLLER: Controller = Controller {
 /// Jobs synced at once (kube-controller-manager's `--concurrent-job-syncs`).
 pub const CONCURRENT_SYNCS: u16 = 5;
 
+/// The source of its events, as kube-controller-manager names it.
+pub const COMPONENT: &str = "job-controller";
+
 /// What every sync shares.
 pub struct Context {
     client: Client,
+    /// Events as `job-controller`.
+    recorder: Recorder,
     pods: Store<Pod>,
     expectations: Mutex<Expectations>,
     /// Per Job key: UIDs of pods whose finalizer was removed, until a pod
@@ -112,6 +119,7 @@ pub async fn run(informers: Arc<Informers>) {
     let (pods, pod_events) = informers.all::<Pod>().await.into_parts();
     let ctx = Arc::new(Context {
         client: client.clone(),
+        recorder: Recorder::new(client.clone(), COMPONENT, None),
         pods: pods.clone(),
         expectations: Mutex::new(Expectations::default()),
         removing_finalizers: Mutex::new(HashMap::new()),

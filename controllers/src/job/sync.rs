@@ -13,10 +13,12 @@ use kube::runtime::controller::Action;
 use kube::Api;
 
 use super::conditions::is_finished;
+use super::events;
 use super::plan::{plan, Input};
 use super::pod_template::new_pod;
 use super::tracking::{has_finalizer, remove_finalizer_patch};
 use super::{api_message, status_code, Context, Error};
+use crate::common::events as common_events;
 use crate::common::pod_control::{self, slow_start_batches};
 use crate::common::pods::controller_ref;
 
@@ -67,11 +69,13 @@ pub async fn sync(job: &Job, ctx: &Context, key: &str) -> Result<Action, Error> 
     }
     ctx.backoff.lock().insert(key.to_string(), plan.backoff);
     remove_finalizers(ctx, key, &plan.remove_finalizers).await?;
-    let deleted = delete_pods(ctx, key, &plan.delete).await;
+    let deleted = delete_pods(ctx, &job, key, &plan.delete).await;
     let created = create_pods(ctx, &job, key, &plan.create).await;
     if job.status.as_ref() != Some(&plan.status) {
+        let changed = events::status_changed(&job, &plan.status);
         job.status = Some(plan.status.clone());
         write_status(ctx, &job, key).await?;
+        changed.into_iter().for_each(|e| ctx.recorder.record(e));
     }
     if let Some(message) = deleted.or(created) {
         return Err(Error::Manage {
@@ -179,8 +183,17 @@ pub async fn remove_finalizers(ctx: &Context, key: &str, pods: &[Arc<Pod>]) -> R
 }
 
 /// Deletes `pods` (each on the condition of its UID); the first failure.
-async fn delete_pods(ctx: &Context, key: &str, pods: &[Arc<Pod>]) -> Option<String> {
-    let failed = pod_control::delete_pods(&ctx.client, &ctx.expectations, key, pods, None).await;
+async fn delete_pods(ctx: &Context, job: &Job, key: &str, pods: &[Arc<Pod>]) -> Option<String> {
+    let failed = pod_control::delete_pods(
+        &ctx.client,
+        &ctx.recorder,
+        job,
+        &ctx.expectations,
+        key,
+        pods,
+        None,
+    )
+    .await;
     failed.first().map(|(_, err)| api_message(err))
 }
 
@@ -211,16 +224,27 @@ async fn create_pods(
             let params = params.clone();
             async move {
                 match pod {
-                    Some(pod) => api.create(&params, &pod).await.map_err(|e| api_message(&e)),
-                    None => Err("spec.template.spec is missing; set the pod template".into()),
+                    Some(pod) => api.create(&params, &pod).await.map_err(|e| {
+                        let event = common_events::pod_create_failed(job, &e);
+                        (api_message(&e), event)
+                    }),
+                    None => Err((
+                        "spec.template.spec is missing; set the pod template".into(),
+                        None,
+                    )),
                 }
             }
         }))
         .await;
         for result in results {
             match result {
-                Ok(pod) => created.extend(pod.metadata.name),
-                Err(message) => {
+                Ok(pod) => {
+                    let name = pod.metadata.name.unwrap_or_default();
+                    ctx.recorder.record(common_events::pod_created(job, &name));
+                    created.push(name);
+                }
+                Err((message, event)) => {
+                    event.into_iter().for_each(|e| ctx.recorder.record(e));
                     failure.get_or_insert(message);
                 }
             }

@@ -7,6 +7,7 @@
 //! lifted once it is ready again. Evicting the pods of a NoExecute-tainted
 //! node is the taint eviction controller's.
 
+pub mod events;
 #[cfg(test)]
 pub mod fixtures;
 pub mod health;
@@ -23,6 +24,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
+use skiff_machinery::events::Recorder;
 
 use crate::common::informers::Informers;
 use crate::manager::{Controller, Settings};
@@ -35,6 +37,9 @@ pub const CONTROLLER: Controller = Controller {
     name: "nodelifecycle",
     run: |informers, settings| Box::pin(run(informers, settings)),
 };
+
+/// The source of its events, as kube-controller-manager names it.
+pub const COMPONENT: &str = "node-controller";
 
 /// Where kubelets keep their heartbeat Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -61,6 +66,7 @@ pub async fn run(informers: Arc<Informers>, settings: Arc<Settings>) {
         .store;
     let pods = informers.all::<Pod>().await.store;
     let mut monitor = Monitor {
+        recorder: Recorder::new(client.clone(), COMPONENT, None),
         client,
         settings: settings.clone(),
         probes: HashMap::new(),
@@ -84,6 +90,8 @@ struct Caches {
 /// heartbeat, and the eviction rate limiter.
 struct Monitor {
     client: Client,
+    /// Events as `node-controller`.
+    recorder: Recorder,
     settings: Arc<Settings>,
     probes: HashMap<String, Probe>,
     limiter: ZoneLimiter,
@@ -117,7 +125,11 @@ impl Monitor {
         let name = node.name_any();
         let now = Timestamp::now();
         let heartbeat = health::heartbeat(node, lease);
-        let probe = health::observe(self.probes.get(&name).copied(), node, heartbeat, now);
+        let seen = self.probes.get(&name).copied();
+        if seen.is_none() {
+            self.recorder.record(events::registered_node(node));
+        }
+        let probe = health::observe(seen, node, heartbeat, now);
         self.probes.insert(name.clone(), probe);
         let api = Api::<Node>::all(self.client.clone());
         let failed = |action: &'static str| {
@@ -138,6 +150,7 @@ impl Monitor {
         );
         if silent {
             if let Some(conditions) = health::unknown_conditions(&node, now) {
+                let was_ready = health::ready_status(&node) == Some("True");
                 node.status.get_or_insert_with(Default::default).conditions = Some(conditions);
                 node.metadata.managed_fields = None;
                 node = api
@@ -145,6 +158,10 @@ impl Monitor {
                     .await
                     .map_err(failed("set unknown conditions of"))?;
                 tracing::info!(node = %name, "node stopped posting status; its conditions are Unknown");
+                if was_ready {
+                    let changed = events::node_status_change(&node, "NodeNotReady");
+                    self.recorder.record(changed);
+                }
             }
         }
         // A node that has not posted its Ready condition yet (just
@@ -157,7 +174,7 @@ impl Monitor {
             .await
             .map_err(failed("taint"))?;
         if ready != "True" {
-            mark_pods_not_ready(&self.client, &name, &pods.state(), now).await;
+            mark_pods_not_ready(&self.client, &self.recorder, &name, &pods.state(), now).await;
         }
         Ok(())
     }
@@ -210,7 +227,13 @@ pub fn ready_pods_on<'a>(node: &str, pods: &'a [Arc<Pod>]) -> Vec<&'a Arc<Pod>> 
 /// Sets the Ready condition of the pods of a not-ready node False
 /// (`MarkPodsNotReady`), so that Services and ReplicaSets stop counting
 /// them.
-async fn mark_pods_not_ready(client: &Client, node: &str, pods: &[Arc<Pod>], now: Timestamp) {
+async fn mark_pods_not_ready(
+    client: &Client,
+    recorder: &Recorder,
+    node: &str,
+    pods: &[Arc<Pod>],
+    now: Timestamp,
+) {
     for pod in ready_pods_on(node, pods) {
         let namespace = pod.namespace().unwrap_or_default();
         let api = Api::<Pod>::namespaced(client.clone(), &namespace);
@@ -228,7 +251,8 @@ async fn mark_pods_not_ready(client: &Client, node: &str, pods: &[Arc<Pod>], now
             .await
         {
             Ok(_) => {
-                tracing::info!(pod = %format!("{namespace}/{}", pod.name_any()), node, "pod marked not ready")
+                tracing::info!(pod = %format!("{namespace}/{}", pod.name_any()), node, "pod marked not ready");
+                recorder.record(events::pod_node_not_ready(pod));
             }
             Err(err) => {
                 tracing::warn!(pod = %pod.name_any(), node, error = %err, "marking pod not ready failed")

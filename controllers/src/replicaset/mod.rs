@@ -19,6 +19,7 @@ use kube::runtime::reflector::Store;
 use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::Client;
 use parking_lot::Mutex;
+use skiff_machinery::events::Recorder;
 
 pub use sync::key_of;
 
@@ -39,10 +40,15 @@ pub const CONTROLLER: Controller = Controller {
 /// `--concurrent-replicaset-syncs` default).
 pub const CONCURRENT_SYNCS: u16 = 5;
 
+/// The source of its events, as kube-controller-manager names it.
+pub const COMPONENT: &str = "replicaset-controller";
+
 /// What every sync shares: the client, the pod cache, expectations, and
 /// the failures behind each ReplicaSet's back-off.
 pub struct Context {
     client: Client,
+    /// Events as `replicaset-controller`.
+    recorder: Recorder,
     pods: Store<Pod>,
     expectations: Mutex<Expectations>,
     failures: Failures,
@@ -71,6 +77,7 @@ pub async fn run(informers: Arc<Informers>) {
     let pods = informers.all::<Pod>().await;
     let ctx = Arc::new(Context {
         client: client.clone(),
+        recorder: Recorder::new(client.clone(), COMPONENT, None),
         pods: pods.store,
         expectations: Mutex::new(Expectations::default()),
         failures: Failures::default(),

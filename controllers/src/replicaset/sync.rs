@@ -19,6 +19,7 @@ use super::pod_control::{adopt_patch, new_pod, release_patch};
 use super::status::{compute_status, is_current, status_patch, ManageFailure};
 use super::{Context, Error};
 use crate::common::api::{api_message, status_code};
+use crate::common::events;
 use crate::common::pod_control::{self, slow_start_batches};
 
 /// `namespace/name`, the key of expectations and back-off.
@@ -66,7 +67,7 @@ async fn sync(rs: &ReplicaSet, ctx: &Context, key: &str) -> Result<Action, Error
     let failure = match plan::scale(rs, &claimed, satisfied) {
         Scale::Create(count) => create_pods(ctx, rs, key, count).await,
         Scale::Delete(victims) => {
-            let (deleted, failure) = delete_pods(ctx, key, &victims).await;
+            let (deleted, failure) = delete_pods(ctx, rs, key, &victims).await;
             // Pods now terminating are no longer replicas: the status says
             // so at once rather than on the next sync.
             claimed.retain(|p| {
@@ -205,8 +206,15 @@ async fn create_pods(
         let results = join_all((0..batch).map(|_| api.create(&params, &pod))).await;
         for result in results {
             match result {
-                Ok(pod) => created.extend(pod.metadata.name),
+                Ok(pod) => {
+                    let name = pod.metadata.name.unwrap_or_default();
+                    ctx.recorder.record(events::pod_created(rs, &name));
+                    created.push(name);
+                }
                 Err(err) => {
+                    if let Some(event) = events::pod_create_failed(rs, &err) {
+                        ctx.recorder.record(event);
+                    }
                     failure.get_or_insert_with(|| api_message(&err));
                 }
             }
@@ -231,10 +239,20 @@ async fn create_pods(
 /// UIDs of those now deleted or already gone, and the first failure.
 async fn delete_pods(
     ctx: &Context,
+    rs: &ReplicaSet,
     key: &str,
     victims: &[Arc<Pod>],
 ) -> (HashSet<String>, Option<ManageFailure>) {
-    let failed = pod_control::delete_pods(&ctx.client, &ctx.expectations, key, victims, None).await;
+    let failed = pod_control::delete_pods(
+        &ctx.client,
+        &ctx.recorder,
+        rs,
+        &ctx.expectations,
+        key,
+        victims,
+        None,
+    )
+    .await;
     let failure = failed
         .first()
         .map(|(_, err)| ManageFailure::Delete(api_message(err)));

@@ -5,6 +5,7 @@
 //! (OnDelete), with ControllerRevision history and the status `kubectl
 //! rollout status` reads. Binding the claims is the volume binder's.
 
+pub mod events;
 #[cfg(test)]
 mod fixtures;
 pub mod identity;
@@ -21,6 +22,7 @@ use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::Store;
 use kube::runtime::{applier, WatchStreamExt};
 use kube::Client;
+use skiff_machinery::events::Recorder;
 use skiff_machinery::selectors::LabelSelector;
 
 use crate::backoff::Failures;
@@ -38,9 +40,14 @@ pub const CONTROLLER: Controller = Controller {
 /// StatefulSets synced at once (`--concurrent-statefulset-syncs`).
 pub const CONCURRENT_SYNCS: u16 = 5;
 
+/// The source of its events, as kube-controller-manager names it.
+pub const COMPONENT: &str = "statefulset-controller";
+
 /// What every sync shares.
 pub struct Context {
     client: Client,
+    /// Events as `statefulset-controller`.
+    recorder: Recorder,
     pods: Store<Pod>,
     failures: Failures,
 }
@@ -94,6 +101,7 @@ pub async fn run(informers: Arc<Informers>) {
     let (pods, pod_events) = informers.all::<Pod>().await.into_parts();
     let ctx = Arc::new(Context {
         client: client.clone(),
+        recorder: Recorder::new(client.clone(), COMPONENT, None),
         pods,
         failures: Failures::default(),
     });

@@ -12,6 +12,7 @@ use kube::runtime::controller::Action;
 use kube::Api;
 use serde_json::json;
 
+use super::events::{self, Verb};
 use super::identity::{self, new_claims, new_pod, retention};
 use super::plan::{self, Revision, Revisions, Step};
 use super::status::{compute_status, is_current, status_patch};
@@ -197,7 +198,7 @@ async fn perform(
             if condemned && retention(set).1 == "Delete" {
                 hand_claims_to_pod(ctx, set, key, &pod).await?;
             }
-            delete_pod(ctx, key, &pod).await
+            delete_pod(ctx, set, key, &pod).await
         }
     }
 }
@@ -213,35 +214,57 @@ async fn create_pod(
 ) -> Result<(), Error> {
     let namespace = set.metadata.namespace.as_deref().unwrap_or_default();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
+    let pod = new_pod(set, template, revision, ordinal);
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
     for claim in new_claims(set, ordinal) {
+        let claim_name = claim.metadata.name.clone().unwrap_or_default();
         match claims.create(&PostParams::default(), &claim).await {
-            Ok(_) => {}
+            Ok(_) => ctx.recorder.record(events::claim_event(
+                set,
+                Verb::Create,
+                &claim_name,
+                &pod_name,
+                None,
+            )),
             Err(err) if status_code(&err) == Some(409) => {}
             Err(source) => {
+                let failed = Some(&source);
+                let claim_failed =
+                    events::claim_event(set, Verb::Create, &claim_name, &pod_name, failed);
+                ctx.recorder.record(claim_failed);
+                ctx.recorder
+                    .record(events::pod_event(set, Verb::Create, &pod_name, failed));
                 return Err(Error::Api {
                     key: key.to_string(),
                     action: "creating a PersistentVolumeClaim of",
                     source,
-                })
+                });
             }
         }
     }
-    let pod = new_pod(set, template, revision, ordinal);
-    tracing::debug!(statefulset = key, pod = ?pod.metadata.name, revision, "creating pod");
+    tracing::debug!(statefulset = key, pod = %pod_name, revision, "creating pod");
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     match pods.create(&PostParams::default(), &pod).await {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            let created = events::pod_event(set, Verb::Create, &pod_name, None);
+            ctx.recorder.record(created);
+            Ok(())
+        }
         // Seen by an earlier sync whose pod the cache does not show yet.
         Err(err) if status_code(&err) == Some(409) => Ok(()),
-        Err(source) => Err(Error::Api {
-            key: key.to_string(),
-            action: "creating a pod of",
-            source,
-        }),
+        Err(source) => {
+            let failed = events::pod_event(set, Verb::Create, &pod_name, Some(&source));
+            ctx.recorder.record(failed);
+            Err(Error::Api {
+                key: key.to_string(),
+                action: "creating a pod of",
+                source,
+            })
+        }
     }
 }
 
-async fn delete_pod(ctx: &Context, key: &str, pod: &Pod) -> Result<(), Error> {
+async fn delete_pod(ctx: &Context, set: &StatefulSet, key: &str, pod: &Pod) -> Result<(), Error> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     let params = DeleteParams {
@@ -254,14 +277,22 @@ async fn delete_pod(ctx: &Context, key: &str, pod: &Pod) -> Result<(), Error> {
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     tracing::debug!(statefulset = key, pod = name, "deleting pod");
     match api.delete(name, &params).await {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            ctx.recorder
+                .record(events::pod_event(set, Verb::Delete, name, None));
+            Ok(())
+        }
         // Gone, or replaced by a pod with another UID since it was cached.
         Err(err) if matches!(status_code(&err), Some(404 | 409)) => Ok(()),
-        Err(source) => Err(Error::Api {
-            key: key.to_string(),
-            action: "deleting a pod of",
-            source,
-        }),
+        Err(source) => {
+            let failed = events::pod_event(set, Verb::Delete, name, Some(&source));
+            ctx.recorder.record(failed);
+            Err(Error::Api {
+                key: key.to_string(),
+                action: "deleting a pod of",
+                source,
+            })
+        }
     }
 }
 

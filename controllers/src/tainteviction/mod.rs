@@ -16,7 +16,9 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
+use skiff_machinery::events::{Event, EventType, Recorder};
 
+use crate::common::events::event;
 use crate::common::informers::Informers;
 use crate::manager::Controller;
 use decide::{decide, no_execute, tainted_since, Eviction};
@@ -44,19 +46,24 @@ pub enum Error {
     },
 }
 
+/// The source of its events, as kube-controller-manager names it.
+pub const COMPONENT: &str = "taint-eviction-controller";
+
 /// Caches nodes and pods and evicts until aborted.
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
+    let recorder = Recorder::new(client.clone(), COMPONENT, None);
     let nodes = informers.all::<Node>().await.store;
     let pods = informers.all::<Pod>().await.store;
-    evict_forever(client, nodes, pods).await;
+    evict_forever(client, recorder, nodes, pods).await;
 }
 
-async fn evict_forever(client: Client, nodes: Store<Node>, pods: Store<Pod>) {
+async fn evict_forever(client: Client, recorder: Recorder, nodes: Store<Node>, pods: Store<Pod>) {
     let mut first_seen: HashMap<String, Timestamp> = HashMap::new();
     loop {
         let now = Timestamp::now();
         for (pod, at) in due(&nodes.state(), &pods.state(), &mut first_seen, now) {
+            recorder.record(marked_for_deletion(&pod));
             if let Err(err) = evict(&client, &pod).await {
                 tracing::warn!(error = %err, due = %at, "taint eviction failed");
             }
@@ -127,6 +134,18 @@ pub fn disruption_target(now: Timestamp) -> serde_json::Value {
         "message": "Taint manager: deleting due to NoExecute taint",
         "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
     })
+}
+
+/// The event of `pod` being evicted (`emitPodDeletionEvent`), recorded
+/// before the eviction as Kubernetes does.
+pub fn marked_for_deletion(pod: &Pod) -> Event {
+    let namespace = pod.namespace().unwrap_or_default();
+    event(
+        pod,
+        EventType::Normal,
+        "TaintManagerEviction",
+        format!("Marking for deletion Pod {namespace}/{}", pod.name_any()),
+    )
 }
 
 /// Marks the pod with DisruptionTarget, then deletes it (gracefully).
@@ -233,5 +252,24 @@ mod tests {
         let healed = vec![Arc::new(node("down").build())];
         assert!(due(&healed, &pods, &mut seen, at(61)).is_empty());
         assert!(seen.is_empty());
+    }
+
+    #[test]
+    fn an_evicted_pod_is_marked_for_deletion() {
+        let evicted = marked_for_deletion(&pod("web-0", "n1", vec![]));
+        assert_eq!(evicted.regarding.kind.as_deref(), Some("Pod"));
+        assert_eq!(evicted.regarding.name.as_deref(), Some("web-0"));
+        assert_eq!(
+            (
+                evicted.type_,
+                evicted.reason.as_str(),
+                evicted.message.as_str()
+            ),
+            (
+                EventType::Normal,
+                "TaintManagerEviction",
+                "Marking for deletion Pod default/web-0"
+            )
+        );
     }
 }

@@ -1,10 +1,12 @@
 //! The kubelet's Node: its identity and capacity from the host, its
-//! registration, status conditions and Lease heartbeat. Not the pods on it
+//! registration, status conditions (and the events they cause) and Lease
+//! heartbeat. Not the pods on it
 //! (`pod`) nor eviction itself (`eviction` reads the [`Pressure`] published here).
 
 pub mod build;
 pub mod conditions;
 pub mod config;
+pub mod events;
 pub mod host;
 pub mod lease;
 pub mod register;

@@ -1,6 +1,7 @@
 //! The node status loop: reads the host every second, publishes the
 //! pressure state for the eviction manager, and posts the Node's
-//! conditions every heartbeat and at once when a pressure condition flips.
+//! conditions every heartbeat and at once when a pressure condition flips,
+//! recording the status events a move causes.
 
 use std::future::Future;
 use std::time::Duration;
@@ -10,12 +11,14 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
+use skiff_machinery::events::Recorder;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::build::build_node;
 use super::conditions::{node_conditions, Pressure};
 use super::config::NodeConfig;
+use super::events::{status_event, status_events};
 use super::host::HostReader;
 use super::register::register_node;
 use super::NodeError;
@@ -55,6 +58,8 @@ pub struct StatusReporter {
     conditions: Vec<NodeCondition>,
     posted: Option<(Instant, Pressure)>,
     failed_at: Option<Instant>,
+    /// Whether a post has gone out since the kubelet started.
+    announced: bool,
 }
 
 impl StatusReporter {
@@ -64,6 +69,7 @@ impl StatusReporter {
             conditions: previous,
             posted: None,
             failed_at: None,
+            announced: false,
         }
     }
 
@@ -90,10 +96,19 @@ impl StatusReporter {
         node_conditions(&self.conditions, pressure, at)
     }
 
-    pub fn posted(&mut self, conditions: Vec<NodeCondition>, pressure: Pressure, now: Instant) {
+    /// `conditions` were posted; the status events (reasons) they cause.
+    pub fn posted(
+        &mut self,
+        conditions: Vec<NodeCondition>,
+        pressure: Pressure,
+        now: Instant,
+    ) -> Vec<&'static str> {
+        let events = status_events(&self.conditions, &conditions, !self.announced);
+        self.announced = true;
         self.conditions = conditions;
         self.posted = Some((now, pressure));
         self.failed_at = None;
+        events
     }
 
     pub fn failed(&mut self, now: Instant) {
@@ -103,13 +118,14 @@ impl StatusReporter {
 
 /// Runs until `shutdown`: observes the host, publishes [`Pressure`] on
 /// `pressure`, posts the Node's conditions (re-registering the Node if it
-/// was deleted).
+/// was deleted) and records their moves through `recorder`.
 pub async fn run_status(
     client: Client,
     config: NodeConfig,
     host: impl HostReader,
     pressure: watch::Sender<Pressure>,
     intervals: StatusIntervals,
+    recorder: Recorder,
     shutdown: impl Future<Output = ()>,
 ) {
     let api: Api<Node> = Api::all(client);
@@ -133,7 +149,7 @@ pub async fn run_status(
         let observed = Pressure::observe(&stats, &config.eviction_hard);
         pressure.send_if_modified(|current| std::mem::replace(current, observed) != observed);
         if reporter.due(&observed, Instant::now()) {
-            post(&api, &config, &host, &mut reporter, observed).await;
+            post(&api, &config, &host, &mut reporter, observed, &recorder).await;
         }
     }
 }
@@ -157,10 +173,15 @@ async fn post(
     host: &impl HostReader,
     reporter: &mut StatusReporter,
     observed: Pressure,
+    recorder: &Recorder,
 ) {
     let conditions = reporter.next_conditions(&observed, Timestamp::now());
     match patch_conditions(api, &config.name, &conditions).await {
-        Ok(()) => reporter.posted(conditions, observed, Instant::now()),
+        Ok(()) => {
+            for reason in reporter.posted(conditions, observed, Instant::now()) {
+                recorder.record(status_event(&config.name, reason));
+            }
+        }
         Err(NodeError::Status {
             source: kube::Error::Api(status),
             ..
@@ -223,10 +244,26 @@ mod tests {
         let start = Instant::now();
         assert!(reporter.due(&pressure(false), start));
         let conditions = reporter.next_conditions(&pressure(false), Timestamp::UNIX_EPOCH);
-        reporter.posted(conditions, pressure(false), start);
+        let events = reporter.posted(conditions, pressure(false), start);
+        assert_eq!(events.len(), 4, "the first post says every status");
         assert!(!reporter.due(&pressure(false), start + Duration::from_secs(5)));
         assert!(reporter.due(&pressure(true), start + Duration::from_secs(1)));
         assert!(reporter.due(&pressure(false), start + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn posts_say_what_moved_since_the_last_post() {
+        let mut reporter = StatusReporter::new(StatusIntervals::default(), Vec::new());
+        let start = Instant::now();
+        let calm = reporter.next_conditions(&pressure(false), Timestamp::UNIX_EPOCH);
+        reporter.posted(calm, pressure(false), start);
+        let beat = reporter.next_conditions(&pressure(false), Timestamp::UNIX_EPOCH);
+        assert!(reporter.posted(beat, pressure(false), start).is_empty());
+        let pressed = reporter.next_conditions(&pressure(true), Timestamp::UNIX_EPOCH);
+        assert_eq!(
+            reporter.posted(pressed, pressure(true), start),
+            ["NodeHasInsufficientMemory"]
+        );
     }
 
     #[test]

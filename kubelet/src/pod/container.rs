@@ -1,24 +1,26 @@
 //! One container of a pod, run to the end of its life: start, postStart,
 //! probes, exit or kill, and restarts by the restart policy with the crash
 //! loop back-off. Its status is kept in the pod's shared state, which the
-//! worker writes to the API.
+//! worker writes to the API; what happens to it is recorded as events.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, LifecycleHandler, Pod, Probe,
+    ContainerStateWaiting, ContainerStatus, LifecycleHandler, ObjectReference, Pod, Probe,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use skiff_machinery::events::Event;
 use tokio::sync::watch;
 
 use super::backoff::CrashLoopBackoff;
+use super::events::{self, KillReason};
 use super::launch::{Launch, NotStarted};
 use super::shared::{PodShared, Slot};
 use super::status::RestartPolicyKind;
 use super::PodContext;
-use crate::probe::{self, ProbeKind, ProbeState, ProbeStatus, Prober};
+use crate::probe::{self, ProbeKind, ProbeResult, ProbeState, ProbeStatus, Prober};
 use crate::runtime::{ContainerHandle, ContainerId, ContainerSpec, ExitStatus};
 
 /// Asked of every container of a pod when it must stop: the grace period
@@ -79,6 +81,15 @@ impl ContainerRunner {
 
     fn stopping(&self) -> Option<StopRequest> {
         *self.stop.borrow()
+    }
+
+    /// This container, as its events refer to it.
+    fn reference(&self) -> ObjectReference {
+        events::container_reference(&self.pod, &self.container.name, self.slot)
+    }
+
+    fn record(&self, event: Event) {
+        self.context.recorder.record(event);
     }
 
     /// Runs the container until it is done or the pod stops.
@@ -157,6 +168,12 @@ impl ContainerRunner {
         if delay.is_zero() {
             return None;
         }
+        let label = self.shared().pod_label();
+        self.record(events::back_off(
+            self.reference(),
+            &self.container.name,
+            &label,
+        ));
         self.shared().update(&self.slot, |c| {
             c.state = Some(waiting(
                 "CrashLoopBackOff",
@@ -192,7 +209,9 @@ impl ContainerRunner {
         // Until the container can be launched (its claims bound, its
         // ConfigMaps there…) it waits; such tries are not restarts.
         let network = self.shared().network();
+        let image = self.container.image.clone().unwrap_or_default();
         let launch = loop {
+            self.record(events::pulled(self.reference(), &image));
             match self
                 .context
                 .launcher
@@ -233,17 +252,24 @@ impl ContainerRunner {
         };
         match self.context.runtime.start(spec).await {
             Ok(handle) => {
+                let name = &self.container.name;
+                self.record(events::created(self.reference(), name));
+                self.record(events::started(self.reference(), name));
                 self.shared()
                     .set_handle(&self.container.name, Some(handle.clone()));
                 self.mark_running(&handle, attempt);
                 if let Err(why) = self.post_start(&launch).await {
                     tracing::warn!(pod = %self.shared().pod_label(), container = %self.container.name, %why, "postStart hook failed; killing the container");
+                    self.record(events::failed_post_start_hook(self.reference()));
+                    let why = KillReason::FailedPostStartHook;
+                    self.record(events::killing(self.reference(), name, self.slot, why));
                     let grace = self.grace();
                     handle.stop(grace).await;
                 }
                 Ok((handle, launch.probe_target))
             }
             Err(err) => {
+                self.record(events::failed(self.reference(), &err.to_string()));
                 // As a container that exited at once: StartError, 128.
                 let now = jiff::Timestamp::now();
                 let status = ExitStatus {
@@ -264,6 +290,10 @@ impl ContainerRunner {
     /// Shows why the container cannot start and waits to try again (or
     /// for the pod to stop).
     async fn wait_not_started(&mut self, not_started: NotStarted) -> Option<Ended> {
+        self.record(match &not_started.failed_mount {
+            Some(message) => events::failed_mount(&self.pod, message),
+            None => events::failed(self.reference(), &not_started.message),
+        });
         let permanent = not_started.reason == "ContainerCommandRequired";
         self.shared().update(&self.slot, |c| {
             c.state = Some(waiting(not_started.reason, not_started.message.clone()));
@@ -303,9 +333,16 @@ impl ContainerRunner {
         let start_probe = |kind, probe: &Option<Probe>| {
             probe.clone().map(|probe| {
                 let mut off = probes_off_rx.clone();
-                Prober::start(kind, probe, target.clone(), async move {
+                let shutdown = async move {
                     let _ = off.wait_for(|off| *off).await;
-                })
+                };
+                let (recorder, container) = (self.context.recorder.clone(), self.reference());
+                let unhealthy = move |result: &ProbeResult| {
+                    if let Some(event) = events::unhealthy(container.clone(), kind, result) {
+                        recorder.record(event);
+                    }
+                };
+                Prober::start_observed(kind, probe, target.clone(), shutdown, unhealthy)
             })
         };
         let startup = start_probe(ProbeKind::Startup, &self.container.startup_probe);
@@ -325,6 +362,7 @@ impl ContainerRunner {
             tokio::select! {
                 status = handle.wait() => break RunEnd::Exited(status),
                 grace = stop_requested(&mut stop) => {
+                    self.record_killing(KillReason::Stopping);
                     break RunEnd::Stopped(self.kill(handle, target, grace).await);
                 }
                 Some(status) = changed(&mut startup_rx) => match status.state {
@@ -341,6 +379,7 @@ impl ContainerRunner {
                     }
                     ProbeState::Failure => {
                         let why = format!("Startup probe failed: {}", status.message);
+                        self.record_killing(self.probe_kill(ProbeKind::Startup));
                         break RunEnd::Killed(self.kill(handle, target, self.grace()).await, why);
                     }
                     ProbeState::Unknown => {}
@@ -349,6 +388,7 @@ impl ContainerRunner {
                     if status.state == ProbeState::Failure {
                         let why = format!("Liveness probe failed: {}", status.message);
                         tracing::info!(pod = %self.shared().pod_label(), container = %self.container.name, %why, "restarting the container");
+                        self.record_killing(self.probe_kill(ProbeKind::Liveness));
                         break RunEnd::Killed(self.kill(handle, target, self.grace()).await, why);
                     }
                 }
@@ -361,6 +401,20 @@ impl ContainerRunner {
         let _ = probes_off.send(true);
         drop((startup, liveness, readiness));
         end
+    }
+
+    fn record_killing(&self, why: KillReason) {
+        let name = &self.container.name;
+        self.record(events::killing(self.reference(), name, self.slot, why));
+    }
+
+    /// A kill for a failed probe of `kind`, and whether the container
+    /// comes back (the kubelet restarts unless the policy is Never).
+    fn probe_kill(&self, kind: ProbeKind) -> KillReason {
+        KillReason::Probe {
+            kind,
+            restarts: self.policy != RestartPolicyKind::Never,
+        }
     }
 
     /// preStop, then SIGTERM and SIGKILL after what is left of `grace`.
@@ -381,6 +435,7 @@ impl ContainerRunner {
                 let ran = tokio::time::timeout(grace, run_hook(hook, target, grace)).await;
                 if let Ok(Err(why)) = ran {
                     tracing::info!(pod = %self.shared().pod_label(), container = %self.container.name, %why, "preStop hook failed");
+                    self.record(events::failed_pre_stop_hook(self.reference()));
                 }
             }
         }

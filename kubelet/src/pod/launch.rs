@@ -32,6 +32,47 @@ const SERVICES_WAIT: Duration = Duration::from_secs(5);
 pub struct NotStarted {
     pub reason: &'static str,
     pub message: String,
+    /// When the pod's volumes are what failed, the message of the
+    /// `FailedMount` event the kubelet records on the pod; otherwise the
+    /// container gets a `Failed` event.
+    pub failed_mount: Option<String>,
+}
+
+impl NotStarted {
+    /// The container cannot be configured or created.
+    fn config(reason: &'static str, message: String) -> NotStarted {
+        NotStarted {
+            reason,
+            message,
+            failed_mount: None,
+        }
+    }
+
+    /// The pod's volumes cannot be set up.
+    fn volumes(err: volumes::VolumeError) -> NotStarted {
+        use volumes::VolumeError::*;
+        let message = err.to_string();
+        let failed_mount = match &err {
+            // Mistakes of the spec, not of a mount: the kubelet refuses
+            // the container's configuration.
+            UnknownVolume { .. } | InvalidPath { .. } | MountConflict { .. } => None,
+            SetUp { .. } => Some(message.clone()),
+            ClaimNotReady { volume, reason } => Some(format!(
+                "Unable to attach or mount volumes: unmounted volumes=[{volume}]: {reason}"
+            )),
+            _ => Some(format!("Unable to attach or mount volumes: {message}")),
+        };
+        NotStarted {
+            // The kubelet keeps such a pod in ContainerCreating until
+            // its claims are bound.
+            reason: match err {
+                ClaimNotReady { .. } => "ContainerCreating",
+                _ => "CreateContainerConfigError",
+            },
+            message,
+            failed_mount,
+        }
+    }
 }
 
 /// Everything the runtime needs for one start, and what probes and hooks
@@ -90,35 +131,22 @@ impl PodLauncher {
             let _one_at_a_time = volumes_lock.lock().await;
             volumes::prepare(&self.pods_dir, pod, &sources).await
         };
-        let prepared = prepared.map_err(|err| NotStarted {
-            // The kubelet keeps such a pod in ContainerCreating until
-            // its claims are bound.
-            reason: match err {
-                volumes::VolumeError::ClaimNotReady { .. } => "ContainerCreating",
-                _ => "CreateContainerConfigError",
-            },
-            message: err.to_string(),
-        })?;
-        let env =
-            env::container_env(pod, container, &sources, &node, &prepared).map_err(|err| {
-                NotStarted {
-                    reason: "CreateContainerConfigError",
-                    message: err.to_string(),
-                }
-            })?;
+        let prepared = prepared.map_err(NotStarted::volumes)?;
+        let env = env::container_env(pod, container, &sources, &node, &prepared)
+            .map_err(|err| NotStarted::config("CreateContainerConfigError", err.to_string()))?;
         let argv = argv(container, &env)?;
         let root = prepared
             .root()
             .unwrap_or_else(|| self.pods_dir.join(pod_uid(pod)));
         let working_dir = working_dir(&root, container.working_dir.as_deref());
         if let Err(err) = tokio::fs::create_dir_all(&working_dir).await {
-            return Err(NotStarted {
-                reason: "CreateContainerError",
-                message: format!(
+            return Err(NotStarted::config(
+                "CreateContainerError",
+                format!(
                     "cannot create the working directory {}: {err}",
                     working_dir.display()
                 ),
-            });
+            ));
         }
         let mounts = match network {
             Some(_) => mountable(pod, container, &prepared.bind_mounts(&container.name)),
@@ -169,10 +197,7 @@ impl PodLauncher {
         services
             .env_for(namespace, links, SERVICES_WAIT)
             .await
-            .map_err(|message| NotStarted {
-                reason: "CreateContainerConfigError",
-                message,
-            })
+            .map_err(|message| NotStarted::config("CreateContainerConfigError", message))
     }
 
     /// A token for each serviceAccountToken projection of the pod, bound
@@ -279,17 +304,19 @@ fn mountable(pod: &Pod, container: &Container, volumes: &[BindMount]) -> Vec<Bin
 }
 
 fn claim_error(err: kube::Error) -> NotStarted {
+    let message = format!("reading the pod's PersistentVolumeClaims: {err}");
     NotStarted {
         reason: "ContainerCreating",
-        message: format!("reading the pod's PersistentVolumeClaims: {err}"),
+        failed_mount: Some(format!("Unable to attach or mount volumes: {message}")),
+        message,
     }
 }
 
 fn api_error(err: kube::Error) -> NotStarted {
-    NotStarted {
-        reason: "CreateContainerConfigError",
-        message: format!("reading the pod's ConfigMaps and Secrets: {err}"),
-    }
+    NotStarted::config(
+        "CreateContainerConfigError",
+        format!("reading the pod's ConfigMaps and Secrets: {err}"),
+    )
 }
 
 pub fn pod_uid(pod: &Pod) -> String {
@@ -308,14 +335,14 @@ pub fn argv(container: &Container, env: &[(String, String)]) -> Result<Vec<Strin
         .map(|word| env::expand_references(&word, env))
         .collect();
     if words.is_empty() {
-        return Err(NotStarted {
-            reason: "ContainerCommandRequired",
-            message: format!(
+        return Err(NotStarted::config(
+            "ContainerCommandRequired",
+            format!(
                 "skiff runs containers as local processes and does not pull images: container {:?} (image {:?}) needs a command or args to run",
                 container.name,
                 container.image.as_deref().unwrap_or("")
             ),
-        });
+        ));
     }
     Ok(words)
 }
@@ -372,6 +399,38 @@ mod tests {
         let err = argv(&c, &[]).unwrap_err();
         assert_eq!(err.reason, "ContainerCommandRequired");
         assert!(err.message.contains("\"nginx\""), "{}", err.message);
+    }
+
+    #[test]
+    fn volumes_that_cannot_be_set_up_are_failed_mounts() {
+        let set_up = NotStarted::volumes(volumes::VolumeError::SetUp {
+            volume: "cfg".into(),
+            reason: "configmap \"cfg\" not found".into(),
+        });
+        assert_eq!(set_up.reason, "CreateContainerConfigError");
+        assert_eq!(
+            set_up.failed_mount.as_deref(),
+            Some("MountVolume.SetUp failed for volume \"cfg\" : configmap \"cfg\" not found")
+        );
+        let claim = NotStarted::volumes(volumes::VolumeError::ClaimNotReady {
+            volume: "data".into(),
+            reason: "persistentvolumeclaim \"data\" is not bound".into(),
+        });
+        assert_eq!(claim.reason, "ContainerCreating");
+        assert_eq!(
+            claim.failed_mount.as_deref(),
+            Some("Unable to attach or mount volumes: unmounted volumes=[data]: persistentvolumeclaim \"data\" is not bound")
+        );
+        let unknown = NotStarted::volumes(volumes::VolumeError::UnknownVolume {
+            container: "c".into(),
+            volume: "v".into(),
+        });
+        assert_eq!(
+            unknown.failed_mount, None,
+            "a spec mistake is the container's"
+        );
+        let c = container(serde_json::json!({"name": "web", "image": "nginx"}));
+        assert_eq!(argv(&c, &[]).unwrap_err().failed_mount, None);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 pub mod backoff;
 pub mod container;
+pub mod events;
 pub mod launch;
 pub mod shared;
 pub mod status;
@@ -19,6 +20,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use parking_lot::Mutex;
+use skiff_machinery::events::Recorder;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -42,6 +44,8 @@ pub struct PodContext {
     pub network: Option<Arc<PodNetwork>>,
     /// How often a running pod's volumes are written again.
     pub volume_resync: Duration,
+    /// The kubelet's one event recorder.
+    pub recorder: Recorder,
 }
 
 struct Worker {
@@ -62,6 +66,8 @@ pub struct PodManagerConfig {
     /// How often a running pod's volumes are written again
     /// (`--sync-frequency`).
     pub volume_resync: Duration,
+    /// The kubelet's one event recorder.
+    pub recorder: Recorder,
 }
 
 pub struct PodManager {
@@ -159,6 +165,7 @@ impl PodManager {
             config_retry: self.config.config_retry,
             network: self.config.network.clone(),
             volume_resync: self.config.volume_resync,
+            recorder: self.config.recorder.clone(),
         });
         let (updates, receiver) = watch::channel(Some(pod));
         let recovered = self.recovered.lock().remove(&uid).unwrap_or_default();

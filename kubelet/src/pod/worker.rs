@@ -173,6 +173,10 @@ async fn refresh_volumes(context: Arc<PodContext>, updates: PodUpdates) {
 
 /// How soon a pod whose network could not be set up is tried again.
 const NETWORK_RETRY: Duration = Duration::from_secs(1);
+/// A network that still fails the same way is said again as an event
+/// this often, so that its count grows without spending the pod's share
+/// of events in a minute.
+const SANDBOX_EVENT_EVERY: Duration = Duration::from_secs(10);
 
 /// Sets up the pod's network, trying again until it is or the pod stops
 /// (`None`). Without a network configuration yet, the runtime writes the
@@ -184,6 +188,7 @@ async fn set_up_network(
     stop: &StopSignal,
 ) -> Option<crate::network::Sandbox> {
     let mut said = String::new();
+    let mut recorded: Option<tokio::time::Instant> = None;
     loop {
         if stop.borrow().is_some() {
             return None;
@@ -197,7 +202,13 @@ async fn set_up_network(
         match attempt.await {
             Ok(sandbox) => return Some(sandbox),
             Err(why) => {
-                if why != said {
+                let changed = why != said;
+                if changed || recorded.is_none_or(|at| at.elapsed() >= SANDBOX_EVENT_EVERY) {
+                    let event = super::events::failed_create_pod_sandbox(pod, &why);
+                    context.recorder.record(event);
+                    recorded = Some(tokio::time::Instant::now());
+                }
+                if changed {
                     tracing::warn!(pod = %context.shared.pod_label(), error = %why, "setting up the pod's network (FailedCreatePodSandBox); retrying");
                     said = why;
                 }

@@ -103,12 +103,31 @@ impl Prober {
         target: ProbeTarget,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Prober {
+        Prober::start_observed(kind, probe, target, shutdown, |_| {})
+    }
+
+    /// As [`Prober::start`], handing every single result to `observe` as
+    /// it comes, before the thresholds weigh it (the kubelet records an
+    /// event for each failed one).
+    pub fn start_observed(
+        kind: ProbeKind,
+        probe: Probe,
+        target: ProbeTarget,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        observe: impl Fn(&ProbeResult) + Send + Sync + 'static,
+    ) -> Prober {
         let schedule = Schedule::of(kind, &probe);
         let probe = Arc::new(probe);
         let target = Arc::new(target);
+        let observe = Arc::new(observe);
         let check = move || {
             let (probe, target) = (Arc::clone(&probe), Arc::clone(&target));
-            async move { run_once(&probe, &target).await }
+            let observe = Arc::clone(&observe);
+            async move {
+                let result = run_once(&probe, &target).await;
+                observe(&result);
+                result
+            }
         };
         Prober::start_with(kind, schedule, check, shutdown)
     }

@@ -290,3 +290,32 @@ async fn a_readiness_prober_follows_a_server_that_recovers() {
     );
     assert!(!prober.is_finished());
 }
+
+#[tokio::test]
+async fn an_observed_prober_hands_over_each_result() {
+    let (results, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let probe = Probe {
+        grpc: Some(GRPCAction {
+            port: 1,
+            service: None,
+        }),
+        period_seconds: Some(1),
+        ..Probe::default()
+    };
+    let _prober = Prober::start_observed(
+        ProbeKind::Liveness,
+        probe,
+        target(),
+        std::future::pending(),
+        move |result: &ProbeResult| {
+            let _ = results.send(result.clone());
+        },
+    );
+    let first = tokio::time::timeout(Duration::from_secs(10), seen.recv())
+        .await
+        .expect("a result in time");
+    assert_eq!(
+        first,
+        Some(ProbeResult::Unknown("gRPC probes are not supported".into()))
+    );
+}

@@ -1,6 +1,6 @@
 //! What becomes of an event before it is written, as client-go's event
 //! correlator decides: a source that says too much about one object is
-//! held back (a token bucket per source and object); ten events of one
+//! held back (a token bucket per source, object and event type); ten events of one
 //! reason on one object with different messages within ten minutes are
 //! folded into one "combined from similar events"; and the same event
 //! again raises the count of the one already written instead of adding
@@ -85,7 +85,7 @@ impl Correlator {
     /// Decides what becomes of the event `key` at `now`.
     pub fn observe(&mut self, key: &EventKey, now: Instant) -> Decision {
         self.sweep(now);
-        if !self.take_token(&key.object, now) {
+        if !self.take_token(&format!("{}/{}", key.object, key.type_), now) {
             return Decision::Drop;
         }
         let (key, message) = self.aggregate(key, now);
@@ -135,9 +135,10 @@ impl Correlator {
         self.written.remove(key);
     }
 
-    /// Takes a token of the bucket of the source's words about `object`.
-    fn take_token(&mut self, object: &str, now: Instant) -> bool {
-        let bucket = self.buckets.entry(object.to_string()).or_insert(Bucket {
+    /// Takes a token of the bucket of the source's words of one type about
+    /// one object.
+    fn take_token(&mut self, bucket: &str, now: Instant) -> bool {
+        let bucket = self.buckets.entry(bucket.to_string()).or_insert(Bucket {
             tokens: BURST,
             at: now,
         });
