@@ -15,6 +15,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -196,6 +197,7 @@ struct Cluster {
 }
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+static CLUSTERS: AtomicU32 = AtomicU32::new(0);
 
 impl Cluster {
     /// `None` (and a note) when this machine cannot run it.
@@ -207,7 +209,9 @@ impl Cluster {
             return Ok(None);
         };
         let turn = TURN.lock().await;
-        let id = std::process::id() % 100_000;
+        // A name of its own per cluster: a namespace's veth goes a moment
+        // after the namespace, so the next cluster cannot take its name.
+        let id = (std::process::id() % 10_000) * 10 + CLUSTERS.fetch_add(1, Ordering::Relaxed) % 10;
         let mut hosts = Hosts::make(id)?;
         let dir = tempfile::tempdir()?;
         let api = format!("{HOSTS_NET}.1:6443");
