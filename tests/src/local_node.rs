@@ -41,6 +41,8 @@ impl Drop for PodNetworkCleanup {
                 .args(["netns", "delete", &format!("skiff-{uid}")])
                 .stderr(std::process::Stdio::null())
                 .status();
+            // The pod's hosts and resolv.conf, beside its namespace.
+            let _ = std::fs::remove_dir_all(format!("/run/skiff-pods/{uid}"));
         }
         let _ = std::process::Command::new("ip")
             .args(["link", "del", &self.bridge])

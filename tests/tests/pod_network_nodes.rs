@@ -68,6 +68,7 @@ impl Drop for Hosts {
         }
         for uid in &self.pods {
             let _ = std::fs::remove_file(format!("/run/netns/skiff-{uid}"));
+            let _ = std::fs::remove_dir_all(format!("/run/skiff-pods/{uid}"));
         }
         for ns in &self.namespaces {
             let _ = Command::new("ip").args(["netns", "delete", ns]).status();
