@@ -184,6 +184,22 @@ impl StoreCluster {
         }
     }
 
+    /// Passes `result` on; when it is an error, first prints what each
+    /// member wrote to stderr (a test that returns an error does not
+    /// unwind, so the processes' own dump on panic does not run).
+    pub fn logs_on_error<T>(&self, result: Result<T>) -> Result<T> {
+        if result.is_err() {
+            for member in &self.members {
+                eprintln!(
+                    "--- stderr of member {} ---\n{}",
+                    member.name,
+                    member.process.stderr()
+                );
+            }
+        }
+        result
+    }
+
     pub fn member(&self, name: &str) -> Result<&StoreMember> {
         self.members
             .iter()

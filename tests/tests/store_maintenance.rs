@@ -274,6 +274,15 @@ async fn the_corruption_check_raises_corrupt_for_a_member_whose_history_changed(
     };
     let check = ["--corrupt-check-interval".to_string(), "1s".to_string()];
     let mut cluster = StoreCluster::start_with(3, &check).await?;
+    let result = raise_corrupt_for_a_changed_member(&mut cluster, binary, &check).await;
+    cluster.logs_on_error(result)
+}
+
+async fn raise_corrupt_for_a_changed_member(
+    cluster: &mut StoreCluster,
+    binary: std::path::PathBuf,
+    check: &[String],
+) -> Result<()> {
     let all = Etcdctl::new(binary.clone(), cluster.endpoints());
     let original = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
     all.ok(&["put", "victim", original])?;
