@@ -244,17 +244,17 @@ fn group_json(group: &str, versions: &[&str]) -> Value {
 /// nothing is served at that group-version.
 pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
     let served: Vec<&ResourceType> = served_at(group, version).collect();
-    if served.is_empty() && create_only_at(group, version).next().is_none() {
+    if served.is_empty() && not_stored_at(group, version).next().is_none() {
         return None;
     }
     let mut entries = Vec::new();
-    for (_, _, plural, kind, namespaced) in create_only_at(group, version) {
+    for r in not_stored_at(group, version) {
         entries.push(json!({
-            "name": plural,
-            "singularName": kind.to_ascii_lowercase(),
-            "namespaced": namespaced,
-            "kind": kind,
-            "verbs": ["create"],
+            "name": r.plural,
+            "singularName": r.kind.to_ascii_lowercase(),
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": r.verbs,
         }));
     }
     for r in served {
@@ -325,13 +325,13 @@ fn discovery_group(group: &str, versions: &[&str]) -> Value {
         .iter()
         .map(|v| {
             let mut resources: Vec<Value> = served_at(group, v).map(discovery_resource).collect();
-            for (group, version, plural, kind, namespaced) in create_only_at(group, v) {
+            for r in not_stored_at(group, v) {
                 resources.push(json!({
-                    "resource": plural,
-                    "responseKind": { "group": group, "version": version, "kind": kind },
-                    "scope": if *namespaced { "Namespaced" } else { "Cluster" },
-                    "singularResource": kind.to_ascii_lowercase(),
-                    "verbs": ["create"],
+                    "resource": r.plural,
+                    "responseKind": { "group": r.group, "version": r.version, "kind": r.kind },
+                    "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+                    "singularResource": r.kind.to_ascii_lowercase(),
+                    "verbs": r.verbs,
                 }));
             }
             json!({ "version": v, "resources": resources, "freshness": "Current" })
@@ -422,55 +422,82 @@ impl Subresource {
     }
 }
 
-/// Resources that take only `create` and store nothing: the access and
-/// identity reviews (`kubectl auth can-i`, `kubectl auth whoami`).
-/// (group, version, plural, kind, namespaced)
-pub const CREATE_ONLY: &[(&str, &str, &str, &str, bool)] = &[
-    (
-        "authorization.k8s.io",
-        "v1",
+/// A resource served beside the table's, storing nothing: the access and
+/// identity reviews (`kubectl auth can-i`, `kubectl auth whoami`), which
+/// take only `create`, and the resource metrics API (`kubectl top`), read
+/// from the kubelets.
+#[derive(Debug, Clone, Copy)]
+pub struct NotStored {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+    pub kind: &'static str,
+    pub namespaced: bool,
+    pub verbs: &'static [&'static str],
+}
+
+const fn review(plural: &'static str, kind: &'static str, group: &'static str) -> NotStored {
+    NotStored {
+        group,
+        version: "v1",
+        plural,
+        kind,
+        namespaced: false,
+        verbs: &["create"],
+    }
+}
+
+const fn resource_metrics(plural: &'static str, kind: &'static str, namespaced: bool) -> NotStored {
+    NotStored {
+        group: crate::resource_metrics::GROUP,
+        version: crate::resource_metrics::VERSION,
+        plural,
+        kind,
+        namespaced,
+        verbs: crate::resource_metrics::VERBS,
+    }
+}
+
+pub const NOT_STORED: &[NotStored] = &[
+    review(
         "selfsubjectaccessreviews",
         "SelfSubjectAccessReview",
-        false,
-    ),
-    (
         "authorization.k8s.io",
-        "v1",
+    ),
+    review(
         "selfsubjectrulesreviews",
         "SelfSubjectRulesReview",
-        false,
-    ),
-    (
         "authorization.k8s.io",
-        "v1",
+    ),
+    review(
         "subjectaccessreviews",
         "SubjectAccessReview",
-        false,
-    ),
-    (
         "authorization.k8s.io",
-        "v1",
-        "localsubjectaccessreviews",
-        "LocalSubjectAccessReview",
-        true,
     ),
-    (
-        "authentication.k8s.io",
-        "v1",
+    NotStored {
+        namespaced: true,
+        ..review(
+            "localsubjectaccessreviews",
+            "LocalSubjectAccessReview",
+            "authorization.k8s.io",
+        )
+    },
+    review(
         "selfsubjectreviews",
         "SelfSubjectReview",
-        false,
+        "authentication.k8s.io",
     ),
+    resource_metrics("nodes", "NodeMetrics", false),
+    resource_metrics("pods", "PodMetrics", true),
 ];
 
-fn create_only_at<'a>(
+fn not_stored_at<'a>(
     group: &'a str,
     version: &'a str,
-) -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str, &'static str, bool)> + 'a
-{
-    CREATE_ONLY
+) -> impl Iterator<Item = &'static NotStored> + 'a {
+    NOT_STORED
         .iter()
-        .filter(move |(g, v, ..)| *g == group && *v == version)
+        .filter(move |r| r.group == group && r.version == version)
 }
 
 fn served_at<'a>(
@@ -493,8 +520,8 @@ fn core_versions() -> Vec<&'static str> {
 /// The non-core groups in table order, each with its versions, preferred first.
 fn served_groups() -> Vec<(&'static str, Vec<&'static str>)> {
     let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
-    let create_only = CREATE_ONLY.iter().map(|(g, v, ..)| (*g, *v));
-    for (group, version) in resources::group_versions().into_iter().chain(create_only) {
+    let not_stored = NOT_STORED.iter().map(|r| (r.group, r.version));
+    for (group, version) in resources::group_versions().into_iter().chain(not_stored) {
         if group.is_empty() {
             continue;
         }

@@ -37,6 +37,7 @@ mod refusal_bodies;
 pub mod registry;
 pub mod reply;
 pub mod request_info;
+pub mod resource_metrics;
 pub mod resources;
 pub(crate) mod schema;
 pub mod server;

@@ -238,83 +238,12 @@ pub fn render(extra: impl FnOnce(&Metrics)) -> String {
         let _ = registry.register(collector);
     }
     extra(&registry);
-    process(&registry);
+    let _ = registry.register(Box::new(skiff_machinery::metrics::ProcessCollector::new()));
     let mut text = Vec::new();
     if let Err(err) = prometheus::TextEncoder::new().encode(&registry.gather(), &mut text) {
         tracing::warn!(error = %err, "writing the metrics");
     }
     String::from_utf8(text).unwrap_or_default()
-}
-
-/// `process_*`, from `/proc/self`, as Prometheus' client libraries export
-/// them.
-fn process(registry: &Metrics) {
-    let gauge = |name: &str, help: &str, value: f64| {
-        if let Ok(metric) = prometheus::Gauge::new(name, help) {
-            metric.set(value);
-            let _ = registry.register(Box::new(metric));
-        }
-    };
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return;
-    };
-    // After the command's closing parenthesis: state is field 3.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<f64>().ok());
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    // SAFETY: as above.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as f64;
-    if let (Some(user), Some(system)) = (field(14), field(15)) {
-        let cpu = prometheus::Counter::new(
-            "process_cpu_seconds_total",
-            "Total user and system CPU time spent in seconds.",
-        );
-        if let (Ok(cpu), true) = (cpu, ticks > 0.0) {
-            cpu.inc_by((user + system) / ticks);
-            let _ = registry.register(Box::new(cpu));
-        }
-    }
-    if let Some(virtual_bytes) = field(23) {
-        gauge(
-            "process_virtual_memory_bytes",
-            "Virtual memory size in bytes.",
-            virtual_bytes,
-        );
-    }
-    if let Some(pages) = field(24) {
-        gauge(
-            "process_resident_memory_bytes",
-            "Resident memory size in bytes.",
-            pages * page,
-        );
-    }
-    if let Some(started) = field(22) {
-        let boot = std::fs::read_to_string("/proc/stat")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("btime ").map(str::trim).map(str::to_string))
-            })
-            .and_then(|b| b.parse::<f64>().ok());
-        if let (Some(boot), true) = (boot, ticks > 0.0) {
-            gauge(
-                "process_start_time_seconds",
-                "Start time of the process since unix epoch in seconds.",
-                boot + started / ticks,
-            );
-        }
-    }
-    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-        gauge(
-            "process_open_fds",
-            "Number of open file descriptors.",
-            fds.count() as f64,
-        );
-    }
 }
 
 /// The body of `/metrics`.

@@ -41,6 +41,7 @@ struct App {
 /// The whole API as one router.
 pub fn router(registry: Registry) -> Router {
     let discovery = crate::discovery::router();
+    let resource_metrics = crate::resource_metrics::router(registry.clone());
     let app = App {
         registry,
         discovery: discovery.clone(),
@@ -68,6 +69,8 @@ pub fn router(registry: Registry) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app)
         .merge(discovery_routes(discovery))
+        // metrics.k8s.io: served from the kubelets, not the registry.
+        .merge(resource_metrics)
 }
 
 /// The handler of one of the connections into a pod (exec, attach,

@@ -137,6 +137,17 @@ impl ApiError {
         Self::new(405, "MethodNotAllowed", message)
     }
 
+    /// 405 for a verb a resource does not take: `watch is not supported
+    /// on resources of kind "nodes.metrics.k8s.io"`, as Kubernetes'
+    /// `NewMethodNotSupported` words it.
+    pub fn method_not_supported(group: &str, resource: &str, verb: &str) -> Self {
+        Self::method_not_allowed(format!(
+            "{verb} is not supported on resources of kind \"{}\"",
+            qualified(group, resource)
+        ))
+        .with(group, resource, "")
+    }
+
     pub fn too_large(message: impl Into<String>) -> Self {
         Self::new(413, "RequestEntityTooLarge", message)
     }

@@ -4,6 +4,7 @@
 //!
 //! - [`manager`]: which controllers run, leader-elected through the
 //!   `kube-system/kube-controller-manager` Lease.
+//! - [`metrics`]: the process's registry (work queues, lease, process).
 //! - one module per controller, named as kube-controller-manager names it.
 
 pub mod backoff;
@@ -18,6 +19,7 @@ pub mod garbagecollector;
 pub mod history;
 pub mod job;
 pub mod manager;
+pub mod metrics;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;

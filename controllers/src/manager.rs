@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 use kube::Client;
 
 use crate::common::informers::Informers;
+use crate::metrics::ManagerMetrics;
 use skiff_machinery::leader::{self, LeaseConfig};
 
 /// One controller: its name on the command line and how it runs (until
@@ -157,12 +158,14 @@ pub fn controller_manager_lease(identity: &str) -> LeaseConfig {
     LeaseConfig::new("kube-system", "kube-controller-manager", identity)
 }
 
-/// Runs `controllers` (while holding `lease`, if given) until `shutdown`.
+/// Runs `controllers` (while holding `lease`, if given) until `shutdown`,
+/// reporting their work queues and the lease in `metrics`.
 pub async fn run(
     client: Client,
     controllers: Vec<Controller>,
     settings: Settings,
     lease: Option<LeaseConfig>,
+    metrics: ManagerMetrics,
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let settings = Arc::new(settings);
@@ -174,10 +177,11 @@ pub async fn run(
                 _ = &mut shutdown => return,
             }
             tracing::info!(identity = %lease.identity, "controller-manager: leading");
+            metrics.set_leading(true);
         }
         // One set of informers a term, shared by its controllers; their
         // watches stop when the last controller holding them is aborted.
-        let informers = Informers::new(client.clone());
+        let informers = Informers::with_workqueues(client.clone(), metrics.workqueues().clone());
         let tasks: Vec<_> = controllers
             .iter()
             .map(|c| {
@@ -196,6 +200,7 @@ pub async fn run(
             _ = lost => false,
             _ = &mut shutdown => true,
         };
+        metrics.set_leading(false);
         for task in tasks {
             task.abort();
         }

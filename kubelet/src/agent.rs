@@ -15,6 +15,7 @@ use skiff_machinery::events::Recorder;
 use tokio::sync::watch;
 
 use crate::env::NodeFacts;
+use crate::metrics::KubeletMetrics;
 use crate::network::{NetworkConfig, PodNetwork};
 use crate::node::config::NodeConfig;
 use crate::node::host::{HostReader, LinuxHost};
@@ -23,6 +24,8 @@ use crate::pod::backoff::BackoffConfig;
 use crate::pod::launch::PodLauncher;
 use crate::pod::{PodManager, PodManagerConfig};
 use crate::runtime::{CgroupConfig, ProcessRuntime, RuntimeConfig};
+use crate::server::Observability;
+use crate::stats::StatsProvider;
 
 /// The Lease's renewal interval and duration, as the kubelet's defaults.
 const LEASE_INTERVAL: Duration = Duration::from_secs(10);
@@ -62,12 +65,59 @@ pub struct KubeletConfig {
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     /// Each pod's own network through CNI; `None`: pods share the host's.
     pub network: Option<NetworkConfig>,
+    /// How often the node's and containers' usage is sampled
+    /// (`--housekeeping-interval`).
+    pub housekeeping_interval: Duration,
 }
 
 /// Runs the kubelet until `shutdown` resolves.
 pub async fn run(
     client: Client,
+    config: KubeletConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<()> {
+    Kubelet::new(config)?.run(client, shutdown).await
+}
+
+/// A kubelet about to run, whose metrics registry the process can add
+/// its own collectors to first.
+pub struct Kubelet {
+    config: KubeletConfig,
+    metrics: Arc<KubeletMetrics>,
+}
+
+impl Kubelet {
+    pub fn new(config: KubeletConfig) -> Result<Kubelet> {
+        if config.housekeeping_interval.is_zero() {
+            anyhow::bail!("the housekeeping interval must be longer than zero");
+        }
+        let metrics =
+            KubeletMetrics::new(&config.node.name).context("registering the kubelet's metrics")?;
+        Ok(Kubelet {
+            config,
+            metrics: Arc::new(metrics),
+        })
+    }
+
+    /// The registry `/metrics` serves; what is registered in it is served.
+    pub fn metrics_registry(&self) -> prometheus::Registry {
+        self.metrics.registry()
+    }
+
+    /// Runs the kubelet until `shutdown` resolves.
+    pub async fn run(
+        self,
+        client: Client,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<()> {
+        run_kubelet(client, self.config, self.metrics, shutdown).await
+    }
+}
+
+async fn run_kubelet(
+    client: Client,
     mut config: KubeletConfig,
+    metrics: Arc<KubeletMetrics>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -176,6 +226,7 @@ pub async fn run(
             network,
             volume_resync: config.sync_frequency,
             recorder,
+            metrics: metrics.clone(),
         },
         runtime.clone(),
         recovered,
@@ -187,10 +238,21 @@ pub async fn run(
         config.node.eviction_hard,
         config.eviction_interval,
     )));
+    let stats = Arc::new(StatsProvider::new(&config.node.name));
+    tasks.push(tokio::spawn(stats.clone().run(
+        manager.clone(),
+        metrics.clone(),
+        config.housekeeping_interval,
+    )));
     let server = crate::server::router(
         manager.clone(),
         runtime.clone(),
         config.streaming_idle_timeout,
+        Observability {
+            stats,
+            metrics,
+            pods: Some(manager.clone()),
+        },
     );
     let serving = tokio::spawn(crate::server::serve(
         listener,

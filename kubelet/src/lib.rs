@@ -11,6 +11,8 @@
 //! - [`pod`]: one worker per pod, driving containers and the pod status.
 //! - [`server`]: the kubelet's HTTP port (logs for `pods/log`), with
 //!   [`streaming`]'s exec, attach and port-forward.
+//! - [`stats`]: what the node and its containers use, for the Summary
+//!   API and resource metrics; [`metrics`]: the kubelet's own.
 //! - [`eviction_manager`]: evicts pods when the node is under pressure,
 //!   in [`eviction`]'s order.
 //! - [`dns`]: the cluster DNS, a list-watch client of Services and
@@ -25,6 +27,7 @@ pub mod envvars;
 pub mod eviction;
 pub mod eviction_manager;
 pub mod logs;
+pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod pod;
@@ -34,6 +37,7 @@ pub mod runtime;
 pub mod server;
 pub mod shim;
 pub mod simulate;
+pub mod stats;
 pub mod streaming;
 pub mod token;
 pub mod volumes;

@@ -7,7 +7,9 @@
 //! event recorder every component writes Events with (feature `events`), the
 //! version skiff reports, a TLS verifier for servers whose certificates
 //! are not checked, and the HTTP client of webhooks and extenders
-//! (feature `http-client`). It depends on no part of skiff, so
+//! (feature `http-client`), Prometheus metrics every component exports
+//! (feature `metrics`) and the secure port of the scheduler and the
+//! controller-manager (feature `secure-serving`). It depends on no part of skiff, so
 //! a client built on it never builds the store or the API server.
 
 pub mod duration;
@@ -17,11 +19,15 @@ pub mod events;
 pub mod http_client;
 #[cfg(feature = "leader-election")]
 pub mod leader;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 pub mod quantity;
 pub mod quota;
 pub mod quote;
 pub mod scheduling;
 pub mod selectors;
+#[cfg(feature = "secure-serving")]
+pub mod serving;
 pub mod skip_verify;
 pub mod validation;
 pub mod version;

@@ -1,11 +1,15 @@
 //! The scheduler's Prometheus metrics, with kube-scheduler's names:
 //! scheduling attempts by result, their duration, pods bound end to end,
-//! preemption victims, and the queue's sizes.
+//! preemption victims, and the queue's sizes; beside them the process's
+//! and `leader_election_master_status`, all in one registry that the
+//! scheduler's secure port serves.
 
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
+
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+use skiff_machinery::metrics::ProcessCollector;
 
 use crate::queue::Lengths;
 
@@ -15,139 +19,159 @@ const BUCKETS: [f64; 15] = [
     8.192, 16.384,
 ];
 
-#[derive(Default)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
-}
+/// The name kube-scheduler's lease gives `leader_election_master_status`.
+const LEASE_NAME: &str = "kube-scheduler";
 
-impl Histogram {
-    fn observe(&mut self, seconds: f64) {
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            if seconds <= *bound {
-                self.counts[i] += 1;
-            }
-        }
-        self.count += 1;
-        self.sum += seconds;
-    }
-
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        for (bound, count) in BUCKETS.iter().zip(self.counts) {
-            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {count}");
-        }
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
-            self.count
-        );
-        let braces = if labels.is_empty() {
-            String::new()
-        } else {
-            format!("{{{labels}}}")
-        };
-        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum);
-        let _ = writeln!(out, "{name}_count{braces} {}", self.count);
-    }
-}
-
-#[derive(Default)]
 pub struct Metrics {
-    /// (result, profile) → attempts and their durations.
-    attempts: Mutex<Vec<((&'static str, String), Histogram)>>,
-    e2e: Mutex<Histogram>,
-    preemption_victims: AtomicU64,
-    queue: Mutex<Lengths>,
+    registry: Registry,
+    attempts: IntCounterVec,
+    attempt_duration: HistogramVec,
+    e2e: prometheus::Histogram,
+    preemption_victims: IntCounter,
+    pending: IntGaugeVec,
+    leading: IntGauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
 }
 
 impl Metrics {
+    pub fn new() -> Metrics {
+        let attempts = IntCounterVec::new(
+            Opts::new(
+                "scheduler_schedule_attempts_total",
+                "Number of attempts to schedule pods, by the result.",
+            ),
+            &["result", "profile"],
+        )
+        .expect("a valid counter");
+        let attempt_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "scheduler_scheduling_attempt_duration_seconds",
+                "Scheduling attempt latency in seconds (scheduling algorithm + binding).",
+            )
+            .buckets(BUCKETS.to_vec()),
+            &["result", "profile"],
+        )
+        .expect("a valid histogram");
+        let e2e = prometheus::Histogram::with_opts(
+            HistogramOpts::new(
+                "scheduler_pod_scheduling_sli_duration_seconds",
+                "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue.",
+            )
+            .buckets(BUCKETS.to_vec()),
+        )
+        .expect("a valid histogram");
+        let preemption_victims = IntCounter::new(
+            "scheduler_preemption_victims_total",
+            "Pods evicted by preemption.",
+        )
+        .expect("a valid counter");
+        let pending = IntGaugeVec::new(
+            Opts::new(
+                "scheduler_pending_pods",
+                "Number of pending pods, by the queue type.",
+            ),
+            &["queue"],
+        )
+        .expect("a valid gauge");
+        for queue in ["active", "backoff", "unschedulable", "gated"] {
+            pending.with_label_values(&[queue]).set(0);
+        }
+        let leading = IntGaugeVec::new(
+            Opts::new(
+                "leader_election_master_status",
+                "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+            ),
+            &["name"],
+        )
+        .expect("a valid gauge");
+        let registry = Registry::new();
+        for collector in [
+            Box::new(attempts.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(attempt_duration.clone()),
+            Box::new(e2e.clone()),
+            Box::new(preemption_victims.clone()),
+            Box::new(pending.clone()),
+            Box::new(leading.clone()),
+            Box::new(ProcessCollector::new()),
+        ] {
+            registry
+                .register(collector)
+                .expect("the scheduler's metrics have distinct names");
+        }
+        Metrics {
+            registry,
+            attempts,
+            attempt_duration,
+            e2e,
+            preemption_victims,
+            pending,
+            leading: leading.with_label_values(&[LEASE_NAME]),
+        }
+    }
+
     pub fn attempt(&self, result: &'static str, profile: &str, took: Duration) {
-        let mut attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
-        let at = match attempts
-            .iter()
-            .position(|((r, p), _)| *r == result && p == profile)
-        {
-            Some(at) => at,
-            None => {
-                attempts.push(((result, profile.to_string()), Histogram::default()));
-                attempts.len() - 1
-            }
-        };
-        attempts[at].1.observe(took.as_secs_f64());
+        self.attempts.with_label_values(&[result, profile]).inc();
+        self.attempt_duration
+            .with_label_values(&[result, profile])
+            .observe(took.as_secs_f64());
     }
 
     /// A pod bound, `took` after it entered the queue.
     pub fn bound(&self, took: Duration) {
-        self.e2e
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .observe(took.as_secs_f64());
+        self.e2e.observe(took.as_secs_f64());
     }
 
     pub fn preempted(&self) {
-        self.preemption_victims.fetch_add(1, Ordering::Relaxed);
+        self.preemption_victims.inc();
     }
 
     pub fn set_queue(&self, lengths: Lengths) {
-        *self.queue.lock().unwrap_or_else(|e| e.into_inner()) = lengths;
+        for (queue, n) in [
+            ("active", lengths.active),
+            ("backoff", lengths.backoff),
+            ("unschedulable", lengths.unschedulable),
+            ("gated", lengths.gated),
+        ] {
+            self.pending
+                .with_label_values(&[queue])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Whether this process holds the scheduler's lease.
+    pub fn set_leading(&self, leading: bool) {
+        self.leading.set(i64::from(leading));
     }
 
     /// Attempts so far with `result`, over every profile.
     pub fn attempts(&self, result: &str) -> u64 {
+        use prometheus::core::Collector;
         self.attempts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .collect()
             .iter()
-            .filter(|((r, _), _)| *r == result)
-            .map(|(_, h)| h.count)
+            .flat_map(|family| family.get_metric())
+            .filter(|m| {
+                m.get_label()
+                    .iter()
+                    .any(|l| l.name() == "result" && l.value() == result)
+            })
+            .map(|m| m.get_counter().get_value() as u64)
             .sum()
+    }
+
+    /// The registry every metric of the scheduler process is in.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
-        out.push_str("# HELP scheduler_schedule_attempts_total Number of attempts to schedule pods, by the result.\n# TYPE scheduler_schedule_attempts_total counter\n");
-        for ((result, profile), h) in attempts.iter() {
-            let _ = writeln!(
-                out,
-                "scheduler_schedule_attempts_total{{profile=\"{profile}\",result=\"{result}\"}} {}",
-                h.count
-            );
-        }
-        out.push_str("# HELP scheduler_scheduling_attempt_duration_seconds Scheduling attempt latency in seconds (scheduling algorithm + binding).\n# TYPE scheduler_scheduling_attempt_duration_seconds histogram\n");
-        for ((result, profile), h) in attempts.iter() {
-            h.render(
-                &mut out,
-                "scheduler_scheduling_attempt_duration_seconds",
-                &format!("profile=\"{profile}\",result=\"{result}\""),
-            );
-        }
-        drop(attempts);
-        out.push_str("# HELP scheduler_pod_scheduling_sli_duration_seconds E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue.\n# TYPE scheduler_pod_scheduling_sli_duration_seconds histogram\n");
-        self.e2e.lock().unwrap_or_else(|e| e.into_inner()).render(
-            &mut out,
-            "scheduler_pod_scheduling_sli_duration_seconds",
-            "",
-        );
-        let _ = writeln!(
-            out,
-            "# HELP scheduler_preemption_victims_total Pods evicted by preemption.\n# TYPE scheduler_preemption_victims_total counter\nscheduler_preemption_victims_total {}",
-            self.preemption_victims.load(Ordering::Relaxed)
-        );
-        let q = *self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        out.push_str("# HELP scheduler_pending_pods Number of pending pods, by the queue type.\n# TYPE scheduler_pending_pods gauge\n");
-        for (queue, n) in [
-            ("active", q.active),
-            ("backoff", q.backoff),
-            ("unschedulable", q.unschedulable),
-            ("gated", q.gated),
-        ] {
-            let _ = writeln!(out, "scheduler_pending_pods{{queue=\"{queue}\"}} {n}");
-        }
-        out
+        skiff_machinery::metrics::encode(&self.registry)
     }
 }
 
@@ -171,12 +195,29 @@ mod tests {
             unschedulable: 1,
             gated: 0,
         });
+        metrics.bound(Duration::from_millis(5));
+        metrics.preempted();
+        metrics.set_leading(true);
         let text = metrics.render();
         assert!(text.contains(
             "scheduler_schedule_attempts_total{profile=\"default-scheduler\",result=\"scheduled\"} 2"
         ));
         assert!(text.contains("scheduler_scheduling_attempt_duration_seconds_bucket{profile=\"default-scheduler\",result=\"scheduled\",le=\"0.004\"} 1"));
+        assert!(text.contains("scheduler_scheduling_attempt_duration_seconds_bucket{profile=\"default-scheduler\",result=\"scheduled\",le=\"16.384\"} 2"));
         assert!(text.contains("scheduler_pending_pods{queue=\"unschedulable\"} 1"));
+        assert!(text.contains("scheduler_pending_pods{queue=\"gated\"} 0"));
+        assert!(
+            text.contains("scheduler_pod_scheduling_sli_duration_seconds_bucket{le=\"0.008\"} 1")
+        );
+        assert!(text.contains("scheduler_pod_scheduling_sli_duration_seconds_count 1"));
+        assert!(text.contains("scheduler_preemption_victims_total 1"));
+        assert!(text.contains("# TYPE scheduler_preemption_victims_total counter"));
+        assert!(text.contains("leader_election_master_status{name=\"kube-scheduler\"} 1"));
+        assert!(text.contains("\nprocess_resident_memory_bytes "));
         assert_eq!(metrics.attempts("scheduled"), 2);
+        assert_eq!(metrics.attempts("unschedulable"), 1);
+        if let Some(verdict) = skiff_machinery::metrics::promtool_check(&text) {
+            verdict.unwrap();
+        }
     }
 }

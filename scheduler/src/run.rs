@@ -37,6 +37,7 @@ pub async fn run(
                 _ = &mut shutdown => return,
             }
             tracing::info!(identity = %lease.identity, "scheduler: leading");
+            options.metrics.set_leading(true);
         }
         let scheduler = Arc::new(Scheduler::new(
             client.clone(),
@@ -60,6 +61,7 @@ pub async fn run(
             _ = lost => false,
             _ = &mut shutdown => true,
         };
+        options.metrics.set_leading(false);
         scheduler.queue.close();
         for task in tasks {
             task.abort();

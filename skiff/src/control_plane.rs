@@ -4,12 +4,15 @@
 //! works at a time. `skiff scheduler` and `skiff controller-manager` run
 //! them alone against any apiserver.
 
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use skiff_controllers::manager::{self, controller_manager_lease, Controller, Settings};
+use skiff_controllers::metrics::ManagerMetrics;
+use skiff_machinery::serving::{read_certificates, SecureServer, SecureServingOptions};
 use skiff_scheduler::config::SchedulerConfig;
 use skiff_scheduler::metrics::Metrics;
 use skiff_scheduler::run::{run, scheduler_lease, RunOptions};
@@ -67,23 +70,57 @@ pub fn identity(name: &str) -> String {
     format!("{host}_{name}_{}", std::process::id())
 }
 
+/// Where `skiff up` and `skiff server` serve the secure ports of the
+/// scheduler and the controller-manager they run.
+#[derive(Debug, Clone, Args)]
+pub struct SecurePortFlags {
+    /// The scheduler's secure port (HTTPS: /metrics, /healthz, /livez,
+    /// /readyz), as IP:port; port 0 takes a free one, `off` serves none.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub scheduler_secure_listen: SecureListen,
+    /// The same for the controller-manager.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub controller_manager_secure_listen: SecureListen,
+}
+
+/// An address to serve a secure port on, or none (`off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SecureListen(pub Option<SocketAddr>);
+
+impl std::str::FromStr for SecureListen {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "off" | "" => Ok(SecureListen(None)),
+            addr => addr.parse().map(|a| SecureListen(Some(a))).map_err(|_| {
+                format!("{addr:?} is not an IP:port (e.g. 127.0.0.1:10259), nor `off`")
+            }),
+        }
+    }
+}
+
 /// The control-plane clients running beside an API, stopped on drop.
 pub struct ControlPlane {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
+    scheduler_port: Option<SecureServer>,
+    controller_manager_port: Option<SecureServer>,
 }
 
 impl ControlPlane {
     /// Starts the scheduler (if configured) and the controllers against
     /// the API, each leader-elected through its own Lease and with its own
     /// identity (`system:kube-scheduler`, `system:kube-controller-manager`);
-    /// `None` when there is nothing to run.
+    /// `None` when there is nothing to run. Each serves its secure port
+    /// where `ports` says, trusting the cluster CA's client certificates.
     pub async fn start(
         api: &crate::api::LocalApi,
         name: &str,
         scheduler: Option<SchedulerConfig>,
         controllers: Vec<Controller>,
         mut settings: Settings,
+        ports: &SecurePortFlags,
     ) -> Result<Option<ControlPlane>> {
         if scheduler.is_none() && controllers.is_empty() {
             return Ok(None);
@@ -98,23 +135,53 @@ impl ControlPlane {
                 let _ = stopped.wait_for(|s| *s).await;
             }
         };
+        let client_ca = crate::pki::pem_certs(api.pki.ca_pem())
+            .context("reading the cluster CA for the secure ports")?;
+        let secure = |bind: SocketAddr| SecureServingOptions {
+            bind,
+            cert_file: None,
+            key_file: None,
+            client_ca: client_ca.clone(),
+        };
         let mut parts = Vec::new();
+        let mut scheduler_port = None;
         if let Some(config) = scheduler {
             let client = api.client(SCHEDULER_USER, &[]);
+            let metrics = Arc::new(Metrics::default());
+            if let Some(bind) = ports.scheduler_secure_listen.0 {
+                scheduler_port = Some(
+                    serve_secure_port("scheduler", secure(bind), &client, metrics.registry())
+                        .await?,
+                );
+            }
             let options = RunOptions {
                 config,
                 lease: Some(scheduler_lease(&identity(name))),
-                metrics: Arc::new(Metrics::default()),
+                metrics,
             };
             parts.push(tokio::spawn(run(client, options, until_stopped())));
         }
+        let mut controller_manager_port = None;
         if !controllers.is_empty() {
             let client = api.client(CONTROLLER_MANAGER_USER, &[]);
+            let metrics = ManagerMetrics::new();
+            if let Some(bind) = ports.controller_manager_secure_listen.0 {
+                controller_manager_port = Some(
+                    serve_secure_port(
+                        "controller-manager",
+                        secure(bind),
+                        &client,
+                        metrics.registry(),
+                    )
+                    .await?,
+                );
+            }
             parts.push(tokio::spawn(manager::run(
                 client,
                 controllers,
                 settings,
                 Some(controller_manager_lease(&identity(name))),
+                metrics,
                 until_stopped(),
             )));
         }
@@ -129,10 +196,37 @@ impl ControlPlane {
         Ok(Some(ControlPlane {
             stop: Some(stop_tx),
             task,
+            scheduler_port,
+            controller_manager_port,
         }))
     }
 
+    /// Where the secure ports listen, as a line for the ready message;
+    /// `None` when neither is served.
+    pub fn secure_ports(&self) -> Option<String> {
+        let ports: Vec<String> = [
+            ("scheduler", &self.scheduler_port),
+            ("controller-manager", &self.controller_manager_port),
+        ]
+        .into_iter()
+        .filter_map(|(name, port)| {
+            port.as_ref()
+                .map(|p| format!("{name} https://{}/metrics", p.local_addr()))
+        })
+        .collect();
+        (!ports.is_empty()).then(|| format!("secure ports: {}", ports.join(", ")))
+    }
+
     pub async fn stop(mut self) {
+        for port in [
+            self.scheduler_port.take(),
+            self.controller_manager_port.take(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            port.stop().await;
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -152,6 +246,70 @@ impl Drop for ControlPlane {
     }
 }
 
+/// Serves a component's secure port, its reviews asked through `client`.
+async fn serve_secure_port(
+    component: &str,
+    options: SecureServingOptions,
+    client: &kube::Client,
+    registry: &skiff_machinery::metrics::Registry,
+) -> Result<SecureServer> {
+    let bind = options.bind;
+    let server = SecureServer::start(options, client.clone(), registry.clone())
+        .await
+        .with_context(|| format!("serving the {component}'s secure port on {bind}"))?;
+    tracing::info!(component, addr = %server.local_addr(), "serving the secure port");
+    Ok(server)
+}
+
+/// kube-scheduler's and kube-controller-manager's secure serving flags.
+#[derive(Debug, Clone, Args)]
+pub struct SecureServingFlags {
+    /// The address the secure port listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// A PEM certificate (chain) to serve with; without it (and
+    /// --tls-private-key-file), a self-signed one for the bind address
+    /// and localhost.
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The key of --tls-cert-file (PEM).
+    #[arg(long)]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// The CAs (PEM) whose client certificates name users (CN) and groups
+    /// (O) [default: the kubeconfig's certificate authority].
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+impl SecureServingFlags {
+    /// How to serve `port` (`None` for 0: not served).
+    async fn options(
+        &self,
+        port: u16,
+        kubeconfig_path: &Path,
+    ) -> Result<Option<SecureServingOptions>> {
+        if port == 0 {
+            return Ok(None);
+        }
+        let client_ca = match &self.client_ca_file {
+            Some(path) => read_certificates(path).context("--client-ca-file")?,
+            None => kubeconfig(kubeconfig_path)
+                .await?
+                .root_cert
+                .unwrap_or_default()
+                .into_iter()
+                .map(Into::into)
+                .collect(),
+        };
+        Ok(Some(SecureServingOptions {
+            bind: SocketAddr::new(self.bind_address, port),
+            cert_file: self.tls_cert_file.clone(),
+            key_file: self.tls_private_key_file.clone(),
+            client_ca,
+        }))
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct SchedulerArgs {
     /// The kubeconfig of the API to schedule for.
@@ -163,9 +321,12 @@ pub struct SchedulerArgs {
     /// Take the kube-system/kube-scheduler Lease before scheduling.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
-    /// Serve Prometheus metrics on this address (host:port) at /metrics.
-    #[arg(long)]
-    pub metrics_listen: Option<String>,
+    /// The HTTPS port of /metrics, /healthz, /livez and /readyz, with
+    /// delegated authentication and authorization; 0 serves none.
+    #[arg(long, default_value_t = 10259)]
+    pub secure_port: u16,
+    #[command(flatten)]
+    pub serving: SecureServingFlags,
 }
 
 /// `skiff scheduler`: the scheduler alone, until SIGINT or SIGTERM.
@@ -173,22 +334,16 @@ pub async fn scheduler(args: SchedulerArgs) -> Result<()> {
     let config = scheduler_config(args.config.as_deref())?;
     let client = kubeconfig_client(&args.kubeconfig).await?;
     let metrics = Arc::new(Metrics::default());
-    if let Some(listen) = &args.metrics_listen {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .with_context(|| format!("cannot listen for metrics on {listen}"))?;
-        let metrics = metrics.clone();
-        let app = axum::Router::new().route(
-            "/metrics",
-            axum::routing::get(move || {
-                let metrics = metrics.clone();
-                async move { metrics.render() }
-            }),
-        );
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-    }
+    let port = match args
+        .serving
+        .options(args.secure_port, &args.kubeconfig)
+        .await?
+    {
+        Some(options) => {
+            Some(serve_secure_port("scheduler", options, &client, metrics.registry()).await?)
+        }
+        None => None,
+    };
     let mut signals = crate::shutdown::StopSignals::register()?;
     let options = RunOptions {
         config,
@@ -198,14 +353,18 @@ pub async fn scheduler(args: SchedulerArgs) -> Result<()> {
         metrics,
     };
     println!(
-        "skiff scheduler: scheduling for the API of {}",
-        args.kubeconfig.display()
+        "skiff scheduler: scheduling for the API of {}{}",
+        args.kubeconfig.display(),
+        secure_port_note(port.as_ref())
     );
     run(client, options, async move {
         let name = signals.recv().await;
         tracing::info!(signal = name, "stopping the scheduler");
     })
     .await;
+    if let Some(port) = port {
+        port.stop().await;
+    }
     Ok(())
 }
 
@@ -373,6 +532,18 @@ pub struct ControllerManagerArgs {
     /// Take the kube-system/kube-controller-manager Lease before running.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
+    /// The HTTPS port of /metrics, /healthz, /livez and /readyz, with
+    /// delegated authentication and authorization; 0 serves none.
+    #[arg(long, default_value_t = 10257)]
+    pub secure_port: u16,
+    #[command(flatten)]
+    pub serving: SecureServingFlags,
+}
+
+/// ` (secure port https://ADDR/metrics)`, or nothing.
+fn secure_port_note(port: Option<&SecureServer>) -> String {
+    port.map(|p| format!("; secure port https://{}/metrics", p.local_addr()))
+        .unwrap_or_default()
 }
 
 /// `skiff controller-manager`: the controllers alone, until SIGINT or SIGTERM.
@@ -383,27 +554,42 @@ pub async fn controller_manager(args: ControllerManagerArgs) -> Result<()> {
     if settings.root_ca.is_none() {
         settings.root_ca = kubeconfig_ca_pem(&args.kubeconfig).await?;
     }
+    let metrics = ManagerMetrics::new();
+    let port = match args
+        .serving
+        .options(args.secure_port, &args.kubeconfig)
+        .await?
+    {
+        Some(options) => Some(
+            serve_secure_port("controller-manager", options, &client, metrics.registry()).await?,
+        ),
+        None => None,
+    };
     let mut signals = crate::shutdown::StopSignals::register()?;
     let names: Vec<&str> = controllers.iter().map(|c| c.name).collect();
     println!(
-        "skiff controller-manager: running {} for the API of {}",
+        "skiff controller-manager: running {} for the API of {}{}",
         names.join(", "),
-        args.kubeconfig.display()
+        args.kubeconfig.display(),
+        secure_port_note(port.as_ref())
     );
     let lease = args
         .leader_elect
         .then(|| controller_manager_lease(&identity("controller-manager")));
-    manager::run(client, controllers, settings, lease, async move {
+    manager::run(client, controllers, settings, lease, metrics, async move {
         let name = signals.recv().await;
         tracing::info!(signal = name, "stopping the controller-manager");
     })
     .await;
+    if let Some(port) = port {
+        port.stop().await;
+    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_duration, read_root_ca};
+    use super::{parse_duration, read_root_ca, SecureListen};
     use std::time::Duration;
 
     #[test]
@@ -420,6 +606,17 @@ mod tests {
         assert!(err.contains("holds no PEM certificate"), "{err}");
         let missing = format!("{:#}", read_root_ca(&dir.path().join("none")).unwrap_err());
         assert!(missing.contains("reading --root-ca-file"), "{missing}");
+    }
+
+    #[test]
+    fn a_secure_listen_is_an_address_or_off() {
+        assert_eq!(
+            "127.0.0.1:0".parse::<SecureListen>(),
+            Ok(SecureListen(Some("127.0.0.1:0".parse().unwrap())))
+        );
+        assert_eq!("off".parse::<SecureListen>(), Ok(SecureListen(None)));
+        let err = "localhost:10259".parse::<SecureListen>().unwrap_err();
+        assert!(err.contains("not an IP:port"), "{err}");
     }
 
     #[test]

@@ -77,6 +77,11 @@ pub struct NodeArgs {
     /// the kubelet's flag of the same name.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub sync_frequency: Duration,
+    /// How often the node's and its containers' CPU and memory are
+    /// sampled for the stats and resource metrics endpoints, as the
+    /// kubelet's flag of the same name.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub housekeeping_interval: Duration,
     /// Leave the pods' processes running when the kubelet stops (as the
     /// real kubelet does; the next start adopts them) instead of stopping
     /// them within their grace periods.
@@ -148,6 +153,12 @@ pub struct KubeletArgs {
     /// Simulated nodes are named PREFIX-0, PREFIX-1, …
     #[arg(long, default_value = "sim")]
     pub simulate_prefix: String,
+    /// Where the simulated nodes' Summary API is served (plain HTTP,
+    /// `/nodes/NAME/stats/summary`; port 0: any free port). Each simulated
+    /// Node names its URL in the skiff.dev/simulated-stats-url annotation;
+    /// with 0.0.0.0 the URL names this process's address towards the API.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub simulated_stats_listen: SocketAddr,
     #[command(flatten)]
     pub node: NodeArgs,
 }
@@ -161,7 +172,10 @@ pub async fn kubelet(args: KubeletArgs) -> Result<()> {
         tracing::info!(signal = name, "stopping the kubelet");
     };
     if let Some(count) = args.simulate {
-        let config = simulated(&args, count)?;
+        let mut config = simulated(&args, count)?;
+        if config.stats_listen.ip().is_unspecified() {
+            config.stats_advertise = Some(address_towards_api(&args.kubeconfig).await?);
+        }
         println!(
             "skiff kubelet: simulating {count} nodes ({}-0 …) for the API of {}",
             config.name_prefix,
@@ -182,7 +196,12 @@ pub async fn kubelet(args: KubeletArgs) -> Result<()> {
         None => client.clone(),
     };
     let proxy = crate::proxy::NodeProxy::start(proxy_client, &args.node, &config.node.name).await?;
-    let ran = agent::run(client, config, stop).await;
+    // What `/metrics` serves is `Kubelet::metrics_registry`, which the
+    // process may add its own collectors to.
+    let ran = match agent::Kubelet::new(config) {
+        Ok(kubelet) => kubelet.run(client, stop).await,
+        Err(err) => Err(err),
+    };
     if let Some(proxy) = proxy {
         proxy.stop().await;
     }
@@ -198,11 +217,50 @@ fn simulated(args: &KubeletArgs, count: usize) -> Result<SimulateConfig> {
         name_prefix: args.simulate_prefix.clone(),
         labels: parse_labels(&args.node.node_labels)?,
         taints: parse_taints(&args.node.register_with_taints)?,
+        stats_listen: args.simulated_stats_listen,
         ..SimulateConfig::default()
     };
     let capacity = ResourceList::parse(&args.node.capacity)?;
     config.capacity = merge(capacity, config.capacity);
     Ok(config)
+}
+
+/// This host's address on the way to the API server of `kubeconfig`: the
+/// local address a connection to it would have (a UDP socket connected
+/// to it sends nothing but has the route's source address).
+async fn address_towards_api(kubeconfig: &Path) -> Result<std::net::IpAddr> {
+    let read = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading the kubeconfig {}", kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(read, &Default::default())
+        .await
+        .with_context(|| format!("using the kubeconfig {}", kubeconfig.display()))?;
+    let url = &config.cluster_url;
+    let host = url
+        .host()
+        .with_context(|| format!("the API server URL {url} has no host"))?
+        .trim_matches(|c| c == '[' || c == ']')
+        .to_string();
+    let port = url
+        .port_u16()
+        .unwrap_or(if url.scheme_str() == Some("http") {
+            80
+        } else {
+            443
+        });
+    let api = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .with_context(|| format!("resolving the API server {host}"))?
+        .next()
+        .with_context(|| format!("the API server {host} has no address"))?;
+    let unspecified: SocketAddr = match api {
+        SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let socket = std::net::UdpSocket::bind(unspecified).context("a socket to find the route")?;
+    socket
+        .connect(api)
+        .with_context(|| format!("finding the route to the API server {api}"))?;
+    Ok(socket.local_addr()?.ip())
 }
 
 /// `given`'s quantities, else `defaults`'.
@@ -230,6 +288,9 @@ pub fn kubelet_config(args: &NodeArgs, root_dir: &Path) -> Result<KubeletConfig>
     if let Some(thresholds) = &args.eviction_hard {
         node.eviction_hard = EvictionThresholds::parse(thresholds)?;
     }
+    if args.housekeeping_interval.is_zero() {
+        bail!("--housekeeping-interval must be longer than zero");
+    }
     if args.container_restart_backoff.is_zero()
         || args.container_restart_backoff > args.container_restart_backoff_max
     {
@@ -254,6 +315,7 @@ pub fn kubelet_config(args: &NodeArgs, root_dir: &Path) -> Result<KubeletConfig>
         eviction_interval: args.eviction_interval,
         streaming_idle_timeout: args.streaming_connection_idle_timeout,
         sync_frequency: args.sync_frequency,
+        housekeeping_interval: args.housekeeping_interval,
         tls: None,
         network: match args.pod_network {
             PodNetworkMode::Host => None,
@@ -360,7 +422,8 @@ impl LocalKubelet {
         )
         .await?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(agent::run(client, config, async move {
+        let kubelet = agent::Kubelet::new(config)?;
+        let task = tokio::spawn(kubelet.run(client, async move {
             let _ = stopped.await;
         }));
         Ok(LocalKubelet {
@@ -411,6 +474,60 @@ mod tests {
             std::iter::once("kubelet").chain(args.iter().copied()),
         )
         .map(|f| f.node)
+    }
+
+    #[test]
+    fn the_housekeeping_interval_is_a_go_duration_of_10s_by_default() {
+        assert_eq!(
+            node_args(&[]).unwrap().housekeeping_interval,
+            Duration::from_secs(10)
+        );
+        let node = node_args(&["--housekeeping-interval=2s"]).unwrap();
+        assert_eq!(node.housekeeping_interval, Duration::from_secs(2));
+        let config = kubelet_config(&node, Path::new("/tmp/skiff-flags-test")).unwrap();
+        assert_eq!(config.housekeeping_interval, Duration::from_secs(2));
+        assert!(node_args(&["--housekeeping-interval=2"]).is_err());
+        let zero = node_args(&["--housekeeping-interval=0s"]).unwrap();
+        let err = kubelet_config(&zero, Path::new("/tmp/skiff-flags-test"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("--housekeeping-interval"), "{err}");
+    }
+
+    #[test]
+    fn simulations_serve_their_stats_on_any_free_port_by_default() {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            kubelet: KubeletArgs,
+        }
+        let parse = |extra: &[&str]| {
+            let args = ["kubelet", "--kubeconfig=/dev/null", "--simulate=2"];
+            <Flags as clap::Parser>::try_parse_from(args.iter().chain(extra)).map(|f| f.kubelet)
+        };
+        let args = parse(&[]).unwrap();
+        let config = simulated(&args, 2).unwrap();
+        assert_eq!(
+            config.stats_listen,
+            "127.0.0.1:0".parse::<SocketAddr>().unwrap()
+        );
+        let args = parse(&["--simulated-stats-listen=0.0.0.0:9123"]).unwrap();
+        assert_eq!(simulated(&args, 2).unwrap().stats_listen.port(), 9123);
+    }
+
+    #[tokio::test]
+    async fn the_address_towards_the_api_is_the_routes_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(
+            &path,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:6443\n\
+             contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {}\n",
+        )
+        .unwrap();
+        let address = address_towards_api(&path).await.unwrap();
+        assert_eq!(address, "127.0.0.1".parse::<std::net::IpAddr>().unwrap());
     }
 
     #[test]

@@ -389,6 +389,9 @@ pub fn kubelet_tls(
         Arc::new(store),
         provider.clone(),
     )
+    // A connection without a certificate reaches /healthz alone (the
+    // kubelet's router refuses it every other path).
+    .allow_unauthenticated()
     .build()
     .context("the client certificate verifier")?;
     let config = rustls::ServerConfig::builder_with_provider(provider)
@@ -407,6 +410,10 @@ struct MastersOnly(Arc<dyn rustls::server::danger::ClientCertVerifier>);
 impl rustls::server::danger::ClientCertVerifier for MastersOnly {
     fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
         self.0.root_hint_subjects()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.0.client_auth_mandatory()
     }
 
     fn verify_client_cert(

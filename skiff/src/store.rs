@@ -231,6 +231,8 @@ pub struct ApiServing {
     /// controllers.
     pub controller_manager: bool,
     pub controllers: crate::control_plane::ControllerFlags,
+    /// Where the scheduler's and the controller-manager's secure ports listen.
+    pub secure_ports: crate::control_plane::SecurePortFlags,
     /// How long Events are kept.
     pub events: crate::api::EventFlags,
     /// Where Services' addresses come from.
@@ -373,25 +375,27 @@ pub async fn run_member(
             let _ = stopped.await;
         },
     ));
-    let (controllers, settings) = match &api {
+    let (controllers, settings, secure_ports) = match &api {
         Some(api) => (
             api.controllers.chosen(api.controller_manager)?,
             api.controllers.settings(),
+            Some(api.secure_ports.clone()),
         ),
-        None => (Vec::new(), Default::default()),
+        None => (Vec::new(), Default::default(), None),
     };
-    let control_plane = match &local_api {
-        Some((local, _)) => {
+    let control_plane = match (&local_api, &secure_ports) {
+        (Some((local, _)), Some(ports)) => {
             crate::control_plane::ControlPlane::start(
                 local,
                 &args.name,
                 scheduler_config,
                 controllers,
                 settings,
+                ports,
             )
             .await?
         }
-        None => None,
+        _ => None,
     };
     let kubelet = match (&local_api, api.as_ref().and_then(|a| a.node.as_ref())) {
         (Some((local, _)), Some(node)) => node.start(local).await,
@@ -404,6 +408,11 @@ pub async fn run_member(
         peer_addr,
         local_api.as_ref(),
     );
+    if let Some(ports) = control_plane.as_ref().and_then(|c| c.secure_ports()) {
+        // As the ready line: a closed stdout must not stop the member.
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), "{ports}");
+    }
 
     let removed = {
         let store = store.clone();

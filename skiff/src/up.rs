@@ -54,6 +54,8 @@ pub struct UpArgs {
     #[command(flatten)]
     pub controllers: crate::control_plane::ControllerFlags,
     #[command(flatten)]
+    pub secure_ports: crate::control_plane::SecurePortFlags,
+    #[command(flatten)]
     pub events: crate::api::EventFlags,
     #[command(flatten)]
     pub services: crate::api::ServiceRangeFlags,
@@ -186,6 +188,7 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
         scheduler: args.scheduler,
         controller_manager: args.controller_manager,
         controllers: args.controllers,
+        secure_ports: args.secure_ports,
         events: args.events,
         services: args.services,
         serve: skiff_apiserver::ServeOptions {
@@ -261,8 +264,12 @@ async fn api_only(args: UpArgs) -> Result<()> {
         args.scheduler.then_some(scheduler_config),
         controllers,
         args.controllers.settings(),
+        &args.secure_ports,
     )
     .await?;
+    if let Some(ports) = control_plane.as_ref().and_then(|c| c.secure_ports()) {
+        println!("{ports}");
+    }
     let kubelet = match args.local_node() {
         Some(node) => node.start(&local).await,
         None => None,
@@ -320,6 +327,8 @@ pub struct ServerArgs {
     #[command(flatten)]
     pub controllers: crate::control_plane::ControllerFlags,
     #[command(flatten)]
+    pub secure_ports: crate::control_plane::SecurePortFlags,
+    #[command(flatten)]
     pub events: crate::api::EventFlags,
     #[command(flatten)]
     pub services: crate::api::ServiceRangeFlags,
@@ -357,6 +366,7 @@ pub async fn server(args: ServerArgs) -> Result<()> {
         node: None,
         controller_manager: args.controller_manager,
         controllers: args.controllers,
+        secure_ports: args.secure_ports,
         events: args.events,
         services: args.services,
         serve: skiff_apiserver::ServeOptions {

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use prometheus::{Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry};
+use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry};
 
 use crate::Store;
 
@@ -118,15 +118,7 @@ pub fn render(store: &Store) -> String {
         "Total number of keys.",
         store.kv().live_keys() as i64,
     );
-    if let Some(rss) = resident_memory_bytes() {
-        let metric = Gauge::new(
-            "process_resident_memory_bytes",
-            "Resident memory size in bytes.",
-        )
-        .expect("a valid gauge name");
-        metric.set(rss as f64);
-        let _ = registry.register(Box::new(metric));
-    }
+    let _ = registry.register(Box::new(skiff_machinery::metrics::ProcessCollector::new()));
     let version = IntGauge::with_opts(
         Opts::new(
             "etcd_server_version",
@@ -147,14 +139,6 @@ pub fn render(store: &Store) -> String {
 }
 
 /// This process's resident set, from /proc (Linux).
-fn resident_memory_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf reads a constant of the system.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    Some(pages * u64::try_from(page).ok()?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,6 +42,8 @@ pub struct KubeHttp {
     token: Option<String>,
     /// The Accept header; `application/json` unless set.
     accept: Option<String>,
+    /// Any server certificate is accepted (a component's self-signed one).
+    skip_verify: bool,
 }
 
 /// The parts of a kubeconfig this client uses, from its text.
@@ -147,6 +149,7 @@ impl KubeHttp {
             client_cert: parts.client_cert,
             token: parts.token,
             accept: None,
+            skip_verify: false,
         })
     }
 
@@ -159,6 +162,7 @@ impl KubeHttp {
             client_cert: None,
             token: None,
             accept: None,
+            skip_verify: false,
         }
     }
 
@@ -209,6 +213,16 @@ impl KubeHttp {
     pub fn trusting(&self, ca_pem: &str) -> KubeHttp {
         KubeHttp {
             ca_pem: Some(ca_pem.to_string()),
+            ..self.clone()
+        }
+    }
+
+    /// The same client over TLS accepting any server certificate, as
+    /// Go's InsecureSkipVerify (for components' self-signed certificates).
+    pub fn skipping_verification(&self) -> KubeHttp {
+        KubeHttp {
+            ca_pem: Some(self.ca_pem.clone().unwrap_or_default()),
+            skip_verify: true,
             ..self.clone()
         }
     }
@@ -390,9 +404,17 @@ impl KubeHttp {
             roots.add(cert.map_err(|e| anyhow!("the CA: {e}"))?)?;
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots);
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()?;
+        let builder = if self.skip_verify {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(
+                    skiff_machinery::skip_verify::SkipServerVerification(provider),
+                ))
+        } else {
+            builder.with_root_certificates(roots)
+        };
         let config = match &self.client_cert {
             Some((cert, key)) => {
                 let chain = CertificateDer::pem_slice_iter(cert.as_bytes())

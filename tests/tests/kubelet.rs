@@ -445,13 +445,31 @@ async fn the_kubelet_port_admits_only_the_api_server_and_administrators() -> Res
         .trusting(&kubelet_cert);
     let reply = admin.get("/healthz").await?;
     assert_eq!((reply.status, reply.text()), (200, "ok".to_string()));
-    // No client certificate, or one of a user outside system:masters
-    // (another kubelet's): the handshake is refused.
-    let anonymous = admin.anonymous().get("/healthz").await;
-    ensure!(
-        anonymous.is_err(),
-        "answered without a client certificate: {anonymous:?}"
-    );
+    // Without a client certificate: /healthz alone, as the kubelet's
+    // health check; logs, stats and metrics answer 401.
+    let anonymous = admin.anonymous();
+    let health = anonymous.get("/healthz").await?;
+    assert_eq!((health.status, health.text()), (200, "ok".to_string()));
+    for path in [
+        "/metrics",
+        "/metrics/resource",
+        "/stats/summary",
+        "/containerLogs/default/hello/hello",
+    ] {
+        let refused = anonymous.get(path).await?;
+        ensure!(
+            refused.status == 401,
+            "{path} without a certificate: {} {}",
+            refused.status,
+            refused.text()
+        );
+    }
+    for path in ["/metrics", "/metrics/resource", "/stats/summary"] {
+        let served = admin.get(path).await?;
+        ensure!(served.status == 200, "{path}: {}", served.status);
+    }
+    // A certificate of a user outside system:masters (another
+    // kubelet's): the handshake is refused.
     let (cert, key) = test_pki::client_credentials("system:node:other", &["system:nodes"])?;
     let other = admin.with_client_cert(&cert, &key).get("/healthz").await;
     ensure!(

@@ -340,7 +340,15 @@ async fn raise_corrupt_for_a_changed_member(
     // Writes are refused on every member; reads are served.
     for i in 0..3 {
         let one = Etcdctl::new(binary.clone(), cluster.members[i].client.to_string());
-        let refused = one.fails(&["put", "after", "1"])?;
+        // The restarted member may still be calling an election.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let refused = loop {
+            let refused = one.fails(&["put", "after", "1"])?;
+            if !refused.contains("etcdserver: no leader") || Instant::now() > deadline {
+                break refused;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
         ensure!(
             refused.contains("etcdserver: corrupt cluster"),
             "put through member {i}: {refused}"

@@ -146,6 +146,97 @@ mod tests {
     }
 
     #[test]
+    fn viewers_may_read_metrics_and_anonymous_users_may_not() {
+        let viewer = user("viewer", &["system:authenticated"]);
+        assert!(can(&viewer, "list", "metrics.k8s.io", "pods", "team"));
+        assert!(can(&viewer, "get", "metrics.k8s.io", "pods", "team"));
+        assert!(!can(&viewer, "list", "metrics.k8s.io", "pods", "other"));
+        for name in ["editor", "owner"] {
+            let user = user(name, &["system:authenticated"]);
+            assert!(
+                can(&user, "list", "metrics.k8s.io", "pods", "team"),
+                "{name}"
+            );
+        }
+        let anonymous = user("system:anonymous", &["system:unauthenticated"]);
+        assert!(!can(&anonymous, "list", "metrics.k8s.io", "pods", "team"));
+        assert!(!can(&anonymous, "list", "metrics.k8s.io", "nodes", ""));
+        let anyone = user("someone", &["system:authenticated"]);
+        assert!(!can(&anyone, "list", "metrics.k8s.io", "pods", "default"));
+        // The stored view role carries the rule it aggregates.
+        let view = objects()
+            .iter()
+            .find(|o| o["metadata"]["name"] == "view")
+            .unwrap();
+        assert!(view["rules"].as_array().unwrap().iter().any(|r| {
+            r["apiGroups"] == json!(["metrics.k8s.io"])
+                && r["resources"] == json!(["pods", "nodes"])
+        }));
+    }
+
+    /// The monitoring group reads the server's metrics and health, and
+    /// the API server's kubelet client user may do anything to a kubelet.
+    #[test]
+    fn monitoring_and_the_kubelet_client_get_kubernetes_roles() {
+        let roles: Vec<Value> = objects()
+            .iter()
+            .filter(|o| o["kind"] == "ClusterRole")
+            .cloned()
+            .collect();
+        let bindings: Vec<Value> = objects()
+            .iter()
+            .filter(|o| o["kind"] == "ClusterRoleBinding")
+            .cloned()
+            .collect();
+        let index = Index::build(&[], &roles, &[], &bindings);
+        let path = |p: &str| Attributes {
+            verb: "get".into(),
+            resource: None,
+            path: p.into(),
+        };
+        let monitor = user("prometheus", &["system:monitoring", "system:authenticated"]);
+        for p in [
+            "/metrics",
+            "/metrics/slis",
+            "/livez/ping",
+            "/readyz",
+            "/healthz/etcd",
+        ] {
+            assert!(index.allows(&monitor, &path(p)), "{p}");
+        }
+        assert!(!index.allows(&monitor, &path("/debug/pprof")));
+        let anyone = user("someone", &["system:authenticated"]);
+        assert!(!index.allows(&anyone, &path("/metrics")));
+        let node = |verb: &str, subresource: &str| Attributes {
+            verb: verb.into(),
+            resource: Some(ResourceAttributes {
+                resource: "nodes".into(),
+                subresource: subresource.into(),
+                name: "n1".into(),
+                ..Default::default()
+            }),
+            path: String::new(),
+        };
+        let client = user("kube-apiserver-kubelet-client", &["system:authenticated"]);
+        for (verb, sub) in [
+            ("get", "stats"),
+            ("create", "proxy"),
+            ("get", "log"),
+            ("get", "metrics"),
+            ("get", "spec"),
+            ("proxy", ""),
+            ("get", ""),
+        ] {
+            assert!(
+                index.allows(&client, &node(verb, sub)),
+                "{verb} nodes/{sub}"
+            );
+        }
+        assert!(!index.allows(&client, &node("delete", "")));
+        assert!(!index.allows(&anyone, &node("get", "stats")));
+    }
+
+    #[test]
     fn the_components_and_every_user_get_their_system_roles() {
         let anyone = user("someone", &["system:authenticated"]);
         assert!(can(

@@ -47,6 +47,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
+use skiff_machinery::metrics::{QueueMetrics, Workqueues};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -54,6 +55,8 @@ use tokio::task::JoinHandle;
 /// watches stopped) when the term ends.
 pub struct Informers {
     client: Client,
+    /// The work queues' metrics of the process.
+    workqueues: Workqueues,
     shared: Mutex<HashMap<Key, Arc<dyn Any + Send + Sync>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -104,8 +107,14 @@ pub type EventStream<K> =
 
 impl Informers {
     pub fn new(client: Client) -> Arc<Informers> {
+        Informers::with_workqueues(client, Workqueues::new())
+    }
+
+    /// Informers whose controllers report their queues in `workqueues`.
+    pub fn with_workqueues(client: Client, workqueues: Workqueues) -> Arc<Informers> {
         Arc::new(Informers {
             client,
+            workqueues,
             shared: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
         })
@@ -114,6 +123,12 @@ impl Informers {
     /// The client the informers watch through, for the controllers' writes.
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// The metrics of the work queue `name` (kube-controller-manager's
+    /// name for it), starting empty.
+    pub fn workqueue(&self, name: &str) -> QueueMetrics {
+        self.workqueues.queue(name)
     }
 
     /// Every object of `K` in the cluster.

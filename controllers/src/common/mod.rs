@@ -6,7 +6,8 @@
 //! the API's refusals (`api`), and the
 //! test objects (`fixtures`); the informers every controller of a
 //! process shares (`informers`), and the loop of the controllers that keep
-//! an object in every namespace (`per_namespace`).
+//! an object in every namespace (`per_namespace`), and the work queue
+//! metrics of kube-runtime's applier (`workqueue`).
 
 pub mod api;
 pub mod events;
@@ -18,3 +19,4 @@ pub mod owners;
 pub mod per_namespace;
 pub mod pod_control;
 pub mod pods;
+pub mod workqueue;

@@ -11,10 +11,11 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::ResourceExt;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, WatchStreamExt};
+use kube::runtime::WatchStreamExt;
 
 use crate::backoff::Failures;
 use crate::common::informers::{Informers, Object};
+use crate::common::workqueue;
 
 /// A controller's context, and the failures of each namespace so far.
 struct Synced<C> {
@@ -26,9 +27,12 @@ struct Synced<C> {
 /// `concurrency` at once: again when the namespace changes, and when an
 /// object of `K` in it that `concerns` picks changes. `context` is made
 /// from the cache of `K`; a failed sync is retried with back-off by
-/// namespace, forgotten after a success. `controller` names the logs.
+/// namespace, forgotten after a success. `controller` names the logs,
+/// `queue` the work queue in the metrics.
+#[allow(clippy::too_many_arguments)]
 pub async fn sync_every_namespace<K, C, E, Fut>(
     controller: &'static str,
+    queue_name: &'static str,
     informers: &Informers,
     concerns: fn(&K) -> bool,
     context: impl FnOnce(Store<K>) -> C,
@@ -55,7 +59,8 @@ pub async fn sync_every_namespace<K, C, E, Fut>(
         ctx: Arc::new(context(objects)),
         failures: Failures::default(),
     });
-    applier(
+    workqueue::applier(
+        informers.workqueue(queue_name),
         move |namespace, synced: Arc<Synced<C>>| {
             Box::pin(async move {
                 let name = namespace.name_any();

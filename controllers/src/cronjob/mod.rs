@@ -17,12 +17,13 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, WatchStreamExt};
+use kube::runtime::WatchStreamExt;
 use kube::Client;
 use parking_lot::Mutex;
 use skiff_machinery::events::Recorder;
 
 use crate::common::informers::Informers;
+use crate::common::workqueue;
 use crate::manager::Controller;
 
 /// The `cronjob` controller of the controller-manager.
@@ -100,7 +101,8 @@ pub async fn run(informers: Arc<Informers>) {
         trigger_self(cj_events, ()),
         trigger_with(job_events, |job: Job| cron_job_of(&job)),
     );
-    applier(
+    workqueue::applier(
+        informers.workqueue("cronjob"),
         |cj, ctx| Box::pin(reconcile(cj, ctx)),
         error_policy,
         ctx,

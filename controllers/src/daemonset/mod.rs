@@ -23,7 +23,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use parking_lot::Mutex;
 use skiff_machinery::events::Recorder;
@@ -34,6 +34,7 @@ use crate::common::expectations::Expectations;
 use crate::common::informers::Informers;
 use crate::common::owners::controller_of;
 use crate::common::pods::controller_ref;
+use crate::common::workqueue;
 use crate::history::HistoryError;
 use crate::manager::Controller;
 
@@ -231,7 +232,8 @@ pub async fn run(informers: Arc<Informers>) {
         ),
     );
     let config = Config::default().concurrency(CONCURRENT_SYNCS);
-    applier(
+    workqueue::applier(
+        informers.workqueue("daemonset"),
         |ds, ctx| Box::pin(sync::reconcile(ds, ctx)),
         error_policy,
         ctx,

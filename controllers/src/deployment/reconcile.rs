@@ -9,7 +9,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, ReplicaSet};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::controller::{applier, trigger_owners, trigger_self, Action, Config};
+use kube::runtime::controller::{trigger_owners, trigger_self, Action, Config};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -20,6 +20,7 @@ use super::plan::{plan, Plan, ReplicaSetWrite};
 use super::{revision, PlanError};
 use crate::backoff::Failures;
 use crate::common::informers::Informers;
+use crate::common::workqueue;
 
 /// The source of its events, as kube-controller-manager names it.
 pub const COMPONENT: &str = "deployment-controller";
@@ -60,7 +61,8 @@ pub async fn run(informers: Arc<Informers>) {
         trigger_self(deployments.events.touched_objects(), ()),
         trigger_owners::<Deployment, _>(replica_sets.events.touched_objects(), (), ()),
     );
-    applier(
+    workqueue::applier(
+        informers.workqueue("deployment"),
         |d, ctx| Box::pin(reconcile(d, ctx)),
         error_policy,
         context,

@@ -16,12 +16,13 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::PostParams;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
 use crate::common::informers::Informers;
+use crate::common::workqueue;
 use crate::manager::Controller;
 
 /// The `disruption` controller of the controller-manager.
@@ -115,7 +116,8 @@ pub async fn run(informers: Arc<Informers>) {
                 .collect::<Vec<_>>()
         }),
     );
-    applier(
+    workqueue::applier(
+        informers.workqueue("disruption"),
         |pdb, ctx| Box::pin(reconcile(pdb, ctx)),
         |pdb, err, ctx| {
             let delay = ctx.failures.delay(&key(&pdb.metadata));

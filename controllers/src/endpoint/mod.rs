@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -24,6 +24,7 @@ use tokio::sync::Notify;
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
 use crate::common::informers::Informers;
+use crate::common::workqueue;
 use crate::manager::Controller;
 
 /// The `endpoint` controller of the controller-manager.
@@ -104,7 +105,8 @@ pub async fn run(informers: Arc<Informers>) {
             }),
         ),
     );
-    let syncs = applier(
+    let syncs = workqueue::applier(
+        informers.workqueue("endpoint"),
         |service, ctx| Box::pin(reconcile(service, ctx)),
         |service, err, ctx| {
             let delay = ctx.failures.delay(&key(&service.metadata));

@@ -16,13 +16,14 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use parking_lot::Mutex;
 
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
 use crate::common::informers::Informers;
+use crate::common::workqueue;
 use crate::endpoint::pods;
 use crate::manager::Controller;
 use plan::{MANAGED_BY, MANAGED_BY_LABEL, MAX_ENDPOINTS_PER_SLICE, SERVICE_NAME_LABEL};
@@ -94,7 +95,8 @@ pub async fn run(informers: Arc<Informers>) {
             trigger_with(slice_events, |slice: EndpointSlice| service_of(&slice)),
         ),
     );
-    applier(
+    workqueue::applier(
+        informers.workqueue("endpoint_slice"),
         |service, ctx| Box::pin(reconcile(service, ctx)),
         |service, err, ctx| {
             let delay = ctx.failures.delay(&key(&service.metadata));

@@ -56,12 +56,13 @@ pub struct GarbageCollector {
 /// workers are aborted with it).
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
+    let queue = WorkQueue::new(informers.workqueue(queue::NAME));
     let collector = Arc::new(GarbageCollector {
         recorder: Recorder::new(client.clone(), events::COMPONENT, None),
         client,
         informers,
         graph: Mutex::default(),
-        queue: WorkQueue::default(),
+        queue,
         catalog: RwLock::default(),
         synced: Mutex::default(),
     });

@@ -1,13 +1,19 @@
 //! The work queue of object uids: each uid at most once in the queue and
 //! never processed by two workers at once, with per-uid exponential
 //! back-off for retries. Its size is bounded by the number of objects.
+//! It reports client-go's workqueue metrics as
+//! `garbage_collector_attempt_to_delete`.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use skiff_machinery::metrics::QueueMetrics;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+/// kube-controller-manager's name for the queue.
+pub const NAME: &str = "garbage_collector_attempt_to_delete";
 
 /// First retry delay; doubled on each failure of the same uid.
 const BASE_DELAY: Duration = Duration::from_millis(50);
@@ -27,42 +33,66 @@ struct State {
 }
 
 impl State {
-    fn add(&mut self, uid: String) -> bool {
-        if !self.dirty.insert(uid.clone()) || self.processing.contains(&uid) {
+    /// Whether a worker may take `uid` now (it was not queued and is
+    /// not being processed).
+    fn add(&mut self, uid: String, metrics: &QueueMetrics) -> bool {
+        if !self.dirty.insert(uid.clone()) {
+            return false;
+        }
+        // Counted as client-go counts it: an add to a queue not holding
+        // the uid, even while a worker processes it.
+        metrics.add(&uid);
+        if self.processing.contains(&uid) {
             return false;
         }
         self.queue.push_back(uid);
         true
     }
 
-    fn promote_due(&mut self, now: Instant) -> bool {
+    fn promote_due(&mut self, now: Instant, metrics: &QueueMetrics) -> bool {
         let mut added = false;
         while let Some(first) = self.delayed.first().filter(|(at, _)| *at <= now).cloned() {
             self.delayed.remove(&first);
             self.delayed_at.remove(&first.1);
-            added |= self.add(first.1);
+            added |= self.add(first.1, metrics);
         }
         added
     }
 }
 
 /// Uids to process, deduplicated, with rate-limited retries.
-#[derive(Default)]
 pub struct WorkQueue {
     state: Mutex<State>,
     ready: Notify,
+    metrics: QueueMetrics,
+}
+
+impl Default for WorkQueue {
+    fn default() -> Self {
+        WorkQueue::new(QueueMetrics::unregistered(NAME))
+    }
 }
 
 impl WorkQueue {
+    /// An empty queue reporting to `metrics`.
+    pub fn new(metrics: QueueMetrics) -> WorkQueue {
+        WorkQueue {
+            state: Mutex::default(),
+            ready: Notify::new(),
+            metrics,
+        }
+    }
+
     /// Queues `uid` unless it is already queued.
     pub fn add(&self, uid: String) {
-        if self.state.lock().add(uid) {
+        if self.state.lock().add(uid, &self.metrics) {
             self.ready.notify_one();
         }
     }
 
     /// Queues `uid` after `delay` (the earlier time wins if already waiting).
     pub fn add_after(&self, uid: String, delay: Duration) {
+        self.metrics.retry();
         let at = Instant::now() + delay;
         let mut state = self.state.lock();
         match state.delayed_at.get(&uid) {
@@ -102,10 +132,11 @@ impl WorkQueue {
             let ready = self.ready.notified();
             let wake_at = {
                 let mut state = self.state.lock();
-                state.promote_due(Instant::now());
+                state.promote_due(Instant::now(), &self.metrics);
                 if let Some(uid) = state.queue.pop_front() {
                     state.dirty.remove(&uid);
                     state.processing.insert(uid.clone());
+                    self.metrics.start(&uid);
                     return uid;
                 }
                 state.delayed.first().map(|(at, _)| *at)
@@ -126,6 +157,7 @@ impl WorkQueue {
     pub fn done(&self, uid: &str) {
         let mut state = self.state.lock();
         state.processing.remove(uid);
+        self.metrics.done(uid);
         if state.dirty.contains(uid) {
             state.queue.push_back(uid.to_string());
             drop(state);
@@ -156,19 +188,26 @@ mod tests {
 
     #[tokio::test]
     async fn a_uid_is_queued_once_and_requeued_if_added_while_processing() {
-        let queue = WorkQueue::default();
+        let metrics = QueueMetrics::unregistered(NAME);
+        let queue = WorkQueue::new(metrics.clone());
         queue.add("a".into());
         queue.add("a".into());
         queue.add("b".into());
         assert_eq!(queue.len(), 2);
+        assert_eq!((metrics.depth(), metrics.adds()), (2, 2));
         assert_eq!(queue.next().await, "a");
         queue.add("a".into());
+        assert_eq!(metrics.depth(), 2, "a waits again behind its processing");
         assert_eq!(queue.next().await, "b", "a is being processed");
         queue.done("a");
         assert_eq!(queue.next().await, "a");
         queue.done("a");
         queue.done("b");
         assert!(queue.is_empty());
+        assert_eq!((metrics.depth(), metrics.adds()), (0, 3));
+        assert_eq!(metrics.processing(), 0);
+        queue.add_rate_limited("c".into());
+        assert_eq!((metrics.retries(), metrics.depth()), (1, 0));
     }
 
     #[tokio::test(start_paused = true)]

@@ -28,7 +28,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use parking_lot::Mutex;
 use skiff_machinery::events::Recorder;
@@ -37,6 +37,7 @@ use crate::backoff::Failures;
 use crate::common::expectations::Expectations;
 use crate::common::informers::Informers;
 use crate::common::pods::controller_ref;
+use crate::common::workqueue;
 use crate::manager::Controller;
 use backoff::BackoffRecord;
 use tracking::has_finalizer;
@@ -146,7 +147,8 @@ pub async fn run(informers: Arc<Informers>) {
     let jobs = jobs.store;
     let sweeper = tokio::spawn(orphans::sweep(client, jobs.clone(), pods));
     let config = Config::default().concurrency(CONCURRENT_SYNCS);
-    applier(
+    workqueue::applier(
+        informers.workqueue("job"),
         |job, ctx| Box::pin(reconcile(job, ctx)),
         error_policy,
         ctx,

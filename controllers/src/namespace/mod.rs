@@ -16,11 +16,12 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::controller::{applier, trigger_self, Action, Config};
+use kube::runtime::controller::{trigger_self, Action, Config};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 
 use crate::common::informers::Informers;
+use crate::common::workqueue;
 use crate::manager::Controller;
 use content::Pass;
 
@@ -55,7 +56,8 @@ pub enum Error {
 pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
     let (store, events) = informers.all::<Namespace>().await.into_parts();
-    applier(
+    workqueue::applier(
+        informers.workqueue("namespace"),
         |namespace, client| Box::pin(reconcile(namespace, client)),
         error_policy,
         Arc::new(client),

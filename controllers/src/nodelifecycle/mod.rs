@@ -25,6 +25,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use skiff_machinery::events::Recorder;
+use skiff_machinery::metrics::QueueMetrics;
 
 use crate::common::informers::Informers;
 use crate::manager::{Controller, Settings};
@@ -56,6 +57,10 @@ pub enum Error {
     },
 }
 
+/// kube-controller-manager's name for the node lifecycle controller's
+/// queue of nodes.
+pub const QUEUE: &str = "node_lifecycle_controller";
+
 /// Caches nodes, node Leases and pods, and monitors nodes until aborted.
 pub async fn run(informers: Arc<Informers>, settings: Arc<Settings>) {
     let client = informers.client();
@@ -66,6 +71,7 @@ pub async fn run(informers: Arc<Informers>, settings: Arc<Settings>) {
         .store;
     let pods = informers.all::<Pod>().await.store;
     let mut monitor = Monitor {
+        queue: informers.workqueue(QUEUE),
         recorder: Recorder::new(client.clone(), COMPONENT, None),
         client,
         settings: settings.clone(),
@@ -89,6 +95,9 @@ struct Caches {
 /// The controller's memory between passes: what it saw of each node's
 /// heartbeat, and the eviction rate limiter.
 struct Monitor {
+    /// Each pass queues every node, and each node's monitoring is its
+    /// processing.
+    queue: QueueMetrics,
     client: Client,
     /// Events as `node-controller`.
     recorder: Recorder,
@@ -103,13 +112,19 @@ impl Monitor {
             let nodes = caches.nodes.state();
             self.probes
                 .retain(|name, _| nodes.iter().any(|n| n.name_any() == *name));
-            for node in nodes {
+            let keys: Vec<String> = nodes.iter().map(|n| n.name_any()).collect();
+            for key in &keys {
+                self.queue.add(key);
+            }
+            for (node, key) in nodes.into_iter().zip(keys) {
+                self.queue.start(&key);
                 let lease = caches
                     .leases
                     .get(&ObjectRef::new(&node.name_any()).within(NODE_LEASE_NAMESPACE));
                 if let Err(err) = self.monitor(&node, lease.as_deref(), &caches.pods).await {
                     tracing::warn!(error = %err, "node lifecycle pass failed");
                 }
+                self.queue.done(&key);
             }
             tokio::time::sleep(self.settings.node_monitor_period).await;
         }

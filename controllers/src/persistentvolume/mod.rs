@@ -19,12 +19,13 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::PostParams;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
 use crate::common::informers::Informers;
+use crate::common::workqueue;
 use crate::manager::Controller;
 
 /// The `persistentvolume-binder` controller of the controller-manager.
@@ -139,7 +140,8 @@ pub async fn run(informers: Arc<Informers>, base_dir: PathBuf) {
         ),
     );
     let config = Config::default().concurrency(1);
-    let claim_syncs = applier(
+    let claim_syncs = workqueue::applier(
+        informers.workqueue("claims"),
         |claim, ctx| Box::pin(claims::reconcile(claim, ctx)),
         |claim, err, ctx| retry(&ctx, &key(&claim.metadata), err),
         ctx.clone(),
@@ -148,7 +150,8 @@ pub async fn run(informers: Arc<Informers>, base_dir: PathBuf) {
         config.clone(),
     )
     .for_each(log_result);
-    let volume_syncs = applier(
+    let volume_syncs = workqueue::applier(
+        informers.workqueue("volumes"),
         |volume, ctx| Box::pin(volumes::reconcile(volume, ctx)),
         |volume, err, ctx| retry(&ctx, &key(&volume.metadata), err),
         ctx.clone(),

@@ -16,7 +16,7 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::Store;
-use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use parking_lot::Mutex;
 use skiff_machinery::events::Recorder;
@@ -27,6 +27,7 @@ use crate::backoff::Failures;
 use crate::common::api::api_message;
 use crate::common::expectations::Expectations;
 use crate::common::informers::Informers;
+use crate::common::workqueue;
 use crate::manager::Controller;
 use status::ManageFailure;
 
@@ -105,7 +106,8 @@ pub async fn run(informers: Arc<Informers>) {
         }),
     );
     let config = Config::default().concurrency(CONCURRENT_SYNCS);
-    applier(
+    workqueue::applier(
+        informers.workqueue("replicaset"),
         |rs, ctx| Box::pin(sync::reconcile(rs, ctx)),
         error_policy,
         ctx,

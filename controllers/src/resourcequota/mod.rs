@@ -20,7 +20,7 @@ use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, watcher, WatchStreamExt};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde_json::Value;
 use skiff_machinery::quota::{self, GroupResource};
@@ -28,6 +28,7 @@ use skiff_machinery::quota::{self, GroupResource};
 use crate::backoff::{key, Failures};
 use crate::common::api::{api_message, status_code};
 use crate::common::informers::Informers;
+use crate::common::workqueue;
 use crate::manager::Controller;
 
 /// The `resourcequota` controller of the controller-manager.
@@ -85,7 +86,8 @@ pub async fn run(informers: Arc<Informers>) {
             quotas_in(&cached, &namespace)
         }),
     );
-    applier(
+    workqueue::applier(
+        informers.workqueue("resourcequota_primary"),
         |quota, ctx| Box::pin(reconcile(quota, ctx)),
         |quota, err, ctx| {
             let delay = ctx.failures.delay(&key(&quota.metadata));

@@ -61,6 +61,7 @@ pub async fn run(informers: Arc<Informers>, settings: Arc<Settings>) {
     let client = informers.client();
     sync_every_namespace(
         CONTROLLER.name,
+        "root_ca_cert_publisher",
         &informers,
         |map: &ConfigMap| map.metadata.name.as_deref() == Some(CONFIG_MAP_NAME),
         |config_maps| Context {

@@ -51,6 +51,7 @@ pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
     sync_every_namespace(
         CONTROLLER.name,
+        "serviceaccount",
         &informers,
         |account: &ServiceAccount| ACCOUNTS.contains(&account.name_any().as_str()),
         |accounts| Context { client, accounts },

@@ -20,7 +20,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{trigger_self, trigger_with, Action, Config};
 use kube::runtime::reflector::Store;
-use kube::runtime::{applier, WatchStreamExt};
+use kube::runtime::WatchStreamExt;
 use kube::Client;
 use skiff_machinery::events::Recorder;
 use skiff_machinery::selectors::LabelSelector;
@@ -28,6 +28,7 @@ use skiff_machinery::selectors::LabelSelector;
 use crate::backoff::Failures;
 use crate::common::informers::Informers;
 use crate::common::owners::controller_of;
+use crate::common::workqueue;
 use crate::history::HistoryError;
 use crate::manager::Controller;
 
@@ -112,7 +113,8 @@ pub async fn run(informers: Arc<Informers>) {
         trigger_with(pod_events, |pod: Pod| controller_of::<StatefulSet>(&pod)),
     );
     let config = Config::default().concurrency(CONCURRENT_SYNCS);
-    applier(
+    workqueue::applier(
+        informers.workqueue("statefulset"),
         |set, ctx| Box::pin(sync::reconcile(set, ctx)),
         error_policy,
         ctx,

@@ -10,10 +10,11 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{DeleteParams, Preconditions, PropagationPolicy};
 use kube::runtime::controller::{trigger_self, Action, Config};
-use kube::runtime::{applier, WatchStreamExt};
+use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 
 use crate::common::informers::Informers;
+use crate::common::workqueue;
 use crate::job::conditions::finished_at;
 use crate::manager::Controller;
 
@@ -60,7 +61,8 @@ pub async fn run(informers: Arc<Informers>) {
     let client = informers.client();
     let (jobs, events) = informers.all::<Job>().await.into_parts();
     let events = events.touched_objects();
-    applier(
+    workqueue::applier(
+        informers.workqueue("ttl_jobs_to_delete"),
         |job, client| Box::pin(reconcile(job, client)),
         |_job, err: &Error, _client| {
             tracing::warn!(error = %err, "ttl-after-finished: retrying");

@@ -84,12 +84,19 @@ async fn write_status(api: &Api<Node>, name: &str, ours: &Node) -> Result<(), No
         })
 }
 
-/// The existing Node with our labels set over its own and our taints
-/// added where it lacks them; spec.unschedulable and other writers'
+/// The existing Node with our labels and annotations set over its own
+/// and our taints added where it lacks them; spec.unschedulable and other writers'
 /// taints are kept.
 pub fn merged(mut current: Node, ours: &Node) -> Node {
     let labels = current.metadata.labels.get_or_insert_with(Default::default);
     labels.extend(ours.metadata.labels.clone().unwrap_or_default());
+    if let Some(ours) = ours.metadata.annotations.clone().filter(|a| !a.is_empty()) {
+        let annotations = current
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        annotations.extend(ours);
+    }
     let our_taints = ours
         .spec
         .as_ref()
@@ -123,9 +130,11 @@ mod tests {
         let mut config = NodeConfig::new("n1", "10.0.0.5");
         config.labels = parse_labels("zone=b").unwrap();
         config.taints = parse_taints("dedicated=gpu:NoSchedule,spot:NoExecute").unwrap();
-        let ours = build_node(&config, &host());
+        let mut ours = build_node(&config, &host());
+        ours.metadata.annotations = Some([("url".to_string(), "new".to_string())].into());
         let mut existing = Node::default();
         existing.metadata.labels = Some(parse_labels("zone=a,team=infra").unwrap());
+        existing.metadata.annotations = Some(parse_labels("url=old,note=kept").unwrap());
         existing.spec = Some(NodeSpec {
             unschedulable: Some(true),
             taints: Some(
@@ -135,6 +144,11 @@ mod tests {
             ..NodeSpec::default()
         });
         let node = merged(existing, &ours);
+        let annotations = node.metadata.annotations.unwrap();
+        assert_eq!(
+            (annotations["url"].as_str(), annotations["note"].as_str()),
+            ("new", "kept")
+        );
         let labels = node.metadata.labels.unwrap();
         assert_eq!(labels["zone"], "b");
         assert_eq!(labels["team"], "infra");

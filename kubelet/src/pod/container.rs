@@ -20,6 +20,7 @@ use super::launch::{Launch, NotStarted};
 use super::shared::{PodShared, Slot};
 use super::status::RestartPolicyKind;
 use super::PodContext;
+use crate::metrics::ContainerType;
 use crate::probe::{self, ProbeKind, ProbeResult, ProbeState, ProbeStatus, Prober};
 use crate::runtime::{ContainerHandle, ContainerId, ContainerSpec, ExitStatus};
 
@@ -252,6 +253,10 @@ impl ContainerRunner {
         };
         match self.context.runtime.start(spec).await {
             Ok(handle) => {
+                self.context.metrics.container_started(match self.slot {
+                    Slot::Init(_) => ContainerType::InitContainer,
+                    Slot::Regular(_) => ContainerType::Container,
+                });
                 let name = &self.container.name;
                 self.record(events::created(self.reference(), name));
                 self.record(events::started(self.reference(), name));
@@ -337,7 +342,17 @@ impl ContainerRunner {
                     let _ = off.wait_for(|off| *off).await;
                 };
                 let (recorder, container) = (self.context.recorder.clone(), self.reference());
+                let metrics = self.context.metrics.clone();
+                let shared = &self.context.shared;
+                let labels = [
+                    self.container.name.clone(),
+                    shared.name.clone(),
+                    shared.namespace.clone(),
+                    shared.uid.clone(),
+                ];
                 let unhealthy = move |result: &ProbeResult| {
+                    let [name, pod, namespace, uid] = &labels;
+                    metrics.probe_result(kind, result, name, pod, namespace, uid);
                     if let Some(event) = events::unhealthy(container.clone(), kind, result) {
                         recorder.record(event);
                     }

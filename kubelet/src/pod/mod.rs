@@ -28,6 +28,7 @@ use self::backoff::BackoffConfig;
 use self::launch::PodLauncher;
 use self::shared::PodShared;
 use self::status::PodFacts;
+use crate::metrics::KubeletMetrics;
 use crate::network::PodNetwork;
 use crate::runtime::{ProcessRuntime, RecoveredContainer};
 
@@ -46,6 +47,8 @@ pub struct PodContext {
     pub volume_resync: Duration,
     /// The kubelet's one event recorder.
     pub recorder: Recorder,
+    /// The kubelet's own metrics.
+    pub metrics: Arc<KubeletMetrics>,
 }
 
 struct Worker {
@@ -68,6 +71,8 @@ pub struct PodManagerConfig {
     pub volume_resync: Duration,
     /// The kubelet's one event recorder.
     pub recorder: Recorder,
+    /// The kubelet's own metrics.
+    pub metrics: Arc<KubeletMetrics>,
 }
 
 pub struct PodManager {
@@ -166,6 +171,7 @@ impl PodManager {
             network: self.config.network.clone(),
             volume_resync: self.config.volume_resync,
             recorder: self.config.recorder.clone(),
+            metrics: self.config.metrics.clone(),
         });
         let (updates, receiver) = watch::channel(Some(pod));
         let recovered = self.recovered.lock().remove(&uid).unwrap_or_default();

@@ -317,6 +317,9 @@ async fn run_containers(
         }
     }
     context.shared.update_facts(|f| f.sandbox_ready = true);
+    if recovered.is_empty() {
+        context.metrics.pod_started();
+    }
     let regular_recovered = spec
         .containers
         .iter()
@@ -442,13 +445,19 @@ async fn write_status(context: Arc<PodContext>, client: Client, updates: PodUpda
     let api: Api<Pod> = Api::namespaced(client, &context.shared.namespace);
     let mut changes = context.shared.subscribe();
     let mut written: Option<serde_json::Value> = None;
+    let mut ran = false;
     loop {
         tokio::time::sleep(STATUS_COALESCE).await;
         let Some(pod) = updates.borrow().clone() else {
             return;
         };
         let (init, containers, facts) = context.shared.snapshot();
-        let status = pod_status(&pod, &init, &containers, &facts, jiff::Timestamp::now());
+        let now = jiff::Timestamp::now();
+        let status = pod_status(&pod, &init, &containers, &facts, now);
+        if !ran && status.phase.as_deref() == Some("Running") {
+            ran = true;
+            observe_start(&context, &pod, &facts, now);
+        }
         let status = serde_json::to_value(&status).unwrap_or_default();
         if written.as_ref() != Some(&status) {
             let patch = serde_json::json!({ "status": status });
@@ -472,6 +481,22 @@ async fn write_status(context: Arc<PodContext>, client: Client, updates: PodUpda
             return;
         }
     }
+}
+
+/// The pod runs for the first time since the kubelet saw it: how long
+/// that took, unless it was running already before this kubelet started.
+fn observe_start(
+    context: &PodContext,
+    pod: &Pod,
+    facts: &super::status::PodFacts,
+    now: jiff::Timestamp,
+) {
+    let was_running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    let Some(seen) = facts.start_time.filter(|_| !was_running) else {
+        return;
+    };
+    let took = now.duration_since(seen).as_secs_f64();
+    context.metrics.pod_started_running(took);
 }
 
 /// The status with every container stopped, before the object goes.

@@ -2,8 +2,11 @@
 //! decides which client certificates get in): the containers' logs at
 //! `/containerLogs/{namespace}/{pod}/{container}` for the apiserver's
 //! `pods/log`, [`crate::streaming`]'s exec, attach and port-forward, and
-//! `/healthz`. Errors are plain text, as the kubelet's
-//! are; the apiserver turns them into a Status.
+//! `/healthz`; what the node uses at `/stats/summary` and
+//! `/metrics/resource`, and the kubelet's own `/metrics`. Errors are plain
+//! text, as the kubelet's are; the apiserver turns them into a Status.
+//! Over TLS, every path but `/healthz` wants a client certificate (which
+//! the TLS configuration has checked).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,8 +19,10 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::logs::{read_log, LogOptions};
+use crate::metrics::KubeletMetrics;
 use crate::pod::PodManager;
 use crate::runtime::{ContainerHandle, ContainerId, ProcessRuntime};
+use crate::stats::StatsProvider;
 use crate::streaming::{self, ContainerFinder, Refusal};
 
 #[derive(Clone)]
@@ -30,6 +35,7 @@ pub fn router(
     pods: Arc<PodManager>,
     runtime: Arc<ProcessRuntime>,
     streaming_idle_timeout: std::time::Duration,
+    observability: Observability,
 ) -> Router {
     let finder: Arc<dyn ContainerFinder> = Arc::new(NodePods(pods.clone()));
     Router::new()
@@ -38,12 +44,86 @@ pub fn router(
             runtime.clone(),
             streaming_idle_timeout,
         ))
-        .route("/healthz", get(|| async { "ok" }))
         .route(
             "/containerLogs/{namespace}/{pod}/{container}",
             get(container_logs),
         )
         .with_state(Kubelet { pods, runtime })
+        .merge(observability_router(observability))
+        .layer(axum::middleware::from_fn(certificate_required))
+}
+
+/// What the stats and metrics paths serve from.
+#[derive(Clone)]
+pub struct Observability {
+    pub stats: Arc<StatsProvider>,
+    pub metrics: Arc<KubeletMetrics>,
+    /// The node's pods, to count the running ones at each scrape.
+    pub pods: Option<Arc<PodManager>>,
+}
+
+/// `/healthz`, `/stats/summary`, `/metrics/resource` and `/metrics`.
+pub fn observability_router(observability: Observability) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/stats/summary", get(stats_summary))
+        .route("/metrics/resource", get(resource_metrics))
+        .route("/metrics", get(kubelet_metrics))
+        .with_state(observability)
+}
+
+async fn stats_summary(State(o): State<Observability>) -> Response {
+    axum::Json(o.stats.summary()).into_response()
+}
+
+async fn resource_metrics(State(o): State<Observability>) -> Response {
+    let summary = o.stats.summary();
+    let families = crate::stats::resource_metrics::families(Some(&summary));
+    prometheus_text(crate::stats::resource_metrics::encode(&families))
+}
+
+async fn kubelet_metrics(State(o): State<Observability>) -> Response {
+    if let Some(pods) = &o.pods {
+        crate::stats::count_running(pods, &o.metrics);
+    }
+    prometheus_text(o.metrics.encode())
+}
+
+fn prometheus_text(text: Result<String, prometheus::Error>) -> Response {
+    match text {
+        Ok(text) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                crate::stats::resource_metrics::CONTENT_TYPE,
+            )],
+            text,
+        )
+            .into_response(),
+        Err(err) => refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding the metrics: {err}"),
+        ),
+    }
+}
+
+/// Whether the TLS connection a request came on presented a client
+/// certificate (the TLS configuration decided whose it accepts). Absent
+/// on plain HTTP.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientCertificate(pub bool);
+
+/// Every path but `/healthz` needs a client certificate, where the port
+/// is TLS.
+async fn certificate_required(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let presented = request.extensions().get::<ClientCertificate>().map(|c| c.0);
+    if presented == Some(false) && request.uri().path() != "/healthz" {
+        return refuse(StatusCode::UNAUTHORIZED, "Unauthorized".into());
+    }
+    next.run(request).await
 }
 
 /// The pods this node runs, as the streaming endpoints look them up.
@@ -134,7 +214,7 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let acceptor = acceptor.clone();
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let router = router.clone();
         connections.spawn(async move {
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
                 .await
@@ -146,6 +226,13 @@ pub async fn serve(
                 }
                 Err(_) => return,
             };
+            let presented = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .is_some_and(|certs| !certs.is_empty());
+            let router = router.layer(axum::Extension(ClientCertificate(presented)));
+            let service = hyper_util::service::TowerToHyperService::new(router);
             let builder =
                 hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
             // With upgrades: exec, attach and port-forward switch protocols.
@@ -311,6 +398,65 @@ mod tests {
         let recent = log_options(&query(&[("sinceSeconds", "60")])).unwrap();
         let age = jiff::Timestamp::now().duration_since(recent.since.unwrap());
         assert!(age.as_secs() >= 59 && age.as_secs() <= 120, "{age:?}");
+    }
+
+    async fn get(app: &Router, uri: &str, certificate: Option<bool>) -> (StatusCode, String) {
+        use tower::ServiceExt;
+        let mut request = axum::http::Request::get(uri).body(Body::empty()).unwrap();
+        if let Some(presented) = certificate {
+            request
+                .extensions_mut()
+                .insert(ClientCertificate(presented));
+        }
+        let answer = app.clone().oneshot(request).await.unwrap();
+        let status = answer.status();
+        let body = axum::body::to_bytes(answer.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_stats_and_metrics_paths_answer_and_want_a_certificate() {
+        let stats = Arc::new(StatsProvider::new("node-1"));
+        stats.housekeep(Vec::new(), jiff::Timestamp::now());
+        let observability = Observability {
+            stats,
+            metrics: Arc::new(KubeletMetrics::new("node-1").unwrap()),
+            pods: None,
+        };
+        let app = observability_router(observability)
+            .layer(axum::middleware::from_fn(certificate_required));
+        let (status, body) = get(&app, "/stats/summary", Some(true)).await;
+        assert_eq!(status, StatusCode::OK);
+        let summary: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(summary["node"]["nodeName"], "node-1");
+        assert!(
+            summary["node"]["memory"]["workingSetBytes"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+        assert_eq!(summary["pods"], serde_json::json!([]));
+        let (status, body) = get(&app, "/metrics/resource", None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("node_memory_working_set_bytes "), "{body}");
+        assert!(body.lines().any(|l| l == "scrape_error 0"), "{body}");
+        let (status, body) = get(&app, "/metrics", Some(true)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            body.contains("kubelet_node_name{node=\"node-1\"} 1"),
+            "{body}"
+        );
+        // Over TLS without a client certificate: only /healthz.
+        for path in ["/stats/summary", "/metrics/resource", "/metrics"] {
+            let (status, _) = get(&app, path, Some(false)).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+        }
+        assert_eq!(
+            get(&app, "/healthz", Some(false)).await,
+            (StatusCode::OK, "ok".into())
+        );
     }
 
     #[test]

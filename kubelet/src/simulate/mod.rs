@@ -9,10 +9,13 @@ pub mod pod_ips;
 pub mod pod_status;
 pub mod pods;
 pub mod stats;
+pub mod stats_server;
+pub mod usage;
 pub mod wheel;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +29,7 @@ use crate::node::lease::{lease_api, DEFAULT_LEASE_DURATION_SECONDS, DEFAULT_RENE
 use heartbeats::Heartbeats;
 use pods::PodSimulator;
 pub use stats::{SimulationStats, StatsSnapshot};
+use usage::SimulatedUsage;
 
 /// What to simulate.
 #[derive(Debug, Clone)]
@@ -48,6 +52,12 @@ pub struct SimulateConfig {
     pub concurrency: usize,
     /// A renewal acknowledged more than this past its due time is late.
     pub late_after: Duration,
+    /// Where the nodes' Summary API is served (plain HTTP; port 0: any
+    /// free port, so that simulations side by side do not collide).
+    pub stats_listen: SocketAddr,
+    /// The host the nodes' stats URLs name [default: the listener's
+    /// address, or loopback when it listens on every address].
+    pub stats_advertise: Option<IpAddr>,
 }
 
 impl Default for SimulateConfig {
@@ -70,6 +80,8 @@ impl Default for SimulateConfig {
             pod_start_delay: Duration::ZERO,
             concurrency: 32,
             late_after: Duration::from_secs(2),
+            stats_listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            stats_advertise: None,
         }
     }
 }
@@ -118,10 +130,23 @@ impl Simulator {
         let config = &self.config;
         tokio::pin!(shutdown);
         let started = Instant::now();
+        let names: Vec<String> = (0..config.count)
+            .map(|i| format!("{}-{i}", config.name_prefix))
+            .collect();
+        let memory = config
+            .capacity
+            .memory
+            .and_then(|q| u64::try_from(q.milli / 1000).ok());
+        let usage = Arc::new(SimulatedUsage::new(
+            names.iter().map(String::as_str),
+            memory,
+            jiff::Timestamp::now(),
+        ));
+        let (stats_base, _serving) = serve_stats(config, Arc::clone(&usage)).await?;
         let nodes_api = Api::all(client.clone());
         let leases_api = lease_api(client.clone());
         let registered = tokio::select! {
-            r = nodes::register_all(&nodes_api, &leases_api, config, &self.stats) => r,
+            r = nodes::register_all(&nodes_api, &leases_api, config, &stats_base, &self.stats) => r,
             () = &mut shutdown => return Ok(()),
         };
         self.stats.registration_done(started.elapsed());
@@ -140,6 +165,7 @@ impl Simulator {
             config.pod_start_delay,
             config.concurrency,
             self.stats(),
+            usage,
         ));
         let heartbeats = Heartbeats::new(
             registered.nodes,
@@ -156,6 +182,42 @@ impl Simulator {
         }
         Ok(())
     }
+}
+
+/// Stops the task it holds when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Binds the stats listener and serves the nodes' Summaries on it until
+/// the returned guard is dropped; the base URL the nodes advertise.
+async fn serve_stats(
+    config: &SimulateConfig,
+    usage: Arc<SimulatedUsage>,
+) -> anyhow::Result<(String, AbortOnDrop)> {
+    let listener = tokio::net::TcpListener::bind(config.stats_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "binding the simulated stats listener {}",
+                config.stats_listen
+            )
+        })?;
+    let bound = listener.local_addr()?;
+    let host = stats_server::advertised_host(bound, config.stats_advertise);
+    let base = stats_server::base_url(host, bound.port());
+    tracing::info!(listen = %bound, url = %base, "simulated nodes serve their stats");
+    let app = stats_server::router(usage);
+    let task = tokio::spawn(async move {
+        if let Err(err) = axum::serve(listener, app).await {
+            tracing::warn!(error = %err, "the simulated stats listener stopped");
+        }
+    });
+    Ok((base, AbortOnDrop(task)))
 }
 
 /// Runs `config.count` simulated nodes until `shutdown`.

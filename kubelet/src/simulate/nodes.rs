@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 
 use super::pod_ips::{PodAddresses, PodIpError};
 use super::stats::SimulationStats;
+use super::stats_server::{node_url, STATS_URL_ANNOTATION};
 use super::SimulateConfig;
 use crate::node::config::{EvictionThresholds, NodeConfig};
 use crate::node::host::HostInfo;
@@ -147,6 +148,7 @@ pub fn simulated_node(
     config: &SimulateConfig,
     node: &SimNode,
     boot_id: &str,
+    stats_base: &str,
     now: Timestamp,
 ) -> Node {
     let mut node_config = NodeConfig::new(&node.name, &node.host_ip);
@@ -164,6 +166,15 @@ pub fn simulated_node(
     // where nothing of this node listens.
     node_config.kubelet_port = 0;
     let mut built = build_node(&node_config, &simulated_host(node, boot_id));
+    // Where the API server reads this node's usage, having no kubelet port.
+    built
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            STATS_URL_ANNOTATION.to_string(),
+            node_url(stats_base, &node.name),
+        );
     if let Some(status) = built.status.as_mut() {
         status.conditions = Some(ready_conditions(&[], now));
     }
@@ -189,6 +200,7 @@ pub async fn register_all(
     nodes_api: &Api<Node>,
     leases_api: &Api<Lease>,
     config: &SimulateConfig,
+    stats_base: &str,
     stats: &SimulationStats,
 ) -> Registered {
     let boot_id = random_uuid();
@@ -200,7 +212,9 @@ pub async fn register_all(
             .map(|node| {
                 let boot_id = boot_id.clone();
                 async move {
-                    let result = register_one(nodes_api, leases_api, config, &node, &boot_id).await;
+                    let result =
+                        register_one(nodes_api, leases_api, config, &node, &boot_id, stats_base)
+                            .await;
                     (node.index, result)
                 }
             })
@@ -234,13 +248,14 @@ async fn register_one(
     config: &SimulateConfig,
     node: &SimNode,
     boot_id: &str,
+    stats_base: &str,
 ) -> Result<NodeLease, String> {
     let mut last = String::new();
     for attempt in 0..REGISTER_ATTEMPTS {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
         }
-        match try_register(nodes_api, leases_api, config, node, boot_id).await {
+        match try_register(nodes_api, leases_api, config, node, boot_id, stats_base).await {
             Ok(lease) => return Ok(lease),
             Err(err) => {
                 tracing::debug!(node = %node.name, attempt, error = %err, "registering a simulated node failed");
@@ -257,9 +272,11 @@ async fn try_register(
     config: &SimulateConfig,
     node: &SimNode,
     boot_id: &str,
+    stats_base: &str,
 ) -> Result<NodeLease, String> {
     let now = Timestamp::now();
-    let stored = register_node(nodes_api, simulated_node(config, node, boot_id, now))
+    let built = simulated_node(config, node, boot_id, stats_base, now);
+    let stored = register_node(nodes_api, built)
         .await
         .map_err(|e| e.to_string())?;
     if !is_ready(&stored) {
@@ -349,6 +366,7 @@ mod tests {
             &config,
             &SimNode::new("sim", 3),
             "boot",
+            "http://127.0.0.1:4321",
             Timestamp::UNIX_EPOCH,
         );
         assert!(is_ready(&node));
@@ -360,6 +378,11 @@ mod tests {
         assert_eq!(status.allocatable, status.capacity);
         let labels = node.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[SIMULATED_LABEL], "true");
+        let annotations = node.metadata.annotations.as_ref().unwrap();
+        assert_eq!(
+            annotations[STATS_URL_ANNOTATION],
+            "http://127.0.0.1:4321/nodes/sim-3/stats/summary"
+        );
         assert_eq!(labels["kubernetes.io/hostname"], "sim-3");
         let info = status.node_info.as_ref().unwrap();
         assert!(info.container_runtime_version.starts_with("skiff-sim://"));

@@ -25,6 +25,7 @@ use super::nodes::{node_pod_cidrs, SimNode, SIMULATED_LABEL};
 use super::pod_ips::PodIpError;
 use super::pod_status::{run_for, running_status, succeeded_status};
 use super::stats::SimulationStats;
+use super::usage::SimulatedUsage;
 
 /// Every pod bound to some node; ours are picked out by node name.
 pub const BOUND_PODS: &str = "spec.nodeName!=";
@@ -229,6 +230,8 @@ pub struct PodSimulator {
     writes: Semaphore,
     start_delay: Duration,
     stats: Arc<SimulationStats>,
+    /// What the running pods use, for the nodes' Summaries.
+    usage: Arc<SimulatedUsage>,
 }
 
 impl PodSimulator {
@@ -238,6 +241,7 @@ impl PodSimulator {
         start_delay: Duration,
         concurrency: usize,
         stats: Arc<SimulationStats>,
+        usage: Arc<SimulatedUsage>,
     ) -> PodSimulator {
         PodSimulator {
             client,
@@ -248,6 +252,7 @@ impl PodSimulator {
             writes: Semaphore::new(concurrency.max(1)),
             start_delay,
             stats,
+            usage,
         }
     }
 
@@ -312,11 +317,19 @@ impl PodSimulator {
             }
             Ok(Event::Delete(pod)) => {
                 let node = self.node_of(&pod).map(Arc::as_ref);
+                if let Some(node) = node {
+                    self.usage
+                        .pod_gone(&node.name, &uid(&pod), Timestamp::now());
+                }
                 steps.deleted(&pod, node);
             }
             Ok(Event::Init) => listed.clear(),
             // Pods deleted while the watch was down.
-            Ok(Event::InitDone) => steps.relisted(listed, self.nodes.values()),
+            Ok(Event::InitDone) => {
+                self.usage
+                    .retain(|uid| listed.contains(uid), Timestamp::now());
+                steps.relisted(listed, self.nodes.values());
+            }
             Err(err) => {
                 tracing::debug!(error = %err, "the simulated nodes' pod watch failed; re-listing")
             }
@@ -371,6 +384,7 @@ impl PodSimulator {
         let Some(node) = self.node_of(&pod) else {
             return;
         };
+        self.usage.observe(&node.name, &pod, Timestamp::now());
         if let Some(step) = steps.observe(&pod, node) {
             self.spawn(step, pod, node, tasks);
         }
