@@ -6,6 +6,7 @@
 //! and the process's. Kept with the `prometheus` crate and written in its
 //! text exposition format at `/metrics`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 use std::time::Instant;
 
@@ -93,8 +94,21 @@ static REQUESTS: LazyLock<RequestMetrics> = LazyLock::new(|| {
     }
 });
 
+/// Whether requests are recorded: on unless the process turned it off
+/// (to measure what recording costs).
+static RECORDING: AtomicBool = AtomicBool::new(true);
+
+/// Turns the recording of request and watch-event metrics on or off for
+/// this process.
+pub fn set_recording(on: bool) {
+    RECORDING.store(on, Ordering::Relaxed);
+}
+
 /// Counts `events` watch events of `kind` sent to a client.
 pub fn watch_events_sent(group: &str, version: &str, kind: &str, events: u64) {
+    if !RECORDING.load(Ordering::Relaxed) {
+        return;
+    }
     REQUESTS
         .watch_events
         .with_label_values(&[group, version, kind])
@@ -184,7 +198,7 @@ impl Drop for InFlight {
 /// The middleware: every request counted, timed and labelled.
 pub async fn measure(request: Request, next: Next) -> Response {
     let kind = RequestKind::of_request(&request);
-    if kind == RequestKind::Exempt {
+    if kind == RequestKind::Exempt || !RECORDING.load(Ordering::Relaxed) {
         return next.run(request).await;
     }
     let labels = Labels::of(&request);

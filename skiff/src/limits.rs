@@ -35,6 +35,11 @@ pub struct LimitFlags {
     /// take before it is answered 504 (a Go duration: 60s, 2m).
     #[arg(long, default_value = "60s", value_parser = parse_timeout)]
     pub request_timeout: Duration,
+    /// Record the request metrics (apiserver_request_*, inflight,
+    /// long-running, watch events). On by default; `false` is for
+    /// measuring what recording them costs, as `skiff-bench api` does.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, hide = true)]
+    pub request_metrics: bool,
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
@@ -47,7 +52,9 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
 }
 
 impl LimitFlags {
-    pub fn limits(&self) -> Limits {
+    /// The limits, after turning the process's request metrics on or off.
+    pub fn apply(&self) -> Limits {
+        skiff_apiserver::metrics::set_recording(self.request_metrics);
         Limits {
             max_requests_inflight: self.max_requests_inflight,
             max_mutating_requests_inflight: self.max_mutating_requests_inflight,

@@ -192,7 +192,7 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
         events: args.events,
         services: args.services,
         serve: skiff_apiserver::ServeOptions {
-            limits: args.limits.limits(),
+            limits: args.limits.apply(),
             audit: Some(args.audit.auditor(&args.data_dir)?),
             authn: Default::default(),
             authorization: Default::default(),
@@ -243,7 +243,7 @@ async fn api_only(args: UpArgs) -> Result<()> {
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let options = skiff_apiserver::ServeOptions {
-        limits: args.limits.limits(),
+        limits: args.limits.apply(),
         audit: Some(args.audit.auditor(&args.data_dir)?),
         authn: security.authn.clone(),
         authorization: security.authorization,
@@ -370,7 +370,7 @@ pub async fn server(args: ServerArgs) -> Result<()> {
         events: args.events,
         services: args.services,
         serve: skiff_apiserver::ServeOptions {
-            limits: args.limits.limits(),
+            limits: args.limits.apply(),
             audit: Some(args.audit.auditor(&args.store.data_dir)?),
             authn: Default::default(),
             authorization: Default::default(),

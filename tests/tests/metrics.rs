@@ -362,3 +362,26 @@ async fn prometheus_scrapes_every_component_of_skiff_up() -> Result<()> {
     let _ = running.kill().await;
     anyhow::bail!("Prometheus did not scrape every component as up with their series; up: {last}\nconfig:\n{config}")
 }
+
+/// `--request-metrics=false` (for measuring what recording costs): the
+/// API answers as before and records no request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_metrics_can_be_turned_off_to_measure_their_cost() -> Result<()> {
+    let server = skiff_tests::api_server::ApiServer::start_scheduling_with(&[
+        "--request-metrics=false".into(),
+    ])
+    .await?;
+    let admin = server.http()?;
+    admin
+        .get_json("/api/v1/namespaces/default/configmaps")
+        .await?;
+    let text = admin.get("/metrics").await?.text();
+    ensure!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("apiserver_request_total{")),
+        "{text}"
+    );
+    ensure!(text.contains("\nprocess_cpu_seconds_total "), "{text}");
+    Ok(())
+}

@@ -116,6 +116,12 @@ pub struct ApiArgs {
     /// build, under a minute in a debug one)
     #[arg(long, env = "SKIFF_BENCH_QUICK")]
     quick: bool,
+
+    /// Also run the in-process store's create and watch points with the
+    /// API server's request metrics off, and print them beside the run
+    /// with them on: what recording metrics costs on the hot paths
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "SKIFF_BENCH_API_METRICS_OVERHEAD")]
+    metrics_overhead: bool,
 }
 
 /// The sizes of one run: flags, else the defaults for --quick or a full run.
@@ -130,6 +136,7 @@ pub struct Plan {
     pub encodings: Vec<Encoding>,
     pub watch_writes: usize,
     pub memory_pods: usize,
+    pub metrics_overhead: bool,
 }
 
 impl Plan {
@@ -160,6 +167,7 @@ impl Plan {
             encodings,
             watch_writes: args.watch_writes.unwrap_or(if q { 10 } else { 100 }),
             memory_pods: args.memory_pods.unwrap_or(if q { 1000 } else { 100_000 }),
+            metrics_overhead: args.metrics_overhead,
         };
         plan.check()?;
         Ok(plan)
@@ -261,10 +269,14 @@ pub fn run(args: ApiArgs) -> Result<()> {
         eprintln!("skiff-bench: cleaned up {stopped} server process(es) of the failed run");
     }
     let removed = root.remove();
-    let (in_process, over_etcd) = outcome?;
+    let (in_process, over_etcd, metrics_off) = outcome?;
     removed?;
     report::section("skiff's Kubernetes API: in-process store vs real etcd");
     table::print(&plan, &in_process, over_etcd.as_ref());
+    if let Some(metrics_off) = &metrics_off {
+        report::section("the cost of request metrics: in-process store, metrics on vs off");
+        table::print_metrics_overhead(&plan, &in_process, metrics_off);
+    }
     println!(
         "total time: {:.1} s; load average after the run: {}",
         started.elapsed().as_secs_f64(),
@@ -273,42 +285,89 @@ pub fn run(args: ApiArgs) -> Result<()> {
     Ok(())
 }
 
-/// The in-process store, then etcd if there is one: one server at a time.
+/// The in-process store, then etcd if there is one, then (unless left
+/// out) the in-process store again with its request metrics off: one
+/// server at a time.
 async fn run_all(
     plan: &Plan,
     skiff: &Program,
     etcd: Option<&Program>,
     root: &Path,
     progress: &Progress,
-) -> Result<(Measured, Option<Measured>)> {
-    let in_process = measure_backend(Backend::InProcess, plan, skiff, etcd, root, progress).await?;
+) -> Result<(Measured, Option<Measured>, Option<Measured>)> {
+    let in_process = measure_backend(
+        Run::Full(Backend::InProcess),
+        plan,
+        skiff,
+        etcd,
+        root,
+        progress,
+    )
+    .await?;
     let over_etcd = match etcd {
-        Some(_) => Some(measure_backend(Backend::Etcd, plan, skiff, etcd, root, progress).await?),
+        Some(_) => Some(
+            measure_backend(Run::Full(Backend::Etcd), plan, skiff, etcd, root, progress).await?,
+        ),
         None => None,
     };
-    Ok((in_process, over_etcd))
+    let metrics_off = match plan.metrics_overhead {
+        true => Some(measure_backend(Run::MetricsOff, plan, skiff, etcd, root, progress).await?),
+        false => None,
+    };
+    Ok((in_process, over_etcd, metrics_off))
 }
 
-/// Starts one backend, runs every workload on it, stops it.
+/// What one server is measured for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    /// Every workload, on this backend.
+    Full(Backend),
+    /// The in-process store with `--request-metrics=false`: the create
+    /// and watch points only (after the same load as a full run's), for
+    /// the cost of recording metrics.
+    MetricsOff,
+}
+
+impl Run {
+    fn backend(self) -> Backend {
+        match self {
+            Run::Full(backend) => backend,
+            Run::MetricsOff => Backend::InProcess,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Run::Full(backend) => backend.label(),
+            Run::MetricsOff => "in-process store, request metrics off",
+        }
+    }
+}
+
+/// Starts one backend, runs every workload of `run` on it, stops it.
 async fn measure_backend(
-    backend: Backend,
+    run: Run,
     plan: &Plan,
     skiff: &Program,
     etcd: Option<&Program>,
     root: &Path,
     progress: &Progress,
 ) -> Result<Measured> {
-    let label = backend.label();
+    let label = run.label();
     progress.set_prefix(format!("[{label}]"));
     progress.step("starting".into());
     let started = Instant::now();
-    let mut server = ApiServer::start(backend, skiff, etcd, root, false).await?;
+    let extra: &[&str] = match run {
+        Run::Full(_) => &[],
+        Run::MetricsOff => &["--request-metrics=false"],
+    };
+    let mut server = ApiServer::start(run.backend(), skiff, etcd, root, false, extra).await?;
     progress.note(&format!(
         "{label}: ready in {:.1} s (API http://{})",
         server.started_in.as_secs_f64(),
         server.api
     ));
-    let measured = workloads(&server, plan, progress).await;
+    let measured = workloads(&server, plan, run, progress).await;
     let measured = measured.map_err(|err| {
         let exited = server.exited();
         anyhow::anyhow!("measuring the API {label}: {err:#}{exited}")
@@ -343,7 +402,13 @@ async fn settle(cpu_time: impl Fn() -> Duration) -> (Duration, bool) {
     (start.elapsed(), false)
 }
 
-async fn workloads(server: &ApiServer, plan: &Plan, progress: &Progress) -> Result<Measured> {
+async fn workloads(
+    server: &ApiServer,
+    plan: &Plan,
+    run: Run,
+    progress: &Progress,
+) -> Result<Measured> {
+    let full = run != Run::MetricsOff;
     let rss_at_start = server.api_resident_bytes().unwrap_or(0);
     let mut conns = Vec::with_capacity(plan.max_clients());
     for _ in 0..plan.max_clients() {
@@ -379,7 +444,7 @@ async fn workloads(server: &ApiServer, plan: &Plan, progress: &Progress) -> Resu
         }
     ));
     let mut lists = Vec::with_capacity(list::ListKind::ALL.len() * plan.encodings.len());
-    for kind in list::ListKind::ALL {
+    for kind in list::ListKind::ALL.into_iter().filter(|_| full) {
         for &encoding in &plan.encodings {
             progress.step(format!(
                 "list {}, {}: {} times",
@@ -411,6 +476,19 @@ async fn workloads(server: &ApiServer, plan: &Plan, progress: &Progress) -> Resu
             )
             .await?,
         );
+    }
+    if !full {
+        return Ok(Measured {
+            creates,
+            lists,
+            watches,
+            floor: None,
+            memory: Default::default(),
+            started_in: Duration::ZERO,
+            total: Duration::ZERO,
+            load_after: String::new(),
+            notes: Vec::new(),
+        });
     }
     let floor = match plan.floor_watchers() {
         Some(watchers) => {

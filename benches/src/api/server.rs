@@ -70,6 +70,7 @@ impl ApiServer {
         etcd: Option<&Program>,
         root: &Path,
         scheduling: bool,
+        extra: &[&str],
     ) -> Result<ApiServer> {
         let dir = root.join(backend.dir_name());
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -95,6 +96,7 @@ impl ApiServer {
             // creates 429 past 5 000/s rather than let them be measured.
             "--client-qps=0".into(),
         ];
+        args.extend(extra.iter().map(|a| a.to_string()));
         let etcd = match backend {
             Backend::InProcess => None,
             Backend::Etcd => {

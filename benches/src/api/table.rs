@@ -42,6 +42,7 @@ pub struct Measured {
 }
 
 /// The API server's memory with the namespace full of pods.
+#[derive(Default)]
 pub struct Memory {
     pub pods: usize,
     /// The pods' JSON as a list serves them, items only.
@@ -589,4 +590,67 @@ fn print_notes(in_process: &Measured, over_etcd: Option<&Measured>) {
             println!("  ERROR ({label}): {problem}");
         }
     }
+}
+
+/// The create and watch points with request metrics on (the full
+/// in-process run) and off, side by side: what recording costs.
+pub fn print_metrics_overhead(plan: &Plan, on: &Measured, off: &Measured) {
+    let mut table = Table::new(&["figure"]);
+    table.group(
+        "in-process store",
+        &["metrics on", "metrics off", "on ÷ off", "better"],
+    );
+    let mut row = |name: String, better: Better, on: f64, off: f64, format: fn(f64) -> String| {
+        table.row(vec![
+            name,
+            format(on),
+            format(off),
+            report::ratio(on, off),
+            better.label().to_string(),
+        ]);
+    };
+    for &clients in &plan.clients {
+        for &encoding in &plan.encodings {
+            let (a, b) = (on.create(encoding, clients), off.create(encoding, clients));
+            let what = format!("{}, {}", plural(clients, "client"), encoding.name());
+            row(
+                format!("creates/s, {what}"),
+                Better::Higher,
+                a.per_second(),
+                b.per_second(),
+                whole,
+            );
+            for p in [50.0, 99.0] {
+                row(
+                    format!("create p{p} ms, {what}"),
+                    Better::Lower,
+                    a.latencies.percentile(p).as_secs_f64() * 1e3,
+                    b.latencies.percentile(p).as_secs_f64() * 1e3,
+                    ms,
+                );
+            }
+        }
+    }
+    for setup in plan.watch_points() {
+        let (a, b) = (on.watch(setup), off.watch(setup));
+        let what = format!(
+            "{} over {}, {}",
+            plural(setup.watchers, "watcher"),
+            setup.transport.name(),
+            setup.encoding.name()
+        );
+        for p in [50.0, 99.0] {
+            row(
+                format!("watch event p{p} ms, {what}"),
+                Better::Lower,
+                a.latencies.percentile(p).as_secs_f64() * 1e3,
+                b.latencies.percentile(p).as_secs_f64() * 1e3,
+                ms,
+            );
+        }
+    }
+    table.print();
+    println!(
+        "on ÷ off: the run with request metrics (the in-process column above) over a run of the same points, after the same load, with `--request-metrics=false`, one after the other on this machine; one run each, so the ratio also holds the two runs' noise."
+    );
 }

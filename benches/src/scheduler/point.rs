@@ -95,7 +95,7 @@ pub async fn measure(
     progress.set_prefix(format!("[{label}]"));
     progress.step("starting skiff up".into());
     let started = Instant::now();
-    let mut server = ApiServer::start(Backend::InProcess, skiff, None, root, true).await?;
+    let mut server = ApiServer::start(Backend::InProcess, skiff, None, root, true, &[]).await?;
     let outcome = run_point(&server, point, clients, progress).await;
     let outcome = outcome.map_err(|err| {
         let exited = server.exited();
