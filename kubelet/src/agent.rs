@@ -253,6 +253,12 @@ async fn run_kubelet(
             metrics,
             pods: Some(manager.clone()),
         },
+        crate::server::access::Access {
+            node: config.node.name.clone(),
+            delegated: Some(Arc::new(
+                skiff_machinery::serving::delegated::Delegated::new(client.clone()),
+            )),
+        },
     );
     let serving = tokio::spawn(crate::server::serve(
         listener,

@@ -354,9 +354,9 @@ fn cluster_domain(domain: &str) -> Result<String> {
     Ok(domain.to_ascii_lowercase())
 }
 
-/// TLS for the kubelet's port of `config`: only the API server and
-/// administrators (`system:masters`) with certificates of the cluster CA
-/// (`roots`) get in.
+/// TLS for the kubelet's port of `config`: client certificates of the
+/// cluster CA (`roots`), or none; the kubelet authorizes each request with
+/// the API server (SubjectAccessReview).
 fn with_tls(
     mut config: KubeletConfig,
     roots: Vec<rustls::pki_types::CertificateDer<'static>>,

@@ -361,10 +361,10 @@ impl Pki {
 }
 
 /// The kubelet port's TLS and its certificate (PEM): a self-signed
-/// serving certificate for `names` (a kubelet makes one when given none),
-/// and only clients with a
-/// certificate that `roots` (the cluster CA) signed for a user in
-/// `system:masters`: the API server and administrators.
+/// serving certificate for `names` (a kubelet makes one when given none);
+/// client certificates that `roots` (the cluster CA) signed, whose users
+/// the kubelet then authorizes with SubjectAccessReviews, or none (for
+/// `/healthz` and bearer tokens).
 pub fn kubelet_tls(
     names: &[String],
     roots: Vec<CertificateDer<'static>>,
@@ -381,81 +381,14 @@ pub fn kubelet_tls(
         .self_signed(&key)
         .context("signing the kubelet's certificate")?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut store = rustls::RootCertStore::empty();
-    for root in roots {
-        store.add(root).context("the cluster CA certificate")?;
-    }
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(store),
-        provider.clone(),
-    )
-    // A connection without a certificate reaches /healthz alone (the
-    // kubelet's router refuses it every other path).
-    .allow_unauthenticated()
-    .build()
-    .context("the client certificate verifier")?;
+    let verifier = kubelet_client_verifier(roots, provider.clone())?;
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .context("TLS protocol versions")?
-        .with_client_cert_verifier(Arc::new(MastersOnly(verifier)))
+        .with_client_cert_verifier(verifier)
         .with_single_cert(vec![cert.der().clone()], private_key(&key.serialize_pem())?)
         .context("the kubelet's certificate")?;
     Ok((Arc::new(config), cert.pem()))
-}
-
-/// Client certificates of the CA, for users in `system:masters` only.
-#[derive(Debug)]
-struct MastersOnly(Arc<dyn rustls::server::danger::ClientCertVerifier>);
-
-impl rustls::server::danger::ClientCertVerifier for MastersOnly {
-    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
-        self.0.root_hint_subjects()
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        self.0.client_auth_mandatory()
-    }
-
-    fn verify_client_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
-        let verified = self.0.verify_client_cert(end_entity, intermediates, now)?;
-        match skiff_apiserver::authn::x509::user_of(end_entity) {
-            Some(user) if user.groups.iter().any(|g| g == ADMIN_GROUP) => Ok(verified),
-            Some(user) => Err(rustls::Error::General(format!(
-                "user {:?} may not use the kubelet's port (only {ADMIN_GROUP})",
-                user.name
-            ))),
-            None => Err(rustls::Error::General(
-                "a certificate without a user".into(),
-            )),
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
 }
 
 /// A store member's TLS: for its client port, and for its peers.
@@ -530,6 +463,23 @@ pub fn serving_names(listen: &std::net::SocketAddr, extra: &[String]) -> Vec<Str
     names.sort();
     names.dedup();
     names
+}
+
+/// Client certificates the cluster CA (`roots`) signed, whatever their
+/// user, or none: a connection without one reaches `/healthz` alone, or
+/// what a bearer token is allowed (the kubelet's router decides).
+fn kubelet_client_verifier(
+    roots: Vec<CertificateDer<'static>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>> {
+    let mut store = rustls::RootCertStore::empty();
+    for root in roots {
+        store.add(root).context("the cluster CA certificate")?;
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider)
+        .allow_unauthenticated()
+        .build()
+        .context("the client certificate verifier")
 }
 
 #[cfg(test)]
@@ -624,29 +574,25 @@ mod tests {
     }
 
     #[test]
-    fn the_kubelet_port_admits_only_masters_of_the_cluster_ca() {
-        use rustls::server::danger::ClientCertVerifier;
+    fn the_kubelet_port_admits_certificates_of_the_cluster_ca_or_none() {
         let dir = tempfile::tempdir().unwrap();
         let pki = Pki::ensure(dir.path()).unwrap();
-        let masters = MastersOnly(client_verifier(&pki));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = kubelet_client_verifier(pem_certs(pki.ca_pem()).unwrap(), provider).unwrap();
+        assert!(!verifier.client_auth_mandatory());
         let now = rustls::pki_types::UnixTime::now();
         let cert = |credentials: Credentials| pem_certs(&credentials.cert_pem).unwrap().remove(0);
         let admin = cert(pki.admin().unwrap());
-        masters.verify_client_cert(&admin, &[], now).unwrap();
-        let api = cert(
-            pki.issue_client(KUBELET_CLIENT_USER, &[ADMIN_GROUP])
-                .unwrap(),
-        );
-        masters.verify_client_cert(&api, &[], now).unwrap();
+        verifier.verify_client_cert(&admin, &[], now).unwrap();
+        // Any user of the CA gets in; the kubelet authorizes it.
         let node = cert(
             pki.issue_client("system:node:n2", &["system:nodes"])
                 .unwrap(),
         );
-        let refused = masters.verify_client_cert(&node, &[], now).unwrap_err();
-        assert!(refused.to_string().contains("system:node:n2"), "{refused}");
+        verifier.verify_client_cert(&node, &[], now).unwrap();
         let other = Pki::ensure(tempfile::tempdir().unwrap().path()).unwrap();
         let stranger = cert(other.admin().unwrap());
-        assert!(masters.verify_client_cert(&stranger, &[], now).is_err());
+        assert!(verifier.verify_client_cert(&stranger, &[], now).is_err());
         let names = ["127.0.0.1".to_string()];
         let (_, pem) = kubelet_tls(&names, pem_certs(pki.ca_pem()).unwrap()).unwrap();
         assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"));

@@ -1,12 +1,13 @@
-//! The kubelet's port (10250 by default; HTTPS, whose TLS configuration
-//! decides which client certificates get in): the containers' logs at
+//! The kubelet's port (10250 by default; HTTPS, with client certificates
+//! of the cluster CA or bearer tokens, each request authorized as
+//! [`access`] says): the containers' logs at
 //! `/containerLogs/{namespace}/{pod}/{container}` for the apiserver's
 //! `pods/log`, [`crate::streaming`]'s exec, attach and port-forward, and
 //! `/healthz`; what the node uses at `/stats/summary` and
 //! `/metrics/resource`, and the kubelet's own `/metrics`. Errors are plain
 //! text, as the kubelet's are; the apiserver turns them into a Status.
-//! Over TLS, every path but `/healthz` wants a client certificate (which
-//! the TLS configuration has checked).
+
+pub mod access;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,6 +37,7 @@ pub fn router(
     runtime: Arc<ProcessRuntime>,
     streaming_idle_timeout: std::time::Duration,
     observability: Observability,
+    access: access::Access,
 ) -> Router {
     let finder: Arc<dyn ContainerFinder> = Arc::new(NodePods(pods.clone()));
     Router::new()
@@ -50,7 +52,10 @@ pub fn router(
         )
         .with_state(Kubelet { pods, runtime })
         .merge(observability_router(observability))
-        .layer(axum::middleware::from_fn(certificate_required))
+        .layer(axum::middleware::from_fn_with_state(
+            access,
+            access::authorize,
+        ))
 }
 
 /// What the stats and metrics paths serve from.
@@ -105,25 +110,6 @@ fn prometheus_text(text: Result<String, prometheus::Error>) -> Response {
             format!("encoding the metrics: {err}"),
         ),
     }
-}
-
-/// Whether the TLS connection a request came on presented a client
-/// certificate (the TLS configuration decided whose it accepts). Absent
-/// on plain HTTP.
-#[derive(Debug, Clone, Copy)]
-pub struct ClientCertificate(pub bool);
-
-/// Every path but `/healthz` needs a client certificate, where the port
-/// is TLS.
-async fn certificate_required(
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let presented = request.extensions().get::<ClientCertificate>().map(|c| c.0);
-    if presented == Some(false) && request.uri().path() != "/healthz" {
-        return refuse(StatusCode::UNAUTHORIZED, "Unauthorized".into());
-    }
-    next.run(request).await
 }
 
 /// The pods this node runs, as the streaming endpoints look them up.
@@ -226,12 +212,13 @@ pub async fn serve(
                 }
                 Err(_) => return,
             };
-            let presented = stream
+            let user = stream
                 .get_ref()
                 .1
                 .peer_certificates()
-                .is_some_and(|certs| !certs.is_empty());
-            let router = router.layer(axum::Extension(ClientCertificate(presented)));
+                .and_then(|certs| certs.first())
+                .and_then(|cert| skiff_machinery::serving::delegated::user_of_certificate(cert));
+            let router = router.layer(axum::Extension(access::ClientIdentity(user)));
             let service = hyper_util::service::TowerToHyperService::new(router);
             let builder =
                 hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
@@ -404,9 +391,14 @@ mod tests {
         use tower::ServiceExt;
         let mut request = axum::http::Request::get(uri).body(Body::empty()).unwrap();
         if let Some(presented) = certificate {
+            let admin = skiff_machinery::serving::delegated::User {
+                name: "admin".into(),
+                groups: vec!["system:masters".into()],
+                uid: None,
+            };
             request
                 .extensions_mut()
-                .insert(ClientCertificate(presented));
+                .insert(access::ClientIdentity(presented.then_some(admin)));
         }
         let answer = app.clone().oneshot(request).await.unwrap();
         let status = answer.status();
@@ -425,8 +417,13 @@ mod tests {
             metrics: Arc::new(KubeletMetrics::new("node-1").unwrap()),
             pods: None,
         };
-        let app = observability_router(observability)
-            .layer(axum::middleware::from_fn(certificate_required));
+        let app = observability_router(observability).layer(axum::middleware::from_fn_with_state(
+            access::Access {
+                node: "node-1".into(),
+                delegated: None,
+            },
+            access::authorize,
+        ));
         let (status, body) = get(&app, "/stats/summary", Some(true)).await;
         assert_eq!(status, StatusCode::OK);
         let summary: serde_json::Value = serde_json::from_str(&body).unwrap();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
-    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
 use x509_parser::prelude::{FromDer, X509Certificate};
@@ -55,6 +55,61 @@ pub fn user_of_certificate(der: &[u8]) -> Option<User> {
         groups,
         uid: None,
     })
+}
+
+/// What a request asks to do, as a SubjectAccessReview names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Attributes {
+    /// A path that is not a resource (`/metrics`).
+    NonResource { verb: String, path: String },
+    /// A resource, e.g. the kubelet's `nodes/metrics` of its node.
+    Resource {
+        verb: String,
+        group: String,
+        resource: String,
+        subresource: String,
+        namespace: String,
+        name: String,
+    },
+}
+
+impl Attributes {
+    fn spec(&self, user: &User) -> SubjectAccessReviewSpec {
+        let mut spec = SubjectAccessReviewSpec {
+            user: Some(user.name.clone()),
+            groups: Some(user.groups.clone()),
+            uid: user.uid.clone(),
+            ..Default::default()
+        };
+        let given = |s: &String| (!s.is_empty()).then(|| s.clone());
+        match self {
+            Attributes::NonResource { verb, path } => {
+                spec.non_resource_attributes = Some(NonResourceAttributes {
+                    path: Some(path.clone()),
+                    verb: Some(verb.clone()),
+                });
+            }
+            Attributes::Resource {
+                verb,
+                group,
+                resource,
+                subresource,
+                namespace,
+                name,
+            } => {
+                spec.resource_attributes = Some(ResourceAttributes {
+                    verb: Some(verb.clone()),
+                    group: Some(group.clone()),
+                    resource: Some(resource.clone()),
+                    subresource: given(subresource),
+                    namespace: given(namespace),
+                    name: given(name),
+                    ..Default::default()
+                });
+            }
+        }
+        spec
+    }
 }
 
 /// Why a review could not be answered.
@@ -116,7 +171,7 @@ pub struct Decision {
 pub struct Delegated {
     client: kube::Client,
     tokens: Cache<String, Option<User>>,
-    decisions: Cache<(User, String, String), Decision>,
+    decisions: Cache<(User, Attributes), Decision>,
 }
 
 impl Delegated {
@@ -175,21 +230,25 @@ impl Delegated {
         verb: &str,
         path: &str,
     ) -> Result<Decision, ReviewError> {
-        let key = (user.clone(), verb.to_string(), path.to_string());
+        let attributes = Attributes::NonResource {
+            verb: verb.to_string(),
+            path: path.to_string(),
+        };
+        self.authorize_attributes(user, &attributes).await
+    }
+
+    /// Whether `user` may do what `attributes` say.
+    pub async fn authorize_attributes(
+        &self,
+        user: &User,
+        attributes: &Attributes,
+    ) -> Result<Decision, ReviewError> {
+        let key = (user.clone(), attributes.clone());
         if let Some(decision) = self.decisions.get(&key) {
             return Ok(decision);
         }
         let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(user.name.clone()),
-                groups: Some(user.groups.clone()),
-                uid: user.uid.clone(),
-                non_resource_attributes: Some(NonResourceAttributes {
-                    path: Some(path.to_string()),
-                    verb: Some(verb.to_string()),
-                }),
-                ..Default::default()
-            },
+            spec: attributes.spec(user),
             ..Default::default()
         };
         let answer = Api::<SubjectAccessReview>::all(self.client.clone())
@@ -228,6 +287,31 @@ mod tests {
         assert_eq!(user.name, "system:kube-scheduler");
         assert_eq!(user.groups, ["system:monitoring"]);
         assert!(user_of_certificate(b"not a certificate").is_none());
+    }
+
+    #[test]
+    fn resource_attributes_leave_out_what_is_empty() {
+        let user = User {
+            name: "prometheus".into(),
+            groups: vec!["system:monitoring".into()],
+            uid: None,
+        };
+        let spec = Attributes::Resource {
+            verb: "get".into(),
+            group: String::new(),
+            resource: "nodes".into(),
+            subresource: "metrics".into(),
+            namespace: String::new(),
+            name: "n1".into(),
+        }
+        .spec(&user);
+        let attributes = spec.resource_attributes.unwrap();
+        assert_eq!(attributes.resource.as_deref(), Some("nodes"));
+        assert_eq!(attributes.subresource.as_deref(), Some("metrics"));
+        assert_eq!(attributes.name.as_deref(), Some("n1"));
+        assert_eq!(attributes.namespace, None);
+        assert!(spec.non_resource_attributes.is_none());
+        assert_eq!(spec.groups.unwrap(), ["system:monitoring"]);
     }
 
     #[test]
