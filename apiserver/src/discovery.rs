@@ -417,6 +417,7 @@ impl Subresource {
             "exec" => other("", "v1", "PodExecOptions", &["create", "get"]),
             "attach" => other("", "v1", "PodAttachOptions", &["create", "get"]),
             "portforward" => other("", "v1", "PodPortForwardOptions", &["create", "get"]),
+            "proxy" => other("", "v1", "NodeProxyOptions", &["get"]),
             _ => own(&["get"]),
         }
     }

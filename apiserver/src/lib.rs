@@ -25,6 +25,7 @@ pub mod kubernetes_service;
 pub mod limits;
 pub mod metrics;
 pub mod namespace;
+pub mod node_proxy;
 pub mod object;
 pub mod openapi;
 pub mod options;

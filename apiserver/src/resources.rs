@@ -303,7 +303,7 @@ static TABLE: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
             &["status", "binding", "eviction", "log"],
             "io.k8s.api.core.v1.Pod",
         ),
-        entry::<core::v1::Node>(&["no"], NONE, STATUS, "io.k8s.api.core.v1.Node"),
+        entry::<core::v1::Node>(&["no"], NONE, &["status", "proxy"], "io.k8s.api.core.v1.Node"),
         entry::<core::v1::Service>(&["svc"], ALL, STATUS, "io.k8s.api.core.v1.Service"),
         entry::<core::v1::Endpoints>(&["ep"], NONE, NONE, "io.k8s.api.core.v1.Endpoints"),
         entry::<k8s_openapi::api::discovery::v1::EndpointSlice>(

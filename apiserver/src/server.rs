@@ -176,6 +176,8 @@ struct Route {
     namespace: Option<String>,
     name: Option<String>,
     subresource: Option<String>,
+    /// What follows a Node's `proxy` subresource: the kubelet's path.
+    rest: Vec<String>,
 }
 
 /// The resource a request's info names, or a 404: the resource must be
@@ -200,7 +202,8 @@ fn route_of(info: &ResourceInfo) -> ApiResult<Route> {
         Some(_) => return Err(not_found()),
         None => None,
     };
-    if info.parts.len() > 3 {
+    let node_proxy = resource.kind == "Node" && info.subresource.as_deref() == Some("proxy");
+    if info.parts.len() > 3 && !node_proxy {
         return Err(not_found());
     }
     if let Some(sub) = &info.subresource {
@@ -213,6 +216,7 @@ fn route_of(info: &ResourceInfo) -> ApiResult<Route> {
         namespace,
         name: info.name.clone(),
         subresource: info.subresource.clone(),
+        rest: info.parts.iter().skip(3).cloned().collect(),
     })
 }
 
@@ -527,6 +531,14 @@ async fn serve(registry: &Registry, request: Request<'_>) -> ApiResult<Response>
         {
             crate::pod_logs::logs(registry, &call.target, name, query).await
         }
+        (&Method::GET, Some(name), Some("proxy")) if resource.kind == "Node" => {
+            crate::node_proxy::get(registry, name, &route.rest, query).await
+        }
+        (_, Some(_), Some("proxy")) if resource.kind == "Node" => Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            format!("the server does not allow this method on the requested resource: {method} on nodes/proxy"),
+        )),
         (&Method::GET, Some(name), None | Some("status")) => get_one(&call, name).await,
         (&Method::POST, None, None) => create(&call).await,
         (&Method::PUT, Some(name), sub @ (None | Some("status") | Some("finalize"))) => {

@@ -292,6 +292,63 @@ async fn prometheus_scrapes_every_component_of_skiff_up() -> Result<()> {
         check_with_promtool(&promtool, target.job, &text, target.tolerated)?;
     }
 
+    // The kubelet's through the API server's node proxy, as operators
+    // read them (`kubectl get --raw`), behind RBAC's nodes/proxy.
+    let proxied = node.kubectl.ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{NODE}/proxy/metrics/resource"),
+    ])?;
+    ensure!(
+        proxied.contains("node_cpu_usage_seconds_total"),
+        "{proxied}"
+    );
+    let summary: Value = serde_json::from_str(&node.kubectl.ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{NODE}/proxy/stats/summary"),
+    ])?)?;
+    ensure!(summary["node"]["nodeName"] == NODE, "{summary}");
+    let missing = admin
+        .get(&format!("/api/v1/nodes/{NODE}/proxy/nothing"))
+        .await?;
+    ensure!(
+        missing.status == 404,
+        "a path the kubelet lacks: {}",
+        missing.status
+    );
+    let (cert, key) = skiff_tests::test_pki::client_credentials("viewer", &[])?;
+    node.kubectl.ok(&[
+        "create",
+        "clusterrolebinding",
+        "viewer",
+        "--clusterrole=view",
+        "--user=viewer",
+    ])?;
+    let viewer = admin.with_client_cert(&cert, &key);
+    let refused = viewer
+        .get(&format!("/api/v1/nodes/{NODE}/proxy/metrics"))
+        .await?;
+    ensure!(
+        refused.status == 403,
+        "a viewer through nodes/proxy: {} {}",
+        refused.status,
+        refused.text()
+    );
+    let posted = admin
+        .request(
+            "POST",
+            &format!("/api/v1/nodes/{NODE}/proxy/metrics"),
+            None,
+            Some(b""),
+        )
+        .await?;
+    ensure!(
+        posted.status == 405,
+        "POST through nodes/proxy: {}",
+        posted.status
+    );
+
     // A real Prometheus scrapes them all.
     let dir = tempfile::tempdir()?;
     let mut config = String::from("global:\n  scrape_interval: 1s\nscrape_configs:\n");
