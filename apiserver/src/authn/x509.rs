@@ -2,28 +2,15 @@
 //! the subject's common name, the groups its organizations. The
 //! certificate's chain to the cluster CA is checked by TLS before this.
 
-use x509_parser::prelude::{FromDer, X509Certificate};
-
 use crate::user::UserInfo;
 
 /// The user `der` names; `None` when it cannot be read or names nobody.
 pub fn user_of(der: &[u8]) -> Option<UserInfo> {
-    let (_, cert) = X509Certificate::from_der(der).ok()?;
-    let subject = cert.subject();
-    let name = subject
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())?
-        .to_string();
-    if name.is_empty() {
-        return None;
-    }
-    let groups = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok())
-        .map(String::from)
-        .collect();
-    Some(UserInfo { name, groups })
+    let user = skiff_machinery::serving::delegated::user_of_certificate(der)?;
+    Some(UserInfo {
+        name: user.name,
+        groups: user.groups,
+    })
 }
 
 #[cfg(test)]

@@ -12,16 +12,12 @@ use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use skiff_machinery::serving::delegated::{Attributes, Delegated, User};
+use skiff_machinery::serving::delegated::{Attributes, Delegated};
+use skiff_machinery::serving::PeerUser;
 
 /// The group whose members pass without a review when the kubelet has no
 /// API client to ask (the agent alone, in tests).
 const MASTERS: &str = "system:masters";
-
-/// Who presented what on a TLS connection: the user of its client
-/// certificate, if it presented one. Absent on plain HTTP.
-#[derive(Debug, Clone)]
-pub struct ClientIdentity(pub Option<User>);
 
 /// What the port checks requests with.
 #[derive(Clone)]
@@ -71,8 +67,9 @@ fn refuse(code: StatusCode, message: String) -> Response {
 
 /// The middleware: authenticates and authorizes every request over TLS.
 pub async fn authorize(State(access): State<Access>, request: Request, next: Next) -> Response {
-    let Some(ClientIdentity(from_certificate)) = request.extensions().get::<ClientIdentity>()
-    else {
+    // The user of the connection's client certificate, if any; the
+    // extension is absent on plain HTTP.
+    let Some(PeerUser(from_certificate)) = request.extensions().get::<PeerUser>() else {
         // Plain HTTP: the agent alone, as tests run it.
         return next.run(request).await;
     };

@@ -168,9 +168,6 @@ impl ContainerFinder for NodePods {
     }
 }
 
-/// How long a client's TLS handshake may take.
-const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Serves the router on `listener` until `shutdown` resolves: over TLS
 /// with `tls`, else plain HTTP (tests of the agent alone).
 pub async fn serve(
@@ -184,53 +181,7 @@ pub async fn serve(
             .with_graceful_shutdown(shutdown)
             .await;
     };
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let mut connections = tokio::task::JoinSet::new();
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    tracing::warn!(error = %err, "accepting a connection failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let acceptor = acceptor.clone();
-        let router = router.clone();
-        connections.spawn(async move {
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
-                .await
-            {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(err)) => {
-                    tracing::info!(%peer, error = %err, "refused a connection to the kubelet port");
-                    return;
-                }
-                Err(_) => return,
-            };
-            let user = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|certs| certs.first())
-                .and_then(|cert| skiff_machinery::serving::delegated::user_of_certificate(cert));
-            let router = router.layer(axum::Extension(access::ClientIdentity(user)));
-            let service = hyper_util::service::TowerToHyperService::new(router);
-            let builder =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-            // With upgrades: exec, attach and port-forward switch protocols.
-            let _ = builder
-                .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
-        });
-        while connections.try_join_next().is_some() {}
-    }
-    // A followed log never ends by itself.
-    connections.abort_all();
+    skiff_machinery::serving::serve_tls(listener, router, tls, shutdown).await;
     Ok(())
 }
 
@@ -398,7 +349,9 @@ mod tests {
             };
             request
                 .extensions_mut()
-                .insert(access::ClientIdentity(presented.then_some(admin)));
+                .insert(skiff_machinery::serving::PeerUser(
+                    presented.then_some(admin),
+                ));
         }
         let answer = app.clone().oneshot(request).await.unwrap();
         let status = answer.status();

@@ -183,9 +183,10 @@ struct Served {
     registry: prometheus::Registry,
 }
 
-/// The user of a connection's client certificate, if it showed one.
-#[derive(Clone)]
-struct PeerUser(Option<User>);
+/// The user of a connection's client certificate, if it showed one: in
+/// the extensions of every request [`serve_tls`] serves.
+#[derive(Debug, Clone)]
+pub struct PeerUser(pub Option<User>);
 
 /// A running secure port, stopped by [`SecureServer::stop`] or on drop.
 pub struct SecureServer {
@@ -222,7 +223,7 @@ impl SecureServer {
         });
         let router = Router::new().fallback(handle).with_state(served);
         let (stop, stopped) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(serve(listener, router, Arc::new(tls), async move {
+        let task = tokio::spawn(serve_tls(listener, router, Arc::new(tls), async move {
             let _ = stopped.await;
         }));
         Ok(SecureServer {
@@ -257,7 +258,11 @@ impl Drop for SecureServer {
     }
 }
 
-async fn serve(
+/// Serves `router` over TLS on `listener` until `shutdown` resolves, each
+/// request with its connection's [`PeerUser`], upgrades allowed (the
+/// kubelet's exec and port-forward switch protocols); open connections
+/// are dropped at the end (a followed log never ends by itself).
+pub async fn serve_tls(
     listener: tokio::net::TcpListener,
     router: Router,
     tls: Arc<rustls::ServerConfig>,
@@ -271,7 +276,7 @@ async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(err) => {
-                    tracing::warn!(error = %err, "accepting a connection to the secure port failed");
+                    tracing::warn!(error = %err, "accepting a connection failed");
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                     continue;
                 }
@@ -283,16 +288,15 @@ async fn serve(
         let acceptor = acceptor.clone();
         let router = router.clone();
         connections.spawn(async move {
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
-                .await
-            {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(err)) => {
-                    tracing::debug!(%peer, error = %err, "refused a connection to the secure port");
-                    return;
-                }
-                Err(_) => return,
-            };
+            let stream =
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(err)) => {
+                        tracing::debug!(%peer, error = %err, "refused a TLS connection");
+                        return;
+                    }
+                    Err(_) => return,
+                };
             let user = stream
                 .get_ref()
                 .1
@@ -305,7 +309,7 @@ async fn serve(
             let builder =
                 hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
             let _ = builder
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service)
                 .await;
         });
     }
