@@ -596,6 +596,34 @@ impl WatchStream {
 
 /// The JSON body of `reply`, which must have the HTTP status `code`;
 /// otherwise an error naming `what` with the status and body received.
+/// The `/metrics` of a component's secure port at `authority` (its
+/// certificate self-signed, as kube-scheduler's is) with `admin`'s
+/// credentials, once the port has answered `/healthz` to anyone and
+/// `/metrics` to no one without credentials.
+pub async fn secure_port_metrics(admin: &KubeHttp, authority: &str) -> Result<String> {
+    let port = admin.at(authority).skipping_verification();
+    let health = port.anonymous().get("/healthz").await?;
+    ensure!(
+        health.status == 200,
+        "{authority}/healthz: {}",
+        health.status
+    );
+    let refused = port.anonymous().get("/metrics").await?;
+    ensure!(
+        refused.status == 401,
+        "{authority}/metrics without credentials: {}",
+        refused.status
+    );
+    let metrics = port.get("/metrics").await?;
+    ensure!(
+        metrics.status == 200,
+        "{authority}/metrics: {} {}",
+        metrics.status,
+        metrics.text()
+    );
+    Ok(metrics.text())
+}
+
 pub fn expect_status(reply: &HttpResponse, code: u16, what: &str) -> Result<Value> {
     anyhow::ensure!(
         reply.status == code,

@@ -83,6 +83,7 @@ async fn the_controllers_share_one_watch_per_resource() -> Result<()> {
     }
 
     let kubeconfig = server.kubeconfig();
+    let secure = skiff_tests::skiff_process::free_addrs(1)?[0];
     let mut manager = SkiffProcess::spawn(
         "controller-manager",
         [
@@ -90,6 +91,8 @@ async fn the_controllers_share_one_watch_per_resource() -> Result<()> {
             "--leader-elect=false",
             "--kubeconfig",
             kubeconfig.to_str().unwrap_or_default(),
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={}", secure.port()),
         ],
     )?;
     // The garbage collector is the last to open its watches (after API
@@ -151,6 +154,16 @@ async fn the_controllers_share_one_watch_per_resource() -> Result<()> {
         Ok(pod_names(&http).await?.is_empty())
     })
     .await?;
+    // The controller-manager alone serves its queues' metrics on its
+    // secure port, as kube-controller-manager does.
+    let metrics =
+        skiff_tests::kube_http::secure_port_metrics(&server.http()?, &secure.to_string()).await?;
+    ensure!(
+        metrics.lines().any(
+            |l| l.starts_with("workqueue_adds_total{name=\"replicaset\"} ") && !l.ends_with(" 0")
+        ),
+        "{metrics}"
+    );
     ensure!(manager.try_exit()?.is_none(), "{}", manager.stderr());
     Ok(())
 }

@@ -457,6 +457,7 @@ async fn two_schedulers_racing_for_pods_bind_each_once() -> Result<()> {
     };
     let kubeconfig = server.kubeconfig();
     let kubeconfig = kubeconfig.to_string_lossy();
+    let secure = skiff_tests::skiff_process::free_addrs(1)?[0];
     let mut rival = SkiffProcess::spawn(
         "rival scheduler",
         [
@@ -464,6 +465,8 @@ async fn two_schedulers_racing_for_pods_bind_each_once() -> Result<()> {
             "--kubeconfig",
             &kubeconfig,
             "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={}", secure.port()),
         ],
     )?;
     rival
@@ -514,6 +517,16 @@ async fn two_schedulers_racing_for_pods_bind_each_once() -> Result<()> {
     for (i, node) in placed.iter().enumerate() {
         assert_eq!(&node_of(&kubectl, &format!("p{i}"))?, node);
     }
+    // The scheduler alone serves its metrics on its secure port, as
+    // kube-scheduler does: it tried pods too.
+    let metrics =
+        skiff_tests::kube_http::secure_port_metrics(&server.http()?, &secure.to_string()).await?;
+    ensure!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("scheduler_schedule_attempts_total{")),
+        "{metrics}"
+    );
     rival.signal(libc::SIGTERM)?;
     rival.wait_exit(Duration::from_secs(20)).await?;
     Ok(())
