@@ -106,25 +106,85 @@ pub async fn acquire(client: &Client, config: &LeaseConfig) {
     }
 }
 
-/// Renews the lease until a renewal has failed for the renew deadline;
-/// returns then (leadership is lost).
+/// Renews the lease until another candidate holds it, or until renewals
+/// have failed for the renew deadline; returns then (leadership is lost).
 pub async fn hold(client: &Client, config: &LeaseConfig) {
-    let mut last_renewed = tokio::time::Instant::now();
+    let mut renewals = Renewals::default();
     loop {
         tokio::time::sleep(config.retry_period).await;
-        match try_acquire(client, config).await {
-            Ok(true) => last_renewed = tokio::time::Instant::now(),
-            Ok(false) => {
+        let attempt =
+            match tokio::time::timeout(config.renew_deadline, try_acquire(client, config)).await {
+                Ok(Ok(held)) => Ok(held),
+                Ok(Err(err)) => Err(err.to_string()),
+                Err(_) => Err(format!("no answer in {:?}", config.renew_deadline)),
+            };
+        if let Err(err) = &attempt {
+            tracing::debug!(lease = %config.name, error = %err, "could not renew the lease");
+        }
+        match renewals.after(
+            attempt.is_ok(),
+            attempt.unwrap_or(true),
+            tokio::time::Instant::now(),
+            config.renew_deadline,
+        ) {
+            Renewal::Keep => {}
+            Renewal::TakenOver => {
                 tracing::warn!(lease = %config.name, "another candidate holds the lease; stepping down");
                 return;
             }
-            Err(err) => {
-                tracing::debug!(lease = %config.name, error = %err, "could not renew the lease");
+            Renewal::DeadlinePassed => {
+                tracing::warn!(lease = %config.name, "the lease was not renewed in time; stepping down");
+                return;
             }
         }
-        if last_renewed.elapsed() > config.renew_deadline {
-            tracing::warn!(lease = %config.name, "the lease was not renewed in time; stepping down");
-            return;
+    }
+}
+
+/// What a holder does after a renewal attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewal {
+    Keep,
+    /// Another candidate holds the lease.
+    TakenOver,
+    /// Attempts have failed for the renew deadline.
+    DeadlinePassed,
+}
+
+/// A holder's renewals. The renew deadline runs from the first attempt
+/// that failed, not from the last renewal: a process that was paused
+/// (SIGSTOP, a stalled VM) for longer than the deadline tries again when
+/// it runs, and keeps what it runs if that renewal goes through. The
+/// renewal is a write conditional on the resourceVersion read, so it goes
+/// through only if no other candidate took the lease meanwhile.
+#[derive(Debug, Default)]
+struct Renewals {
+    failing_since: Option<tokio::time::Instant>,
+}
+
+impl Renewals {
+    /// `answered`: the API answered; `held`: it says this candidate holds
+    /// the lease (meaningful only when answered).
+    fn after(
+        &mut self,
+        answered: bool,
+        held: bool,
+        now: tokio::time::Instant,
+        deadline: Duration,
+    ) -> Renewal {
+        match (answered, held) {
+            (true, true) => {
+                self.failing_since = None;
+                Renewal::Keep
+            }
+            (true, false) => Renewal::TakenOver,
+            (false, _) => {
+                let since = *self.failing_since.get_or_insert(now);
+                if now.duration_since(since) >= deadline {
+                    Renewal::DeadlinePassed
+                } else {
+                    Renewal::Keep
+                }
+            }
         }
     }
 }
@@ -132,4 +192,58 @@ pub async fn hold(client: &Client, config: &LeaseConfig) {
 /// A MicroTime as the API writes it.
 fn micro(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::Instant;
+
+    const DEADLINE: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn a_holder_paused_past_the_deadline_renews_when_it_runs_again() {
+        let mut renewals = Renewals::default();
+        let start = Instant::now();
+        assert_eq!(renewals.after(true, true, start, DEADLINE), Renewal::Keep);
+        // Paused for 12 s: the first attempts after it fail (the API's
+        // own store is electing a leader), then one goes through.
+        let resumed = start + Duration::from_secs(14);
+        assert_eq!(
+            renewals.after(false, true, resumed, DEADLINE),
+            Renewal::Keep
+        );
+        let later = resumed + Duration::from_secs(4);
+        assert_eq!(renewals.after(false, true, later, DEADLINE), Renewal::Keep);
+        assert_eq!(
+            renewals.after(true, true, later + Duration::from_secs(2), DEADLINE),
+            Renewal::Keep
+        );
+        // And the deadline starts afresh from the next failure.
+        let failing = later + Duration::from_secs(30);
+        assert_eq!(
+            renewals.after(false, true, failing, DEADLINE),
+            Renewal::Keep
+        );
+        assert_eq!(
+            renewals.after(false, true, failing + Duration::from_secs(9), DEADLINE),
+            Renewal::Keep
+        );
+    }
+
+    #[test]
+    fn a_holder_steps_down_after_failing_for_the_deadline_or_when_taken_over() {
+        let mut renewals = Renewals::default();
+        let start = Instant::now();
+        assert_eq!(renewals.after(false, true, start, DEADLINE), Renewal::Keep);
+        assert_eq!(
+            renewals.after(false, true, start + DEADLINE, DEADLINE),
+            Renewal::DeadlinePassed
+        );
+        let mut renewals = Renewals::default();
+        assert_eq!(
+            renewals.after(true, false, start, DEADLINE),
+            Renewal::TakenOver
+        );
+    }
 }
