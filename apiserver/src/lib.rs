@@ -18,6 +18,9 @@ pub mod crd;
 pub mod discovery;
 pub mod event_ttl;
 pub mod field_validation;
+/// The fuzz targets' bodies (`fuzz/`), replayed by a stable test.
+#[doc(hidden)]
+pub mod fuzzing;
 mod h2_streams;
 mod holding;
 pub mod kubelet;

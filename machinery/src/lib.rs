@@ -15,6 +15,9 @@
 pub mod duration;
 #[cfg(feature = "events")]
 pub mod events;
+/// The fuzz targets' bodies (`fuzz/`), replayed by a stable test.
+#[doc(hidden)]
+pub mod fuzzing;
 #[cfg(feature = "http-client")]
 pub mod http_client;
 #[cfg(feature = "leader-election")]

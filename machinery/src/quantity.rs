@@ -203,16 +203,19 @@ impl Quantity {
         }
     }
 
+    /// The sum, saturated at what a parsed quantity can hold (a sum of
+    /// quantities near the limit, as a quota adds them, must not wrap).
     pub fn plus(self, other: Quantity) -> Quantity {
         Quantity {
-            milli: self.milli + other.milli,
+            milli: saturated(self.milli.saturating_add(other.milli)),
             binary: self.binary || (self.milli == 0 && other.binary),
         }
     }
 
+    /// The difference, saturated as [`Quantity::plus`] is.
     pub fn minus(self, other: Quantity) -> Quantity {
         Quantity {
-            milli: self.milli - other.milli,
+            milli: saturated(self.milli.saturating_sub(other.milli)),
             binary: self.binary || other.binary,
         }
     }
@@ -220,6 +223,12 @@ impl Quantity {
     pub fn is_zero(&self) -> bool {
         self.milli == 0
     }
+}
+
+/// Thousandths within what parsing yields, `±i128::MAX`: `i128::MIN`
+/// has no printed form that parses back to it.
+fn saturated(milli: i128) -> i128 {
+    milli.max(-i128::MAX)
 }
 
 /// `whole.fraction × 2^binary_shift × 10^exponent10` in thousandths,
@@ -361,6 +370,26 @@ mod tests {
             "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
         );
         assert!(Quantity::parse_strict("1Gi").unwrap().binary);
+    }
+
+    /// Fuzzing (`quantity`) found `plus` overflowing i128: two requests
+    /// of `1e35` (each within what a quantity holds) panicked a quota's sum
+    /// in debug builds and wrapped it negative in release builds.
+    #[test]
+    fn adding_or_subtracting_huge_quantities_saturates() {
+        let huge = q("1e35");
+        assert_eq!(huge.plus(huge).milli, i128::MAX);
+        assert_eq!(huge.plus(huge).plus(huge).milli, i128::MAX);
+        let negative = q("-1e35");
+        assert_eq!(negative.minus(huge).minus(huge).milli, -i128::MAX);
+        let most = Quantity::parse_strict("1e400").unwrap();
+        assert_eq!(most.plus(most).milli, i128::MAX);
+        let least = Quantity::parse_strict("-1e400").unwrap();
+        let floor = least.minus(most);
+        assert_eq!(floor.milli, -i128::MAX);
+        let printed = floor.to_string();
+        assert_eq!(Quantity::parse_strict(&printed).unwrap(), floor);
+        assert_eq!(q("1").plus(q("500m")).milli, 1500);
     }
 
     #[test]

@@ -39,6 +39,11 @@ fn main() -> ExitCode {
         }
     };
     skiff::cli::init_logging(cli.command.default_log_level());
+    #[cfg(feature = "failpoints")]
+    if let Err(err) = set_failpoints() {
+        eprintln!("error: {err}");
+        return ExitCode::FAILURE;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -58,4 +63,18 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Sets the crash points `FAILPOINTS` names (docs/failpoints.md) and says
+/// which, so that a log shows what a member was started to do.
+#[cfg(feature = "failpoints")]
+fn set_failpoints() -> Result<(), skiff_store::StoreError> {
+    let configured = skiff_store::failpoints::configure_from_env()?;
+    if configured.is_empty() {
+        tracing::info!("built with failpoints; FAILPOINTS sets none");
+    }
+    for (name, actions) in configured {
+        tracing::warn!(failpoint = %name, %actions, "failpoint set from FAILPOINTS");
+    }
+    Ok(())
 }

@@ -37,6 +37,10 @@ pub struct RestoreArgs {
     /// This member's peer URL; must be its address in --initial-cluster.
     #[arg(long)]
     pub initial_advertise_peer_urls: Option<String>,
+    /// The new cluster's --initial-cluster-token (the same for every
+    /// member restored from the file, and given to `skiff store` too).
+    #[arg(long, default_value = "")]
+    pub initial_cluster_token: String,
 }
 
 #[derive(Debug, Args)]
@@ -96,6 +100,7 @@ fn cluster_config(args: &RestoreArgs) -> Result<Option<ClusterConfig>> {
         peer_listen: *ours,
         initial_cluster: members,
         initial_cluster_state: InitialClusterState::New,
+        initial_cluster_token: args.initial_cluster_token.clone(),
     };
     Ok(Some(cluster))
 }
@@ -119,6 +124,14 @@ fn restore(args: RestoreArgs) -> Result<()> {
         .as_ref()
         .map(|spec| format!(" --initial-cluster {spec}"))
         .unwrap_or_default();
+    let cluster_flag = if args.initial_cluster_token.is_empty() || args.initial_cluster.is_none() {
+        cluster_flag
+    } else {
+        format!(
+            "{cluster_flag} --initial-cluster-token {}",
+            args.initial_cluster_token
+        )
+    };
     println!(
         "start it with: skiff store --name {} --data-dir {}{cluster_flag}",
         args.name,

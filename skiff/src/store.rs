@@ -54,6 +54,13 @@ pub struct StoreArgs {
     /// member (`skiff member add`).
     #[arg(long, env = "SKIFF_INITIAL_CLUSTER_STATE", default_value = "new", value_parser = parse_state)]
     pub initial_cluster_state: InitialClusterState,
+    /// etcd's --initial-cluster-token: the same on every founding member,
+    /// and different for every cluster founded from the same
+    /// --initial-cluster, so that their cluster and member IDs differ and
+    /// one cluster's member is never taken for another's. Empty (the
+    /// default) derives the IDs as skiff did before the flag existed.
+    #[arg(long, env = "SKIFF_INITIAL_CLUSTER_TOKEN", default_value = "")]
+    pub initial_cluster_token: String,
     /// Raft log entries a leader keeps for a follower that is behind; one
     /// further behind (or new) is sent a snapshot of the whole state instead
     /// (etcd's --experimental-snapshot-catchup-entries).
@@ -199,6 +206,7 @@ impl StoreArgs {
             peer_listen: self.peer_listen.unwrap_or(advertised.1),
             initial_cluster: members.clone(),
             initial_cluster_state: self.initial_cluster_state,
+            initial_cluster_token: self.initial_cluster_token.clone(),
         };
         cluster.identity()?;
         Ok(Some(cluster))

@@ -170,6 +170,7 @@ pub async fn up(mut args: UpArgs) -> Result<()> {
         client_listen: args.client_listen,
         peer_listen: None,
         initial_cluster: None,
+        initial_cluster_token: String::new(),
         initial_cluster_state: Default::default(),
         snapshot_catch_up_entries: skiff_store::raft::CATCH_UP_ENTRIES,
         insecure_client_listen: args.insecure_client_listen,

@@ -32,6 +32,7 @@
 pub mod api;
 pub mod command;
 pub mod error;
+pub mod failpoints;
 pub mod grpc;
 pub mod lease;
 pub mod metrics;

@@ -275,6 +275,7 @@ impl Cluster {
             peer_listen: self.addrs[member],
             initial_cluster: ClusterConfig::parse_initial_cluster(&self.initial_cluster)?,
             initial_cluster_state: Default::default(),
+            initial_cluster_token: String::new(),
         });
         Ok(config)
     }

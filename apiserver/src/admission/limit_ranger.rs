@@ -177,6 +177,19 @@ pub fn violations(range: &Value, object: &Value, pod: bool) -> Vec<String> {
     problems
 }
 
+/// Whether `limit / request > ratio`, exactly while the products fit
+/// (quantities reach i128's range: `1e35` is 10^38 thousandths), else
+/// as floating point, as Kubernetes compares them.
+fn exceeds_ratio(limit: Quantity, request: Quantity, ratio: Quantity) -> bool {
+    match (
+        limit.milli.checked_mul(1000),
+        ratio.milli.checked_mul(request.milli),
+    ) {
+        (Some(limit), Some(allowed)) => limit > allowed,
+        _ => limit.milli as f64 / request.milli as f64 > ratio.milli as f64 / 1000.0,
+    }
+}
+
 type Quantities = std::collections::BTreeMap<String, Quantity>;
 
 fn quantities(list: &Value) -> Quantities {
@@ -241,7 +254,7 @@ fn check(
         let (Some(request), Some(limit)) = (requests.get(&name), limits.get(&name)) else {
             continue;
         };
-        if request.milli > 0 && limit.milli * 1000 > ratio.milli * request.milli {
+        if request.milli > 0 && exceeds_ratio(*limit, *request, ratio) {
             let observed = limit.milli as f64 / request.milli as f64;
             out.push(format!(
                 "{name} max limit to request ratio per {kind} is {ratio}, but provided ratio is {observed:.6}"
@@ -256,6 +269,28 @@ mod tests {
 
     fn range(items: Value) -> Value {
         json!({"spec": {"limits": items}})
+    }
+
+    /// Found beside the fuzzing of quantities (the same overflow as
+    /// `Quantity::plus`): a limit of `1e35` times 1000 overflowed i128, a
+    /// panic in debug builds and a wrong answer in release builds.
+    #[test]
+    fn a_huge_limit_to_request_ratio_is_a_violation_not_an_overflow() {
+        let r = range(json!([{"type": "Container", "maxLimitRequestRatio": {"cpu": "10"}}]));
+        let pod = |limit: &str| {
+            json!({"spec": {"containers": [{"name": "c", "resources": {
+                "requests": {"cpu": "1"}, "limits": {"cpu": limit}}}]}})
+        };
+        let problems = violations(&r, &pod("1e35"), true);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with(
+                "cpu max limit to request ratio per Container is 10, but provided ratio is"
+            ),
+            "{problems:?}"
+        );
+        assert!(violations(&r, &pod("10"), true).is_empty());
+        assert_eq!(violations(&r, &pod("10001m"), true).len(), 1);
     }
 
     #[test]

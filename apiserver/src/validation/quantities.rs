@@ -642,7 +642,7 @@ pub(super) fn validate_persistent_volume(causes: &mut Vec<Cause>, spec: &Value) 
         let at = format!("spec.capacity[{name}]");
         if value.milli < 0 {
             // `Value()`: whole units, rounded away from zero.
-            let whole = (value.milli - 999) / 1000;
+            let whole = value.milli.saturating_sub(999) / 1000;
             let detail = "must be a valid resource quantity";
             causes.push(invalid(&at, &whole.to_string(), detail));
         }
@@ -854,6 +854,26 @@ mod tests {
             "spec.limits[3].type: Duplicate value: \"Container\"",
             "spec.limits[4].type: Invalid value: \"Node\": must be a standard limit type or fully qualified",
         ]);
+    }
+
+    /// Found beside the fuzzing of quantities: a capacity of `-1e400`
+    /// (saturated to the most negative quantity) overflowed i128 when
+    /// rounded to whole units for its message.
+    #[test]
+    fn a_negative_capacity_past_what_a_quantity_holds_is_invalid_not_an_overflow() {
+        let volume = kind("v1", "PersistentVolume");
+        let pv = json!({"metadata": {"name": "v"}, "spec": {"accessModes": ["ReadWriteOnce"],
+            "capacity": {"storage": "-1e400"}, "hostPath": {"path": "/data"}}});
+        let lines = invalid_lines(volume, pv);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].ends_with(": must be a valid resource quantity"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].ends_with(": must be greater than zero"),
+            "{lines:?}"
+        );
     }
 
     #[test]

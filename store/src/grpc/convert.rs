@@ -178,6 +178,28 @@ fn compare_outside_enums(
     }
 }
 
+/// A watch as the store takes it: no key is the smallest key, as in etcd.
+/// Whether its range is empty or its start revision negative is the watch
+/// stream's to answer.
+pub(crate) fn watch_request(req: &pb::WatchCreateRequest) -> api::WatchRequest {
+    use pb::watch_create_request::FilterType;
+    let key = if req.key.is_empty() {
+        vec![0]
+    } else {
+        req.key.clone()
+    };
+    let has_filter = |filter: FilterType| req.filters.contains(&(filter as i32));
+    api::WatchRequest {
+        key,
+        range_end: req.range_end.clone(),
+        start_revision: req.start_revision,
+        progress_notify: req.progress_notify,
+        no_put: has_filter(FilterType::Noput),
+        no_delete: has_filter(FilterType::Nodelete),
+        prev_kv: req.prev_kv,
+    }
+}
+
 pub(crate) fn key_value(kv: api::KeyValue) -> mvccpb::KeyValue {
     mvccpb::KeyValue {
         key: kv.key,

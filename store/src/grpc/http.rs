@@ -263,6 +263,7 @@ mod no_leader_tests {
             peer_listen: initial[0].1,
             initial_cluster: initial,
             initial_cluster_state: Default::default(),
+            initial_cluster_token: String::new(),
         });
         let store = Store::open(config).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -17,6 +17,9 @@
 mod cluster;
 mod codec;
 mod convert;
+/// The fuzz targets' bodies (`fuzz/`), replayed by a stable test.
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 mod kv;
 mod learner;

@@ -1459,6 +1459,7 @@ mod replicated {
                 peer_listen: initial[i].1,
                 initial_cluster: initial.clone(),
                 initial_cluster_state: Default::default(),
+                initial_cluster_token: String::new(),
             });
             stores.push(Store::open(config).await.expect("open member"));
         }

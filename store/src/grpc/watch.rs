@@ -21,12 +21,9 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::pb::etcdserverpb::{
-    self as pb, watch_create_request::FilterType, watch_request::RequestUnion, watch_server::Watch,
-};
+use super::pb::etcdserverpb::{self as pb, watch_request::RequestUnion, watch_server::Watch};
 use super::status::{self, from_store};
 use super::{convert, Stopping, GRPC_OVERHEAD_BYTES};
-use crate::api::WatchRequest;
 use crate::mvcc::KeyRange;
 use crate::{Store, Watcher};
 
@@ -221,13 +218,8 @@ impl ServerWatchStream {
     }
 
     async fn create(&mut self, req: pb::WatchCreateRequest) -> bool {
-        // No key is the smallest key, as in etcd.
-        let key = if req.key.is_empty() {
-            vec![0]
-        } else {
-            req.key.clone()
-        };
-        if KeyRange::new(&key, &req.range_end).is_empty() {
+        let watch_request = convert::watch_request(&req);
+        if KeyRange::new(&watch_request.key, &watch_request.range_end).is_empty() {
             return self.send(self.refusal(EMPTY_RANGE.into())).await;
         }
         // etcd's AutoWatchID is 0: any other ID is the client's choice.
@@ -242,16 +234,6 @@ impl ServerWatchStream {
         if req.start_revision < 0 {
             return self.compacted_at_once(id).await;
         }
-        let has_filter = |filter: FilterType| req.filters.contains(&(filter as i32));
-        let watch_request = WatchRequest {
-            key,
-            range_end: req.range_end.clone(),
-            start_revision: req.start_revision,
-            progress_notify: req.progress_notify,
-            no_put: has_filter(FilterType::Noput),
-            no_delete: has_filter(FilterType::Nodelete),
-            prev_kv: req.prev_kv,
-        };
         let watcher = match self.store.watch(watch_request) {
             Ok(watcher) => watcher,
             Err(err) => {

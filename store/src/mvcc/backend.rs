@@ -39,7 +39,7 @@ pub(crate) struct Backend {
 }
 
 impl Backend {
-    #[cfg(test)]
+    /// A tree alone, for tests and the fuzz targets (`grpc::fuzzing`).
     pub(crate) fn of_tree(tree: sled::Tree) -> Backend {
         Backend {
             tree,
@@ -215,7 +215,15 @@ impl KvStore {
         }
         drop(backend);
         crate::metrics::observe_backend_commit(committing.elapsed());
+        #[cfg(feature = "failpoints")]
+        crate::failpoints::keep_synced_state(self);
         Ok(())
+    }
+
+    /// The directory of the state database in use.
+    #[cfg(feature = "failpoints")]
+    pub(crate) fn state_dir(&self) -> Option<PathBuf> {
+        self.backend.read().dir.clone()
     }
 
     /// Bytes the state database takes on disk (etcd's dbSize), measured
@@ -303,6 +311,8 @@ impl KvStore {
             },
         );
         drop(held);
+        #[cfg(feature = "failpoints")]
+        crate::failpoints::keep_synced_state(self);
         let size_after = self.db_size();
         let old_dir = old.dir.clone();
         drop(old);
@@ -341,6 +351,8 @@ impl KvStore {
         };
         copy_into(self.tree().iter(), &tree)?;
         db.flush()?;
+        // A copy half made and never switched to: the next start removes it.
+        crate::crash_point!("defrag::mid");
         // Then what was written meanwhile, with writes held.
         let mut behind = self.behind.lock();
         self.write_out(&mut behind)?;
@@ -355,6 +367,9 @@ impl KvStore {
         let io = |e: std::io::Error| StoreError::storage("defragmenting", e);
         fsync_tree(dir).map_err(io)?;
         switch_to(&location.data_dir, name).map_err(io)?;
+        // Switched to on disk, the old database still in use and in place:
+        // the next start moves the copy to `db`.
+        crate::crash_point!("defrag::switched");
         Ok((db, tree, behind))
     }
 }

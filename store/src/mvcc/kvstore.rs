@@ -174,8 +174,7 @@ pub(crate) fn lease_value(ttl: i64, remaining: i64) -> [u8; 16] {
 impl KvStore {
     /// Loads the state from `tree`, rebuilding the key index from the
     /// records. The engine cannot be defragmented: it has no database of
-    /// its own.
-    #[cfg(test)]
+    /// its own. For tests and the fuzz targets (`grpc::fuzzing`).
     pub(crate) fn open(tree: sled::Tree) -> Result<(KvStore, Recovered)> {
         Self::open_backend(super::backend::Backend::of_tree(tree), None)
     }
@@ -311,6 +310,9 @@ impl KvStore {
         *self.recent.write() = Recent::default();
         let tree = self.tree();
         tree.clear()?;
+        // The old state is gone, the new one not in yet: the next start
+        // installs the snapshot kept in `snap/` again.
+        crate::crash_point!("snapshot::install");
         let mut batch = sled::Batch::default();
         for (key, value) in entries {
             batch.insert(key, value);

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use crate::error::{Result, StoreError};
+use crate::raft::transport::PeerMember;
 
 /// A member of a replicated store, as `--name` and `--initial-cluster`
 /// describe it.
@@ -23,6 +24,11 @@ pub struct ClusterConfig {
     /// running cluster that has already added this member (MemberAdd);
     /// the member learns its ID from its peers.
     pub initial_cluster_state: InitialClusterState,
+    /// etcd's `--initial-cluster-token`: mixed into the cluster ID and the
+    /// founding members' IDs, so that two clusters founded from the same
+    /// `initial_cluster` do not take each other's members. Empty derives
+    /// the IDs as skiff did before it had the token.
+    pub initial_cluster_token: String,
 }
 
 /// etcd's `--initial-cluster-state`.
@@ -51,8 +57,9 @@ impl std::str::FromStr for InitialClusterState {
 pub struct Identity {
     pub cluster_id: u64,
     pub member_id: u64,
-    /// (member ID, peer address) of every founding member.
-    pub peers: Vec<(u64, SocketAddr)>,
+    /// Every founding member (when joining: every member the cluster
+    /// listed).
+    pub peers: Vec<PeerMember>,
     /// Those of `peers` that are learners (a member joining a running
     /// cluster finds them in its member list).
     pub learners: Vec<u64>,
@@ -81,8 +88,21 @@ pub fn new_member_id(cluster_id: u64, peer_url: &str) -> u64 {
     fnv1a(&bytes)
 }
 
-pub fn member_id(name: &str) -> u64 {
-    fnv1a(name.as_bytes())
+/// A founding member's ID: from its name and the cluster token, so every
+/// member derives the same one.
+pub fn member_id(token: &str, name: &str) -> u64 {
+    fnv1a(&with_token(name.as_bytes(), token))
+}
+
+/// `bytes`, then the token after a NUL; `bytes` alone for the empty
+/// token, which keeps the IDs of data directories made before the token.
+fn with_token(bytes: &[u8], token: &str) -> Vec<u8> {
+    let mut hashed = bytes.to_vec();
+    if !token.is_empty() {
+        hashed.push(0);
+        hashed.extend_from_slice(token.as_bytes());
+    }
+    hashed
 }
 
 impl ClusterConfig {
@@ -134,16 +154,25 @@ impl ClusterConfig {
             .map(|(n, a)| format!("{n}={a}"))
             .collect();
         sorted.sort();
+        let token = &self.initial_cluster_token;
         Ok(Identity {
-            cluster_id: fnv1a(sorted.join(",").as_bytes()),
-            member_id: member_id(&self.name),
-            peers: self
-                .initial_cluster
-                .iter()
-                .map(|(n, a)| (member_id(n), *a))
-                .collect(),
+            cluster_id: fnv1a(&with_token(sorted.join(",").as_bytes(), token)),
+            member_id: member_id(token, &self.name),
+            peers: self.founders(),
             learners: Vec::new(),
         })
+    }
+
+    /// Every founding member with the ID it was founded with.
+    pub fn founders(&self) -> Vec<PeerMember> {
+        self.initial_cluster
+            .iter()
+            .map(|(name, addr)| PeerMember {
+                id: member_id(&self.initial_cluster_token, name),
+                name: name.clone(),
+                addr: *addr,
+            })
+            .collect()
     }
 }
 
@@ -186,11 +215,7 @@ pub async fn resolve_identity(
         check_data_dir(dir, &cluster.name, &identity)?;
         return Ok(identity);
     }
-    let founders: Vec<(u64, SocketAddr)> = cluster
-        .initial_cluster
-        .iter()
-        .map(|(n, a)| (member_id(n), *a))
-        .collect();
+    let founders = cluster.founders();
     if let Some((cluster_id, member_id, name)) = recorded_identity(dir)? {
         if name != cluster.name {
             return Err(StoreError::InvalidConfig(format!(
@@ -215,8 +240,9 @@ pub async fn resolve_identity(
         .map_or(cluster.peer_listen, |(_, addr)| *addr);
     let ours = super::members::peer_url(advertised, tls.is_some());
     let mut last_error = String::from("no peer in --initial-cluster other than this member");
-    for &(name_id, addr) in &founders {
-        if addr == advertised || name_id == member_id(&cluster.name) {
+    for founder in &founders {
+        let addr = founder.addr;
+        if addr == advertised || founder.name == cluster.name {
             continue;
         }
         let (cluster_id, members) = match crate::raft::transport::ask_members(addr, tls).await {
@@ -243,7 +269,11 @@ pub async fn resolve_identity(
                 .iter()
                 .filter_map(|m| {
                     let addr = m.peer_urls.first()?;
-                    Some((m.id, super::members::parse_peer_url(addr).ok()?))
+                    Some(PeerMember {
+                        id: m.id,
+                        name: m.name.clone(),
+                        addr: super::members::parse_peer_url(addr).ok()?,
+                    })
                 })
                 .collect(),
             learners: members
@@ -272,7 +302,8 @@ pub fn check_data_dir(dir: &Path, name: &str, identity: &Identity) -> Result<()>
         Ok(recorded) if recorded == ours => Ok(()),
         Ok(recorded) => Err(StoreError::InvalidConfig(format!(
             "data directory {} belongs to another cluster or member:\n{recorded}but this member is:\n{ours}\
-             start it with its own --data-dir, or with the --name and --initial-cluster it was created with",
+             start it with its own --data-dir, or with the --name, --initial-cluster and \
+             --initial-cluster-token it was created with",
             dir.display()
         ))),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
@@ -297,6 +328,14 @@ mod tests {
             )
             .unwrap(),
             initial_cluster_state: InitialClusterState::New,
+            initial_cluster_token: String::new(),
+        }
+    }
+
+    fn config_with_token(name: &str, token: &str) -> ClusterConfig {
+        ClusterConfig {
+            initial_cluster_token: token.into(),
+            ..config(name)
         }
     }
 
@@ -309,6 +348,44 @@ mod tests {
         assert_eq!(a.cluster_id, b.cluster_id);
         assert_ne!(a.member_id, b.member_id);
         assert_eq!(a.peers.len(), 3);
+    }
+
+    #[test]
+    fn the_token_sets_the_cluster_and_member_ids() {
+        let a = config_with_token("n1", "cluster-a").identity().unwrap();
+        let b = config_with_token("n1", "cluster-b").identity().unwrap();
+        assert_ne!(a.cluster_id, b.cluster_id);
+        assert_ne!(a.member_id, b.member_id);
+        for (x, y) in a.peers.iter().zip(&b.peers) {
+            assert_eq!((&x.name, x.addr), (&y.name, y.addr));
+            assert_ne!(x.id, y.id, "founder {} keeps its ID across tokens", x.name);
+        }
+        // Every member of one cluster derives the same IDs from the token.
+        let mut n2 = config_with_token("n2", "cluster-a");
+        n2.initial_cluster.reverse();
+        let n2 = n2.identity().unwrap();
+        assert_eq!(n2.cluster_id, a.cluster_id);
+        let n1_as_seen_by_n2 = n2.peers.iter().find(|p| p.name == "n1").unwrap();
+        assert_eq!(n1_as_seen_by_n2.id, a.member_id);
+        assert_eq!(config_with_token("n1", "cluster-a").identity().unwrap(), a);
+    }
+
+    #[test]
+    fn the_empty_token_keeps_the_ids_of_skiff_before_the_token() {
+        // As the derivation without a token gave them: data directories
+        // recorded then still open.
+        let n1 = config("n1").identity().unwrap();
+        assert_eq!(n1.cluster_id, 0xba25_cf3d_355d_a595);
+        assert_eq!(n1.member_id, 0x08b3_7b07_b558_d4c0);
+        let ids: Vec<u64> = n1.peers.iter().map(|p| p.id).collect();
+        assert_eq!(
+            ids,
+            [
+                0x08b3_7b07_b558_d4c0,
+                0x08b3_7e07_b558_d9d9,
+                0x08b3_7d07_b558_d826
+            ]
+        );
     }
 
     #[test]
@@ -343,6 +420,22 @@ mod tests {
             .to_string();
         assert!(
             err.contains("belongs to another cluster or member"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_data_directory_refuses_another_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let made = config_with_token("n1", "cluster-a").identity().unwrap();
+        check_data_dir(dir.path(), "n1", &made).unwrap();
+        let other = config_with_token("n1", "cluster-b").identity().unwrap();
+        let err = check_data_dir(dir.path(), "n1", &other)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("belongs to another cluster or member")
+                && err.contains("--initial-cluster-token it was created with"),
             "{err}"
         );
     }

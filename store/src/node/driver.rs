@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::{Result, StoreError};
 use crate::mvcc::compaction::Compactor;
 use crate::mvcc::CommandResult;
-use crate::raft::transport::{SnapshotReport, Transport};
+use crate::raft::transport::{PeerMember, SnapshotReport, Transport};
 use crate::raft::{PeerChange, RaftCore};
 use crate::watch::Notifier;
 use raft::eraftpb::Message;
@@ -394,23 +394,11 @@ impl Driver {
         match change {
             PeerChange::Added(member) => {
                 tracing::info!(member = format_args!("{:x}", member.id), peer_urls = ?member.peer_urls, "member added");
-                let addr = member
-                    .peer_urls
-                    .iter()
-                    .find_map(|url| super::members::parse_peer_url(url).ok());
-                if let (Some(transport), Some(addr)) = (self.transport.as_mut(), addr) {
-                    transport.add_peer(member.id, addr);
-                }
+                self.reach(&member);
             }
             PeerChange::Updated(member) => {
                 tracing::info!(member = format_args!("{:x}", member.id), peer_urls = ?member.peer_urls, "member's peer URLs updated");
-                let addr = member
-                    .peer_urls
-                    .iter()
-                    .find_map(|url| super::members::parse_peer_url(url).ok());
-                if let (Some(transport), Some(addr)) = (self.transport.as_mut(), addr) {
-                    transport.add_peer(member.id, addr);
-                }
+                self.reach(&member);
             }
             PeerChange::Removed(id) if id == me => {
                 tracing::error!(
@@ -425,6 +413,21 @@ impl Driver {
                     transport.remove_peer(id);
                 }
             }
+        }
+    }
+
+    /// Sends to `member` from now on, at its (new) peer address.
+    fn reach(&mut self, member: &crate::api::Member) {
+        let addr = member
+            .peer_urls
+            .iter()
+            .find_map(|url| super::members::parse_peer_url(url).ok());
+        if let (Some(transport), Some(addr)) = (self.transport.as_mut(), addr) {
+            transport.add_peer(PeerMember {
+                id: member.id,
+                name: member.name.clone(),
+                addr,
+            });
         }
     }
 

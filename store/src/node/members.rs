@@ -17,6 +17,7 @@ use super::Store;
 use crate::api::Member;
 use crate::error::{Result, StoreError};
 use crate::mvcc::KvStore;
+use crate::raft::transport::PeerMember;
 
 /// This member's view of itself and the cluster.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -68,7 +69,7 @@ pub fn peer_url(addr: SocketAddr, tls: bool) -> String {
 /// published yet) its name and address from the initial cluster.
 pub(crate) fn list_members(
     kv: &KvStore,
-    founders: &[(String, SocketAddr)],
+    founders: &[PeerMember],
     tls: bool,
 ) -> Result<Vec<Member>> {
     let conf_state = match kv.conf_state_bytes()? {
@@ -89,15 +90,12 @@ pub(crate) fn list_members(
                 ..Member::default()
             });
         member.is_learner = is_learner;
-        if let Some((name, addr)) = founders
-            .iter()
-            .find(|(name, _)| super::cluster::member_id(name) == id)
-        {
+        if let Some(founder) = founders.iter().find(|f| f.id == id) {
             if member.name.is_empty() {
-                member.name = name.clone();
+                member.name = founder.name.clone();
             }
             if member.peer_urls.is_empty() {
-                member.peer_urls = vec![peer_url(*addr, tls)];
+                member.peer_urls = vec![peer_url(founder.addr, tls)];
             }
         }
         members.push(member);
@@ -179,12 +177,12 @@ impl Store {
         Ok(members)
     }
 
-    fn founders(&self) -> Vec<(String, SocketAddr)> {
+    fn founders(&self) -> Vec<PeerMember> {
         self.inner
             .config
             .cluster
             .as_ref()
-            .map(|c| c.initial_cluster.clone())
+            .map(super::cluster::ClusterConfig::founders)
             .unwrap_or_default()
     }
 

@@ -179,7 +179,7 @@ impl Store {
                 identity
                     .peers
                     .iter()
-                    .map(|(id, _)| *id)
+                    .map(|peer| peer.id)
                     .filter(|id| !identity.learners.contains(id))
                     .collect(),
                 identity.learners.clone(),
@@ -252,7 +252,7 @@ impl Store {
             let (reports, reports_rx) = mpsc::unbounded_channel();
             let directory: crate::raft::transport::Directory = {
                 let kv = Arc::clone(&kv);
-                let founders = cluster.initial_cluster.clone();
+                let founders = cluster.founders();
                 let cluster_id = identity.cluster_id;
                 let tls = config.peer_tls.is_some();
                 Arc::new(move || {
@@ -263,12 +263,16 @@ impl Store {
             // Peers as the applied membership knows them (members added
             // since the start included); a member that has applied
             // nothing yet goes by what it was told.
-            let mut peers: Vec<(u64, std::net::SocketAddr)> =
-                members::list_members(&kv, &cluster.initial_cluster, config.peer_tls.is_some())?
-                    .iter()
+            let mut peers: Vec<crate::raft::transport::PeerMember> =
+                members::list_members(&kv, &cluster.founders(), config.peer_tls.is_some())?
+                    .into_iter()
                     .filter_map(|m| {
-                        let url = m.peer_urls.first()?;
-                        Some((m.id, members::parse_peer_url(url).ok()?))
+                        let addr = members::parse_peer_url(m.peer_urls.first()?).ok()?;
+                        Some(crate::raft::transport::PeerMember {
+                            id: m.id,
+                            name: m.name,
+                            addr,
+                        })
                     })
                     .collect();
             if peers.is_empty() {

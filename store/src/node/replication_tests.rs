@@ -10,6 +10,9 @@ use super::{ClusterConfig, Store};
 use crate::api::{PutRequest, RangeRequest};
 use crate::error::StoreError;
 
+/// The clusters here are founded with a token: their IDs are the token's.
+const TOKEN: &str = "replication-tests";
+
 fn free_addr() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap()
@@ -44,6 +47,7 @@ impl Cluster {
             peer_listen: self.initial[i].1,
             initial_cluster: self.initial.clone(),
             initial_cluster_state: Default::default(),
+            initial_cluster_token: TOKEN.into(),
         });
         self.members[i] = Some(Store::open(config).await.expect("open member"));
     }
@@ -244,6 +248,7 @@ async fn a_member_of_another_cluster_refuses_to_start() {
         peer_listen: initial[0].1,
         initial_cluster: initial.clone(),
         initial_cluster_state: Default::default(),
+        initial_cluster_token: String::new(),
     });
     Store::open(config.clone())
         .await
@@ -265,6 +270,12 @@ async fn a_member_of_another_cluster_refuses_to_start() {
         err.to_string().contains("belongs to another cluster"),
         "{err}"
     );
+    let mut retokened = config.clone();
+    retokened.cluster.as_mut().unwrap().initial_cluster_token = "another".into();
+    let Err(err) = Store::open(retokened).await else {
+        panic!("opened")
+    };
+    assert!(err.to_string().contains("--initial-cluster-token"), "{err}");
     let mut stranger = config;
     stranger.cluster.as_mut().unwrap().name = "n9".into();
     let Err(err) = Store::open(stranger).await else {
@@ -597,6 +608,7 @@ async fn a_member_is_added_joins_by_snapshot_and_is_listed() {
         peer_listen: addr,
         initial_cluster: initial,
         initial_cluster_state: super::InitialClusterState::Existing,
+        initial_cluster_token: TOKEN.into(),
     });
     let joined = Store::open(config).await.expect("n4 joins");
     assert_eq!(joined.member_id(), added.id);
@@ -679,6 +691,7 @@ async fn join(
         peer_listen: listen,
         initial_cluster: initial,
         initial_cluster_state: super::InitialClusterState::Existing,
+        initial_cluster_token: TOKEN.into(),
     });
     Store::open(config).await.expect("the member joins")
 }

@@ -457,6 +457,8 @@ impl RaftCore {
                 out.reads.push((id, state.index));
             }
         }
+        // The leader's appends are on their way; its own copy is not yet.
+        crate::crash_point!("raft::before_persist" if !ready.entries().is_empty());
         if !ready.snapshot().is_empty() {
             let revision = self.install_snapshot(ready.snapshot().clone(), ready.hs())?;
             out.installed_snapshot = Some(revision);
@@ -485,6 +487,8 @@ impl RaftCore {
             self.wal.sync()?;
             out.synced = true;
             out.persisted_entries = ready.entries().len();
+            // Durable here; the votes and acks that promise it are not sent.
+            crate::crash_point!("raft::after_persist");
         }
         let store = self.node.mut_store();
         store.append(ready.entries());
@@ -517,6 +521,8 @@ impl RaftCore {
 
         let committed = applier.commit()?;
         self.kv.publish_revision(committed.revision);
+        // Applied (and readable), committed and durable; nobody told yet.
+        crate::crash_point!("apply::before_answer" if !out.answers.is_empty());
         out.committed = Some(committed);
         out.peer_changes = std::mem::take(&mut self.peer_changes);
         let is_leader = self.is_leader();

@@ -1,9 +1,20 @@
 //! The peer transport: Raft messages between members over TCP. Each
 //! connection opens with a handshake (magic, cluster ID, sender ID), then
 //! carries length-prefixed protobuf messages. Every peer has a bounded
-//! outbound queue drained by its own task, which reconnects after a peer
-//! restarts; a full queue drops messages (raft resends), so a slow or dead
-//! peer never blocks the Raft loop.
+//! outbound queue drained by its own task; a full queue drops messages
+//! (raft resends), so a slow or dead peer never blocks the Raft loop.
+//!
+//! A connection is only trusted while it is seen to work, since a dropped
+//! path (a partition, a stopped peer) looks like silence, not like an
+//! error, and TCP would wait out its retransmission back-off (minutes)
+//! before telling. The sender writes an empty frame (a ping) when it has
+//! had nothing to send for [`HEARTBEAT_INTERVAL`]; the receiver answers
+//! one byte on the same connection every [`ANSWER_INTERVAL`] in which
+//! something arrived. A sender that hears no answer for [`PEER_TIMEOUT`],
+//! or whose write makes no progress for as long, drops the connection and
+//! redials; a receiver to which nothing arrived for as long hangs up. A
+//! peer silent for the timeout is logged once as unreachable, and once
+//! more when it answers again.
 //!
 //! A snapshot (the whole engine state for a member too far behind) does not
 //! go through the peer's queue: it gets a connection of its own, opened with
@@ -17,7 +28,9 @@
 //! address it dialled.
 
 use std::collections::HashMap;
+use std::io::ErrorKind;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use protobuf::Message as _;
@@ -26,10 +39,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::lease_forward::LEASE_MAGIC;
 
-const MAGIC: &[u8; 8] = b"SKIFFRFT";
+/// Opens a stream of Raft messages, answered (see the module comment).
+const MAGIC: &[u8; 8] = b"SKIFFRF2";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"SKIFFSNP";
 /// A member about to join asks for the member list (it has no ID yet).
 const MEMBERS_MAGIC: &[u8; 8] = b"SKIFFMBR";
@@ -44,8 +59,33 @@ const PEER_QUEUE: usize = 4096;
 /// The largest message accepted (a batch of entries or a snapshot chunk).
 const MAX_FRAME: u32 = 64 * 1024 * 1024;
 
-/// How long a TLS handshake with a peer may take.
+/// How long a TLS handshake with a peer may take, and how long an
+/// accepted connection may take to say what it is.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A sender that has written nothing for this long writes a ping.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+/// A receiver answers at most this often, and only when something arrived
+/// since its last answer: a sender whose frames are lost on the way hears
+/// nothing even while the way back works.
+pub const ANSWER_INTERVAL: Duration = Duration::from_millis(100);
+/// A connection over which nothing came back (sender) or arrived
+/// (receiver) for this long, or on which a write made no progress for as
+/// long, is dead. Ten heartbeats: a busy machine that starves the
+/// transport that long only costs a redial.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long dialling a peer (TCP and TLS) may take before the next try.
+pub const DIAL_TIMEOUT: Duration = Duration::from_millis(500);
+/// The pause between two dials grows from the first to the second, so a
+/// healed path is used again within a dial and a pause.
+const REDIAL_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(50), Duration::from_millis(250));
+/// A ping: a frame of no bytes.
+const PING: [u8; 4] = 0u32.to_le_bytes();
+/// What a receiver answers.
+const ANSWER: [u8; 1] = [1];
+/// Bytes per write of a message batch: each write gets [`PEER_TIMEOUT`].
+const WRITE_CHUNK: usize = 64 * 1024;
 
 /// TLS between members: the configuration this member accepts peers with
 /// (it should require a client certificate) and the one it dials them with
@@ -149,6 +189,29 @@ pub struct Hooks {
     pub leases: super::lease_forward::LeaseHandler,
 }
 
+/// A member this one sends to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerMember {
+    pub id: u64,
+    /// Its name, for logs; empty for a member added but not started yet.
+    pub name: String,
+    /// Where it listens for peers.
+    pub addr: SocketAddr,
+}
+
+/// How sending to one peer goes, as its sender sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerHealth {
+    /// The peer answered within [`PEER_TIMEOUT`].
+    pub reachable: bool,
+    /// Connections made to it: the first, then one per redial.
+    pub connections: u64,
+    /// Times it stopped answering after it had answered.
+    pub disconnects: u64,
+    /// Times it answered again after that.
+    pub reconnects: u64,
+}
+
 pub struct Transport {
     peers: HashMap<u64, Peer>,
     local_addr: SocketAddr,
@@ -166,6 +229,7 @@ struct Peer {
     queue: mpsc::Sender<Message>,
     /// Stops this peer's sender when the peer is removed.
     stop: watch::Sender<bool>,
+    health: watch::Receiver<PeerHealth>,
 }
 
 impl Transport {
@@ -175,7 +239,7 @@ impl Transport {
         listen: SocketAddr,
         cluster_id: u64,
         member_id: u64,
-        peers: &[(u64, SocketAddr)],
+        peers: &[PeerMember],
         hooks: Hooks,
         shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<Transport> {
@@ -210,33 +274,47 @@ impl Transport {
             runtime: tokio::runtime::Handle::current(),
             tasks,
         };
-        for &(id, addr) in peers {
-            transport.add_peer(id, addr);
+        for peer in peers {
+            transport.add_peer(peer.clone());
         }
         Ok(transport)
     }
 
-    /// Starts sending to member `id` at `addr` (a member added to the
-    /// cluster); a known member's address is updated.
-    pub fn add_peer(&mut self, id: u64, addr: SocketAddr) {
-        if id == self.member_id || self.peers.get(&id).is_some_and(|p| p.addr == addr) {
+    /// Starts sending to `peer` (a member added to the cluster); a known
+    /// member's address is updated.
+    pub fn add_peer(&mut self, peer: PeerMember) {
+        let id = peer.id;
+        if id == self.member_id || self.peers.get(&id).is_some_and(|p| p.addr == peer.addr) {
             return;
         }
         self.remove_peer(id);
+        let addr = peer.addr;
         let (queue, rx) = mpsc::channel(PEER_QUEUE);
         let (stop, stopped) = watch::channel(false);
-        let task = self.runtime.spawn(send_loop(
-            addr,
-            self.cluster_id,
-            self.member_id,
-            self.tls.clone(),
-            rx,
-            self.shutdown.clone(),
-            stopped,
-        ));
+        let (health_tx, health) = watch::channel(PeerHealth::default());
+        let sender = PeerSender {
+            peer,
+            cluster_id: self.cluster_id,
+            member_id: self.member_id,
+            tls: self.tls.clone(),
+            queue: rx,
+            health: health_tx,
+            last_answer: None,
+        };
+        let task = self
+            .runtime
+            .spawn(sender.run(self.shutdown.clone(), stopped));
         self.tasks.retain(|t| !t.is_finished());
         self.tasks.push(task);
-        self.peers.insert(id, Peer { addr, queue, stop });
+        self.peers.insert(
+            id,
+            Peer {
+                addr,
+                queue,
+                stop,
+                health,
+            },
+        );
     }
 
     /// Stops sending to member `id` (removed from the cluster).
@@ -249,6 +327,11 @@ impl Transport {
     /// The peer address of member `id`, if it is a peer.
     pub fn peer_addr(&self, id: u64) -> Option<SocketAddr> {
         self.peers.get(&id).map(|p| p.addr)
+    }
+
+    /// How sending to member `id` goes, as it changes.
+    pub fn health(&self, id: u64) -> Option<watch::Receiver<PeerHealth>> {
+        self.peers.get(&id).map(|p| p.health.clone())
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -339,8 +422,11 @@ async fn receive(
     } = accepted_by;
     let mut reader = BufReader::new(stream);
     let mut hello = [0u8; 24];
-    reader.read_exact(&mut hello).await?;
-    if &hello[..8] == MEMBERS_MAGIC {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, reader.read_exact(&mut hello))
+        .await
+        .map_err(|_| std::io::Error::new(ErrorKind::TimedOut, "no handshake"))??;
+    let magic = &hello[..8];
+    if magic == MEMBERS_MAGIC {
         let bytes = bincode::serialize(&directory()).map_err(std::io::Error::other)?;
         let stream = reader.get_mut();
         stream
@@ -352,29 +438,53 @@ async fn receive(
     }
     let their_cluster = u64::from_le_bytes(hello[8..16].try_into().unwrap_or_default());
     let from = u64::from_le_bytes(hello[16..24].try_into().unwrap_or_default());
-    let snapshot = &hello[..8] == SNAPSHOT_MAGIC;
-    let lease = &hello[..8] == LEASE_MAGIC;
-    if (&hello[..8] != MAGIC && !snapshot && !lease) || their_cluster != cluster_id {
+    if magic != MAGIC && magic != SNAPSHOT_MAGIC && magic != LEASE_MAGIC {
         tracing::warn!(
-            from,
+            from = format_args!("{from:x}"),
+            "refused a peer connection that opened with an unknown handshake (another program, or a member of another skiff version?)"
+        );
+        return Ok(());
+    }
+    if their_cluster != cluster_id {
+        tracing::warn!(
+            from = format_args!("{from:x}"),
             cluster = format_args!("{their_cluster:x}"),
             ours = format_args!("{cluster_id:x}"),
             "refused a peer connection from another cluster"
         );
         return Ok(());
     }
-    if snapshot {
+    if magic == SNAPSHOT_MAGIC {
         return receive_snapshot(reader, from, inbound).await;
     }
-    if lease {
+    if magic == LEASE_MAGIC {
         return super::lease_forward::serve(reader, leases, shutdown).await;
     }
+    let (frames, mut answers) = tokio::io::split(reader);
+    let arrived = AtomicU64::new(0);
+    let mut frames = Counting {
+        inner: frames,
+        bytes: &arrived,
+    };
+    tokio::select! {
+        read = read_frames(&mut frames, from, &inbound) => read,
+        answered = answer_while_alive(&mut answers, &arrived) => answered,
+        _ = shutdown.changed() => Ok(()),
+    }
+}
+
+/// Hands the messages of member `from` to raft until the connection ends.
+async fn read_frames(
+    reader: &mut (impl AsyncRead + Unpin),
+    from: u64,
+    inbound: &mpsc::Sender<Message>,
+) -> std::io::Result<()> {
     let mut frame = Vec::new();
     loop {
-        let len = tokio::select! {
-            len = reader.read_u32_le() => len?,
-            _ = shutdown.changed() => return Ok(()),
-        };
+        let len = reader.read_u32_le().await?;
+        if len == 0 {
+            continue; // a ping
+        }
         if len > MAX_FRAME {
             return Err(std::io::Error::other(format!(
                 "frame of {len} bytes from member {from:x}"
@@ -393,68 +503,239 @@ async fn receive(
     }
 }
 
-async fn send_loop(
-    addr: SocketAddr,
+/// Answers one byte every [`ANSWER_INTERVAL`] in which bytes `arrived`
+/// (the first time for the handshake); fails once nothing arrived for
+/// [`PEER_TIMEOUT`].
+async fn answer_while_alive(
+    answers: &mut (impl AsyncWrite + Unpin),
+    arrived: &AtomicU64,
+) -> std::io::Result<()> {
+    let mut ticks = tokio::time::interval(ANSWER_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut answered_for = None;
+    let mut last_arrival = Instant::now();
+    loop {
+        ticks.tick().await;
+        let bytes = arrived.load(Ordering::Relaxed);
+        if answered_for != Some(bytes) {
+            answered_for = Some(bytes);
+            last_arrival = Instant::now();
+            write_within(answers, &ANSWER).await?;
+        } else if last_arrival.elapsed() >= PEER_TIMEOUT {
+            return Err(std::io::Error::new(
+                ErrorKind::TimedOut,
+                format!("nothing arrived for {PEER_TIMEOUT:?}"),
+            ));
+        }
+    }
+}
+
+/// A reader that counts the bytes read through it.
+struct Counting<'a, R> {
+    inner: R,
+    bytes: &'a AtomicU64,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Counting<'_, R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        self.bytes.fetch_add(read as u64, Ordering::Relaxed);
+        polled
+    }
+}
+
+/// Writes `bytes` and flushes them, in chunks that each must leave within
+/// [`PEER_TIMEOUT`]: a path that drops everything fills the socket's
+/// buffer, then stalls the write.
+async fn write_within(out: &mut (impl AsyncWrite + Unpin), bytes: &[u8]) -> std::io::Result<()> {
+    let stalled = |_| std::io::Error::new(ErrorKind::TimedOut, "a write to the peer stalled");
+    for chunk in bytes.chunks(WRITE_CHUNK) {
+        tokio::time::timeout(PEER_TIMEOUT, out.write_all(chunk))
+            .await
+            .map_err(stalled)??;
+    }
+    tokio::time::timeout(PEER_TIMEOUT, out.flush())
+        .await
+        .map_err(stalled)?
+}
+
+/// Sends one peer its messages: dials it, writes its queue (a ping when
+/// there is nothing to write), listens for its answers, and redials when
+/// it goes silent. Tells when the peer stops and starts answering.
+struct PeerSender {
+    peer: PeerMember,
     cluster_id: u64,
     member_id: u64,
     tls: Option<PeerTls>,
-    mut queue: mpsc::Receiver<Message>,
-    mut shutdown: watch::Receiver<bool>,
-    mut removed: watch::Receiver<bool>,
-) {
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        let connected = tokio::select! {
-            c = tokio::time::timeout(Duration::from_secs(1), dial(addr, tls.as_ref())) => c,
-            _ = shutdown.changed() => return,
-            _ = removed.changed() => return,
-        };
-        let mut stream = match connected {
-            Ok(Ok(stream)) => stream,
-            _ => {
-                // While the peer is away, what is queued is stale: drop it.
-                while queue.try_recv().is_ok() {}
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = shutdown.changed() => return,
-                    _ = removed.changed() => return,
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
-            }
-        };
-        backoff = Duration::from_millis(50);
-        let mut hello = Vec::with_capacity(24);
-        hello.extend_from_slice(MAGIC);
-        hello.extend_from_slice(&cluster_id.to_le_bytes());
-        hello.extend_from_slice(&member_id.to_le_bytes());
-        if stream.write_all(&hello).await.is_err() {
-            continue;
-        }
-        let mut buffer = Vec::new();
+    queue: mpsc::Receiver<Message>,
+    health: watch::Sender<PeerHealth>,
+    /// When the peer last answered, on any connection.
+    last_answer: Option<Instant>,
+}
+
+impl PeerSender {
+    async fn run(
+        mut self,
+        mut shutdown: watch::Receiver<bool>,
+        mut removed: watch::Receiver<bool>,
+    ) {
+        let addr = self.peer.addr;
+        let mut backoff = REDIAL_BACKOFF.0;
         loop {
-            let first = tokio::select! {
-                m = queue.recv() => match m { Some(m) => m, None => return },
+            let dialled = tokio::select! {
+                d = tokio::time::timeout(DIAL_TIMEOUT, dial(addr, self.tls.as_ref())) => d,
                 _ = shutdown.changed() => return,
                 _ = removed.changed() => return,
             };
-            buffer.clear();
-            frame_into(&first, &mut buffer);
-            // Whatever else is waiting goes in the same write.
-            while buffer.len() < 1024 * 1024 {
-                match queue.try_recv() {
-                    Ok(m) => frame_into(&m, &mut buffer),
-                    Err(_) => break,
+            match dialled {
+                Ok(Ok(stream)) => {
+                    self.health.send_modify(|h| h.connections += 1);
+                    let answered_before = self.last_answer;
+                    match self.converse(stream, &mut shutdown, &mut removed).await {
+                        Ok(()) => return,
+                        Err(err) => tracing::debug!(
+                            peer = %self.label(), error = %err, "peer connection lost; redialling"
+                        ),
+                    }
+                    if self.last_answer != answered_before {
+                        backoff = REDIAL_BACKOFF.0;
+                    }
+                }
+                failed => {
+                    let err = failed.unwrap_or_else(|_| Err(ErrorKind::TimedOut.into()));
+                    tracing::trace!(peer = %self.label(), error = ?err.err(), "dialling a peer failed");
+                    // While the peer is away, what is queued is stale: drop it.
+                    while self.queue.try_recv().is_ok() {}
                 }
             }
-            let written = match stream.write_all(&buffer).await {
-                Ok(()) => stream.flush().await,
-                Err(err) => Err(err),
-            };
-            if let Err(err) = written {
-                tracing::debug!(peer = %addr, error = %err, "peer connection lost; reconnecting");
-                break;
+            self.note_silence();
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = shutdown.changed() => return,
+                _ = removed.changed() => return,
             }
+            backoff = (backoff * 2).min(REDIAL_BACKOFF.1);
+        }
+    }
+
+    /// Writes the queue on `stream` and reads the peer's answers until the
+    /// connection fails (an error) or the sender stops (`Ok`).
+    async fn converse(
+        &mut self,
+        stream: PeerStream,
+        shutdown: &mut watch::Receiver<bool>,
+        removed: &mut watch::Receiver<bool>,
+    ) -> std::io::Result<()> {
+        let (mut answers, mut out) = tokio::io::split(stream);
+        let mut batch = Vec::with_capacity(24);
+        batch.extend_from_slice(MAGIC);
+        batch.extend_from_slice(&self.cluster_id.to_le_bytes());
+        batch.extend_from_slice(&self.member_id.to_le_bytes());
+        write_within(&mut out, &batch).await?;
+        let mut last_write = Instant::now();
+        let mut last_heard = last_write;
+        let mut answer = [0u8; 64];
+        loop {
+            // Unreachable once silent for the timeout, whether or not this
+            // connection is the one that stopped hearing it.
+            let reachable_until = self
+                .last_answer
+                .filter(|_| self.health.borrow().reachable)
+                .map(|last| last + PEER_TIMEOUT);
+            tokio::select! {
+                next = self.queue.recv() => {
+                    let Some(first) = next else { return Ok(()) };
+                    batch.clear();
+                    frame_into(&first, &mut batch);
+                    // Whatever else is waiting goes in the same write.
+                    while batch.len() < 1024 * 1024 {
+                        match self.queue.try_recv() {
+                            Ok(m) => frame_into(&m, &mut batch),
+                            Err(_) => break,
+                        }
+                    }
+                    crate::crash_point!("peer::send");
+                    write_within(&mut out, &batch).await?;
+                    last_write = Instant::now();
+                }
+                _ = tokio::time::sleep_until(last_write + HEARTBEAT_INTERVAL) => {
+                    write_within(&mut out, &PING).await?;
+                    last_write = Instant::now();
+                }
+                read = answers.read(&mut answer) => {
+                    if read? == 0 {
+                        return Err(ErrorKind::UnexpectedEof.into());
+                    }
+                    last_heard = Instant::now();
+                    self.note_answer(last_heard);
+                }
+                _ = tokio::time::sleep_until(last_heard + PEER_TIMEOUT) => {
+                    return Err(std::io::Error::new(
+                        ErrorKind::TimedOut,
+                        format!("no answer for {PEER_TIMEOUT:?}"),
+                    ));
+                }
+                _ = tokio::time::sleep_until(reachable_until.unwrap_or(last_heard)),
+                    if reachable_until.is_some() => self.note_silence(),
+                _ = shutdown.changed() => return Ok(()),
+                _ = removed.changed() => return Ok(()),
+            }
+        }
+    }
+
+    /// The peer answered at `now`: reachable (again, if it was not).
+    fn note_answer(&mut self, now: Instant) {
+        let previous = self.last_answer.replace(now);
+        if self.health.borrow().reachable {
+            return;
+        }
+        match previous {
+            Some(last) => tracing::info!(
+                peer = %self.label(),
+                id = %format_args!("{:x}", self.peer.id),
+                away = ?now.duration_since(last),
+                "peer is reachable again"
+            ),
+            None => tracing::debug!(peer = %self.label(), "peer is reachable"),
+        }
+        self.health.send_modify(|h| {
+            h.reachable = true;
+            h.reconnects += u64::from(previous.is_some());
+        });
+    }
+
+    /// Unreachable, if the peer answered once but not within the timeout.
+    fn note_silence(&mut self) {
+        let Some(last) = self.last_answer else {
+            return;
+        };
+        if !self.health.borrow().reachable || last.elapsed() < PEER_TIMEOUT {
+            return;
+        }
+        tracing::warn!(
+            peer = %self.label(),
+            id = %format_args!("{:x}", self.peer.id),
+            silent_for = ?last.elapsed(),
+            addr = %self.peer.addr,
+            "peer became unreachable"
+        );
+        self.health.send_modify(|h| {
+            h.reachable = false;
+            h.disconnects += 1;
+        });
+    }
+
+    /// The peer's name, or its hex ID before it has one.
+    fn label(&self) -> String {
+        match self.peer.name.as_str() {
+            "" => format!("{:x}", self.peer.id),
+            name => name.to_string(),
         }
     }
 }
@@ -587,6 +868,14 @@ mod tests {
         std::sync::Arc::new(|| (0, Vec::new()))
     }
 
+    fn peer(id: u64, addr: SocketAddr) -> PeerMember {
+        PeerMember {
+            id,
+            name: format!("n{id}"),
+            addr,
+        }
+    }
+
     fn message(from: u64, to: u64, index: u64) -> Message {
         Message {
             from,
@@ -626,7 +915,7 @@ mod tests {
         let (a_in, _a_rx) = mpsc::channel(16);
         let mut a_hooks = hooks(a_in, no_directory());
         a_hooks.tls = a_tls;
-        let peers = [(1, any), (2, b.local_addr())];
+        let peers = [peer(1, any), peer(2, b.local_addr())];
         let a = Transport::start(any, cluster_a, 1, &peers, a_hooks, shutdown)
             .await
             .unwrap();
@@ -786,7 +1075,7 @@ mod tests {
             any,
             7,
             1,
-            &[(2, b_addr)],
+            &[peer(2, b_addr)],
             hooks(a_in, no_directory()),
             shutdown,
         )
@@ -820,5 +1109,330 @@ mod tests {
             i += 1;
         }
         stop.send_replace(true);
+    }
+
+    /// What a [`Relay`] does with the bytes of one direction.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Flow {
+        Forward = 0,
+        /// Reads and drops them, as a path that drops packets looks to a
+        /// sender whose socket buffer has room.
+        Swallow = 1,
+        /// Stops reading: the sender's socket buffer fills and its writes
+        /// stall.
+        Stall = 2,
+    }
+
+    /// A TCP relay in front of a member's peer port. A connection on which
+    /// it swallowed or stalled bytes never carries anything again and is
+    /// never closed, as a TCP connection backing off its retransmissions
+    /// far longer than a test waits; connections made later forward again
+    /// once the flow is back to `Forward`.
+    struct Relay {
+        addr: SocketAddr,
+        /// From the dialling member to the listening one.
+        data: std::sync::Arc<std::sync::atomic::AtomicU8>,
+        /// Back.
+        answers: std::sync::Arc<std::sync::atomic::AtomicU8>,
+        connections: std::sync::Arc<AtomicU64>,
+    }
+
+    impl Relay {
+        async fn start(target: SocketAddr) -> Relay {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let relay = Relay {
+                addr: listener.local_addr().unwrap(),
+                data: Default::default(),
+                answers: Default::default(),
+                connections: Default::default(),
+            };
+            let (data, answers) = (relay.data.clone(), relay.answers.clone());
+            let connections = relay.connections.clone();
+            tokio::spawn(async move {
+                while let Ok((dialler, _)) = listener.accept().await {
+                    let Ok(listening) = TcpStream::connect(target).await else {
+                        continue;
+                    };
+                    connections.fetch_add(1, Ordering::SeqCst);
+                    let (from_dialler, to_dialler) = dialler.into_split();
+                    let (from_listening, to_listening) = listening.into_split();
+                    tokio::spawn(Relay::pump(from_dialler, to_listening, data.clone()));
+                    tokio::spawn(Relay::pump(from_listening, to_dialler, answers.clone()));
+                }
+            });
+            relay
+        }
+
+        fn set(&self, data: Flow, answers: Flow) {
+            self.data.store(data as u8, Ordering::SeqCst);
+            self.answers.store(answers as u8, Ordering::SeqCst);
+        }
+
+        async fn pump(
+            mut from: tokio::net::tcp::OwnedReadHalf,
+            mut to: tokio::net::tcp::OwnedWriteHalf,
+            flow: std::sync::Arc<std::sync::atomic::AtomicU8>,
+        ) {
+            let mut buffer = vec![0u8; 16 * 1024];
+            let flowing = || flow.load(Ordering::SeqCst);
+            while flowing() != Flow::Stall as u8 {
+                let read = from.read(&mut buffer).await;
+                let forward = flowing() == Flow::Forward as u8;
+                match read {
+                    // A close crosses a working path only.
+                    Ok(0) | Err(_) if forward => {
+                        let _ = to.shutdown().await;
+                        return;
+                    }
+                    Ok(0) | Err(_) => break,
+                    Ok(read) if forward => {
+                        if to.write_all(&buffer[..read]).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) if flowing() == Flow::Swallow as u8 => {
+                        // Drop everything from now on, and never tell.
+                        while matches!(from.read(&mut buffer).await, Ok(n) if n > 0) {}
+                        break;
+                    }
+                    Ok(_) => break,
+                }
+            }
+            std::future::pending::<()>().await;
+            drop((from, to));
+        }
+    }
+
+    /// Member 1 sending to member 2 through a relay; member 2 does not
+    /// send to member 1.
+    struct Link {
+        a: Transport,
+        b_rx: mpsc::Receiver<Message>,
+        relay: Relay,
+        next_index: u64,
+        _b: Transport,
+        _stop: watch::Sender<bool>,
+    }
+
+    impl Link {
+        async fn start() -> Link {
+            let (stop, shutdown) = watch::channel(false);
+            let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+            let (b_in, b_rx) = mpsc::channel(1024);
+            let b = Transport::start(
+                any,
+                7,
+                2,
+                &[],
+                hooks(b_in, no_directory()),
+                shutdown.clone(),
+            )
+            .await
+            .unwrap();
+            let relay = Relay::start(b.local_addr()).await;
+            let (a_in, _a_rx) = mpsc::channel(16);
+            let a = Transport::start(
+                any,
+                7,
+                1,
+                &[peer(2, relay.addr)],
+                hooks(a_in, no_directory()),
+                shutdown,
+            )
+            .await
+            .unwrap();
+            Link {
+                a,
+                b_rx,
+                relay,
+                next_index: 0,
+                _b: b,
+                _stop: stop,
+            }
+        }
+
+        fn health(&self) -> PeerHealth {
+            *self.a.health(2).unwrap().borrow()
+        }
+
+        /// Waits until member 1's view of member 2 satisfies `ok`.
+        async fn wait_health(&self, within: Duration, ok: impl Fn(&PeerHealth) -> bool) {
+            let mut health = self.a.health(2).unwrap();
+            let waited = tokio::time::timeout(within, health.wait_for(|h| ok(h))).await;
+            assert!(waited.is_ok(), "within {within:?}: {:?}", self.health());
+        }
+
+        /// Sends messages until one arrives; how long that took.
+        async fn deliver(&mut self, within: Duration) -> Duration {
+            let started = Instant::now();
+            while self.b_rx.try_recv().is_ok() {}
+            loop {
+                self.next_index += 1;
+                self.a.send(message(1, 2, self.next_index));
+                let arrived =
+                    tokio::time::timeout(Duration::from_millis(50), self.b_rx.recv()).await;
+                if let Ok(Some(m)) = arrived {
+                    assert_eq!(m.from, 1);
+                    return started.elapsed();
+                }
+                assert!(
+                    started.elapsed() < within,
+                    "nothing arrived within {within:?}: {:?}",
+                    self.health()
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_black_holed_connection_is_redialled_once_the_partition_heals() {
+        let mut link = Link::start().await;
+        link.deliver(Duration::from_secs(5)).await;
+        link.wait_health(Duration::from_secs(2), |h| h.reachable)
+            .await;
+        assert_eq!(link.health().connections, 1);
+
+        link.relay.set(Flow::Swallow, Flow::Swallow);
+        link.wait_health(Duration::from_secs(3), |h| !h.reachable)
+            .await;
+        // A partition of several seconds, over several redials.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(
+            link.b_rx.try_recv().is_err(),
+            "a message crossed the partition"
+        );
+        let during = link.health();
+        assert!(
+            during.connections >= 2,
+            "no redial during the partition: {during:?}"
+        );
+        assert_eq!(
+            (during.disconnects, during.reconnects),
+            (1, 0),
+            "{during:?}"
+        );
+
+        link.relay.set(Flow::Forward, Flow::Forward);
+        let took = link.deliver(Duration::from_secs(2)).await;
+        link.wait_health(Duration::from_secs(1), |h| h.reachable)
+            .await;
+        let after = link.health();
+        assert!(after.connections > during.connections, "{after:?}");
+        assert_eq!(
+            (after.disconnects, after.reconnects),
+            (1, 1),
+            "one report when the peer went, one when it came back: {after:?} (delivered after {took:?})"
+        );
+    }
+
+    #[tokio::test]
+    async fn frames_lost_on_the_way_are_noticed_though_the_way_back_works() {
+        let mut link = Link::start().await;
+        link.deliver(Duration::from_secs(5)).await;
+        link.wait_health(Duration::from_secs(2), |h| h.reachable)
+            .await;
+
+        link.relay.set(Flow::Swallow, Flow::Forward);
+        link.wait_health(Duration::from_secs(3), |h| !h.reachable)
+            .await;
+
+        link.relay.set(Flow::Forward, Flow::Forward);
+        link.deliver(Duration::from_secs(2)).await;
+        link.wait_health(Duration::from_secs(1), |h| h.reachable)
+            .await;
+        assert_eq!(
+            (link.health().disconnects, link.health().reconnects),
+            (1, 1)
+        );
+    }
+
+    #[tokio::test]
+    async fn answers_lost_on_the_way_back_are_noticed() {
+        let mut link = Link::start().await;
+        link.deliver(Duration::from_secs(5)).await;
+        link.wait_health(Duration::from_secs(2), |h| h.reachable)
+            .await;
+
+        link.relay.set(Flow::Forward, Flow::Swallow);
+        link.wait_health(Duration::from_secs(3), |h| {
+            !h.reachable && h.connections >= 2
+        })
+        .await;
+
+        link.relay.set(Flow::Forward, Flow::Forward);
+        link.wait_health(Duration::from_secs(2), |h| h.reachable)
+            .await;
+        assert_eq!(
+            (link.health().disconnects, link.health().reconnects),
+            (1, 1)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stalled_write_is_given_up() {
+        let mut link = Link::start().await;
+        link.deliver(Duration::from_secs(5)).await;
+        link.wait_health(Duration::from_secs(2), |h| h.reachable)
+            .await;
+
+        link.relay.set(Flow::Stall, Flow::Forward);
+        // More than the socket buffers on both sides of the relay hold.
+        let entry = raft::eraftpb::Entry {
+            data: vec![7u8; 256 * 1024].into(),
+            ..Default::default()
+        };
+        for i in 0..200 {
+            let mut big = message(1, 2, 1_000 + i);
+            big.entries = vec![entry.clone()].into();
+            link.a.send(big);
+        }
+        link.wait_health(Duration::from_secs(4), |h| !h.reachable)
+            .await;
+
+        link.relay.set(Flow::Forward, Flow::Forward);
+        link.deliver(Duration::from_secs(2)).await;
+    }
+
+    #[tokio::test]
+    async fn a_quiet_peer_stays_connected_and_reachable() {
+        let mut link = Link::start().await;
+        link.deliver(Duration::from_secs(5)).await;
+        link.wait_health(Duration::from_secs(2), |h| h.reachable)
+            .await;
+        // Nothing to send for many peer timeouts: pings keep it alive.
+        tokio::time::sleep(PEER_TIMEOUT * 3).await;
+        let health = link.health();
+        assert_eq!(
+            health,
+            PeerHealth {
+                reachable: true,
+                connections: 1,
+                disconnects: 0,
+                reconnects: 0,
+            }
+        );
+        assert_eq!(link.relay.connections.load(Ordering::SeqCst), 1);
+        link.deliver(Duration::from_millis(500)).await;
+    }
+
+    #[tokio::test]
+    async fn a_peer_never_reached_is_not_reported_as_lost() {
+        let (_stop, shutdown) = watch::channel(false);
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        // A port nothing listens on.
+        let nobody = TcpListener::bind(any).await.unwrap().local_addr().unwrap();
+        let (a_in, _a_rx) = mpsc::channel(16);
+        let a = Transport::start(
+            any,
+            7,
+            1,
+            &[peer(2, nobody)],
+            hooks(a_in, no_directory()),
+            shutdown,
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(PEER_TIMEOUT * 2).await;
+        assert_eq!(*a.health(2).unwrap().borrow(), PeerHealth::default());
     }
 }

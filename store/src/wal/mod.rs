@@ -34,6 +34,8 @@
 //! segment is cut back to its records before the next one is created.
 
 mod error;
+#[cfg(feature = "failpoints")]
+mod power_cut;
 mod record;
 mod segment;
 #[cfg(test)]
@@ -354,16 +356,26 @@ impl Wal {
         active
             .write_all_at(pending, segment.size)
             .map_err(|e| WalError::io("write segment", &segment.path, e))?;
+        crate::crash_point!("wal::lose_unsynced", |mode| power_cut::Unsynced {
+            file: active,
+            path: &segment.path,
+            records: segment.size,
+            synced_len: *allocated,
+            written_end: end,
+        }
+        .lose(mode.as_deref()));
         if end > *allocated {
             let filled = (end + PREALLOCATE).min(opts.segment_size).max(end);
             write_zeros(active, end, filled)
                 .map_err(|e| WalError::io("zero-fill segment", &segment.path, e))?;
             *allocated = filled;
         }
+        crate::crash_point!("wal::before_fsync");
         let syncing = std::time::Instant::now();
         active
             .sync_data()
             .map_err(|e| WalError::io("fdatasync segment", &segment.path, e))?;
+        crate::crash_point!("wal::after_fsync");
         crate::metrics::observe_wal_fsync(syncing.elapsed());
         segment.size = end;
         if let Some((min, max)) = self.pending_indexes.take() {

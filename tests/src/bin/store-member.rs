@@ -104,6 +104,7 @@ fn store_config(args: &Args) -> Result<StoreConfig> {
         peer_listen,
         initial_cluster,
         initial_cluster_state: Default::default(),
+        initial_cluster_token: String::new(),
     });
     Ok(config)
 }
