@@ -148,6 +148,7 @@ async fn open_cluster(count: usize, dir: &Path) -> Result<(Vec<Store>, Vec<Strin
             peer_listen: *addr,
             initial_cluster: initial.clone(),
             initial_cluster_state: Default::default(),
+            initial_cluster_token: String::new(),
         });
         let store = Store::open(config).await.with_context(|| {
             format!(

@@ -1,0 +1,323 @@
+//! The members of a run: `skiff store` processes, each in its own network
+//! namespace, their logs appended across restarts; and the clients' TLS
+//! connections to them from this machine.
+
+use std::fs::OpenOptions;
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use skiff_store::grpc::pb::etcdserverpb::maintenance_client::MaintenanceClient;
+use skiff_store::grpc::pb::etcdserverpb::{HashKvRequest, StatusRequest};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use super::net::Hosts;
+
+pub const CLIENT_PORT: u16 = 2379;
+pub const PEER_PORT: u16 = 2380;
+/// How long a call may go unanswered before the client counts it unknown.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// One member: its process while it runs.
+pub struct Member {
+    pub name: String,
+    pub client: SocketAddr,
+    netns: String,
+    data_dir: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+    paused: bool,
+    /// Failpoints for its next start (`FAILPOINTS`), if any.
+    pub failpoints: Option<String>,
+}
+
+pub struct Cluster {
+    pub members: Vec<Member>,
+    pub channels: Vec<Channel>,
+    pub token: String,
+    skiff: PathBuf,
+    initial_cluster: String,
+    pki_dir: PathBuf,
+}
+
+impl Cluster {
+    /// Starts one member per host and waits for a leader.
+    pub async fn start(skiff: &Path, hosts: &Hosts, dir: &Path, token: &str) -> Result<Cluster> {
+        let initial_cluster = hosts
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, h)| format!("m{i}={}:{PEER_PORT}", h.ip))
+            .collect::<Vec<_>>()
+            .join(",");
+        let members: Vec<Member> = hosts
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, h)| Member {
+                name: format!("m{i}"),
+                client: SocketAddr::new(h.ip.into(), CLIENT_PORT),
+                netns: h.netns.clone(),
+                data_dir: dir.join(format!("m{i}")),
+                log: dir.join(format!("m{i}.log")),
+                child: None,
+                paused: false,
+                failpoints: None,
+            })
+            .collect();
+        let mut cluster = Cluster {
+            members,
+            channels: Vec::new(),
+            token: token.to_string(),
+            skiff: skiff.to_path_buf(),
+            initial_cluster,
+            pki_dir: dir.join("pki"),
+        };
+        // The first member makes the CA the others share.
+        cluster.spawn(0)?;
+        let client_files =
+            ["ca.crt", "client.crt", "client.key"].map(|f| cluster.pki_dir.join("etcd").join(f));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !client_files.iter().all(|f| f.is_file()) {
+            if let Some(exited) = cluster.exited(0) {
+                bail!(
+                    "m0 exited ({exited}) before it wrote its CA\n{}",
+                    cluster.log_tail(0)
+                );
+            }
+            if Instant::now() > deadline {
+                bail!("m0 wrote no CA in 30 s\n{}", cluster.log_tail(0));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for i in 1..cluster.members.len() {
+            cluster.spawn(i)?;
+        }
+        let read = |p: &PathBuf| {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+        };
+        let tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(read(&client_files[0])?))
+            .identity(Identity::from_pem(
+                read(&client_files[1])?,
+                read(&client_files[2])?,
+            ));
+        for member in &cluster.members {
+            let channel = Endpoint::from_shared(format!("https://{}", member.client))?
+                .tls_config(tls.clone())?
+                .tcp_nodelay(true)
+                .connect_timeout(Duration::from_secs(1))
+                .timeout(CALL_TIMEOUT)
+                .connect_lazy();
+            cluster.channels.push(channel);
+        }
+        cluster.wait_healthy(Duration::from_secs(60)).await?;
+        Ok(cluster)
+    }
+
+    fn spawn(&mut self, i: usize) -> Result<()> {
+        let member = &mut self.members[i];
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&member.log)
+            .with_context(|| format!("opening {}", member.log.display()))?;
+        let ip = member.client.ip().to_string();
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", &member.netns])
+            .arg(&self.skiff)
+            .args(["store", "--name", &member.name])
+            .arg("--data-dir")
+            .arg(&member.data_dir)
+            .arg("--pki-dir")
+            .arg(&self.pki_dir)
+            .args(["--client-listen", &format!("{ip}:{CLIENT_PORT}")])
+            .args(["--peer-listen", &format!("{ip}:{PEER_PORT}")])
+            .args(["--initial-cluster", &self.initial_cluster])
+            .args(["--initial-cluster-token", &self.token])
+            .args(["--tls-san", &ip])
+            .env("RUST_LOG", "info")
+            .env_remove("FAILPOINTS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .process_group(0);
+        if let Some(failpoints) = &member.failpoints {
+            command.env("FAILPOINTS", failpoints);
+        }
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {} in {}", member.name, member.netns))?;
+        member.child = Some(child);
+        member.paused = false;
+        Ok(())
+    }
+
+    pub fn paused(&self, i: usize) -> bool {
+        self.members[i].paused
+    }
+
+    /// How member `i` ended, if its process has (it is then forgotten).
+    pub fn exited(&mut self, i: usize) -> Option<String> {
+        let member = &mut self.members[i];
+        let status = member.child.as_mut()?.try_wait().ok().flatten()?;
+        member.child = None;
+        Some(status.to_string())
+    }
+
+    /// SIGKILL, and wait for it to be gone.
+    pub fn kill(&mut self, i: usize) {
+        let member = &mut self.members[i];
+        if let Some(mut child) = member.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        member.paused = false;
+    }
+
+    /// Starts member `i` again if it is not running.
+    pub fn restart(&mut self, i: usize) -> Result<()> {
+        let _ = self.exited(i);
+        if self.members[i].child.is_none() {
+            self.spawn(i)?;
+        }
+        Ok(())
+    }
+
+    pub fn pause(&mut self, i: usize) {
+        self.signal(i, libc::SIGSTOP);
+        self.members[i].paused = true;
+    }
+
+    pub fn resume(&mut self, i: usize) {
+        self.signal(i, libc::SIGCONT);
+        self.members[i].paused = false;
+    }
+
+    fn signal(&self, i: usize, signal: libc::c_int) {
+        if let Some(child) = &self.members[i].child {
+            if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+                // SAFETY: kill has no memory effects; the pid is our child, not yet reaped.
+                unsafe { libc::kill(pid, signal) };
+            }
+        }
+    }
+
+    /// (member ID, the leader it knows, its raft term) of member `i`.
+    pub async fn status(&self, i: usize) -> Result<(u64, u64, u64)> {
+        let mut client = MaintenanceClient::new(self.channels[i].clone());
+        let status = tokio::time::timeout(Duration::from_secs(2), client.status(StatusRequest {}))
+            .await
+            .context("no answer")??
+            .into_inner();
+        let id = status.header.map(|h| h.member_id).unwrap_or_default();
+        Ok((id, status.leader, status.raft_term))
+    }
+
+    /// The member that leads, as the members that answer agree.
+    pub async fn leader(&self) -> Option<usize> {
+        let mut ids = Vec::new();
+        let mut leaders = Vec::new();
+        for i in 0..self.members.len() {
+            match self.status(i).await {
+                Ok((id, leader, _)) => {
+                    ids.push(Some(id));
+                    leaders.push(leader);
+                }
+                Err(_) => ids.push(None),
+            }
+        }
+        let leader = *leaders.first()?;
+        if leader == 0 || leaders.iter().any(|&l| l != leader) {
+            return None;
+        }
+        ids.iter().position(|&id| id == Some(leader))
+    }
+
+    /// Waits until every member answers and all name the same leader.
+    pub async fn wait_healthy(&mut self, within: Duration) -> Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut agreed = true;
+            let mut leader = None;
+            for i in 0..self.members.len() {
+                if let Some(exited) = self.exited(i) {
+                    bail!(
+                        "{} exited ({exited})\n{}",
+                        self.members[i].name,
+                        self.log_tail(i)
+                    );
+                }
+                match self.status(i).await {
+                    Ok((_, l, _)) if l != 0 && leader.is_none_or(|x| x == l) => leader = Some(l),
+                    _ => agreed = false,
+                }
+            }
+            if agreed {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let tails: String = (0..self.members.len()).map(|i| self.log_tail(i)).collect();
+                bail!("the members did not agree on a leader within {within:?}\n{tails}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Every member's HashKV at `revision`: (hash, compact revision).
+    pub async fn hashes(&self, revision: i64) -> Result<Vec<(u32, i64)>> {
+        let mut hashes = Vec::new();
+        for (i, channel) in self.channels.iter().enumerate() {
+            let mut client = MaintenanceClient::new(channel.clone());
+            let response = client
+                .hash_kv(HashKvRequest { revision })
+                .await
+                .with_context(|| format!("HashKV of {}", self.members[i].name))?
+                .into_inner();
+            hashes.push((response.hash, response.compact_revision));
+        }
+        Ok(hashes)
+    }
+
+    /// The end of member `i`'s log.
+    pub fn log_tail(&self, i: usize) -> String {
+        let text = std::fs::read_to_string(&self.members[i].log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let start = lines.len().saturating_sub(25);
+        let mut tail = format!("--- last lines of {} ---\n", self.members[i].log.display());
+        for line in &lines[start..] {
+            tail.push_str(line);
+            tail.push('\n');
+        }
+        tail
+    }
+
+    /// Stops every member (SIGCONT first for a paused one).
+    pub fn stop(&mut self) {
+        for i in 0..self.members.len() {
+            if self.members[i].paused {
+                self.resume(i);
+            }
+            self.kill(i);
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
