@@ -14,10 +14,17 @@ use crate::snapshot::SnapshotCommand;
 use crate::store::StoreCommand;
 use crate::up::{ServerArgs, UpArgs};
 
+/// `skiff --version`; a build with crash points says so (docs/failpoints.md),
+/// which is how the fault suite knows it can use them.
+#[cfg(not(feature = "failpoints"))]
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+#[cfg(feature = "failpoints")]
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " +failpoints");
+
 #[derive(Debug, Parser)]
 #[command(
     name = "skiff",
-    version,
+    version = VERSION,
     about = "A Kubernetes control plane with its own etcd-compatible store",
     long_about = "A Kubernetes control plane with its own etcd-compatible store.\n\n\
         Logs go to stderr; set RUST_LOG (for example RUST_LOG=debug) to change how much."

@@ -32,6 +32,8 @@ pub struct Member {
     paused: bool,
     /// Failpoints for its next start (`FAILPOINTS`), if any.
     pub failpoints: Option<String>,
+    /// More environment for its starts (libfaketime's, for a clock jump).
+    pub env: Vec<(String, String)>,
 }
 
 pub struct Cluster {
@@ -41,6 +43,7 @@ pub struct Cluster {
     skiff: PathBuf,
     initial_cluster: String,
     pki_dir: PathBuf,
+    dir: PathBuf,
 }
 
 impl Cluster {
@@ -66,6 +69,7 @@ impl Cluster {
                 child: None,
                 paused: false,
                 failpoints: None,
+                env: Vec::new(),
             })
             .collect();
         let mut cluster = Cluster {
@@ -75,6 +79,7 @@ impl Cluster {
             skiff: skiff.to_path_buf(),
             initial_cluster,
             pki_dir: dir.join("pki"),
+            dir: dir.to_path_buf(),
         };
         // The first member makes the CA the others share.
         cluster.spawn(0)?;
@@ -149,6 +154,7 @@ impl Cluster {
         if let Some(failpoints) = &member.failpoints {
             command.env("FAILPOINTS", failpoints);
         }
+        command.envs(member.env.iter().map(|(k, v)| (k, v)));
         // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
         unsafe {
             command.pre_exec(|| {
@@ -176,6 +182,25 @@ impl Cluster {
         let status = member.child.as_mut()?.try_wait().ok().flatten()?;
         member.child = None;
         Some(status.to_string())
+    }
+
+    /// The file of member `i`'s wall clock offset, under libfaketime.
+    pub fn clock_file(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("m{i}.faketime"))
+    }
+
+    /// Waits up to `within` for member `i` to end on its own: how it ended.
+    pub async fn wait_exit(&mut self, i: usize, within: Duration) -> Option<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(exited) = self.exited(i) {
+                return Some(exited);
+            }
+            if self.members[i].child.is_none() || Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// SIGKILL, and wait for it to be gone.

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -26,10 +26,40 @@ pub enum Kind {
     PartitionMinority,
     PartitionBridge,
     OneWay,
+    /// A member dies at a crash point of a failpoints build.
+    Crash,
+    /// Every member loses power: each dies at a write, losing what it had
+    /// not fsynced (`wal::lose_unsynced`, a failpoints build).
+    PowerCut,
+    /// One member's wall clock jumps (libfaketime); its monotonic clock
+    /// does not, as with an NTP step.
+    ClockJump,
 }
 
+/// The crash points a running cluster passes (docs/failpoints.md); the
+/// others need a state a run does not make (a snapshot install, a
+/// compaction, a defrag) and have process tests of their own.
+const CRASH_POINTS: [&str; 6] = [
+    "wal::before_fsync",
+    "wal::after_fsync",
+    "raft::before_persist",
+    "raft::after_persist",
+    "apply::before_answer",
+    "peer::send",
+];
+
+/// How long an armed member may take to reach its crash point before it
+/// is killed instead.
+const CRASH_WITHIN: Duration = Duration::from_secs(15);
+
+/// libfaketime, as Debian's `faketime` package installs it.
+pub const LIBFAKETIME: [&str; 2] = [
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/faketime/libfaketime.so.1",
+];
+
 impl Kind {
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 13] = [
         Kind::KillOne,
         Kind::KillLeader,
         Kind::KillMajority,
@@ -40,6 +70,9 @@ impl Kind {
         Kind::PartitionMinority,
         Kind::PartitionBridge,
         Kind::OneWay,
+        Kind::Crash,
+        Kind::PowerCut,
+        Kind::ClockJump,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,8 +87,50 @@ impl Kind {
             Kind::PartitionMinority => "partition a minority",
             Kind::PartitionBridge => "partition with a bridge",
             Kind::OneWay => "one-way loss",
+            Kind::Crash => "crash at a failpoint",
+            Kind::PowerCut => "power cut of all",
+            Kind::ClockJump => "wall clock jump",
         }
     }
+
+    /// What this kind needs that the machine or the binary may lack.
+    pub fn needs(self) -> Option<Need> {
+        match self {
+            Kind::Crash | Kind::PowerCut => Some(Need::Failpoints),
+            Kind::ClockJump => Some(Need::Faketime),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// A skiff built with `--features failpoints`.
+    Failpoints,
+    /// libfaketime.
+    Faketime,
+}
+
+impl Need {
+    /// Why the need is not met here, if it is not.
+    pub fn missing(self, skiff_version: &str) -> Option<String> {
+        match self {
+            Need::Failpoints if !skiff_version.contains("+failpoints") => Some(
+                "the skiff binary has no crash points (cargo build -p skiff --features failpoints, then --skiff-bin)"
+                    .into(),
+            ),
+            Need::Faketime if libfaketime().is_none() => {
+                Some("libfaketime is missing (apt-get install faketime)".into())
+            }
+            _ => None,
+        }
+    }
+}
+
+pub fn libfaketime() -> Option<&'static str> {
+    LIBFAKETIME
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
 }
 
 /// How long faults last.
@@ -195,8 +270,116 @@ pub async fn inject(
             rejoin = Some(rejoin_after(cluster, healed).await);
             format!("m{from} -> m{to} dropped for {length:?}")
         }
+        Kind::Crash => {
+            let victim = match rng.gen_bool(0.5) {
+                true => leader_or_any(cluster, rng).await,
+                false => rng.gen_range(0..n),
+            };
+            let point = CRASH_POINTS[rng.gen_range(0..CRASH_POINTS.len())];
+            let passes = rng.gen_range(1..200);
+            arm(cluster, victim, &format!("{point}={passes}*off->return"))?;
+            let ended = crash_or_kill(cluster, victim).await;
+            cluster.restart(victim)?;
+            format!("m{victim} armed at {point} after {passes} passes: {ended}")
+        }
+        Kind::PowerCut => {
+            let mut armed = Vec::new();
+            for i in 0..n {
+                let passes = rng.gen_range(1..300);
+                let torn = if rng.gen_bool(0.5) { "(torn)" } else { "" };
+                arm(
+                    cluster,
+                    i,
+                    &format!("wal::lose_unsynced={passes}*off->return{torn}"),
+                )?;
+                armed.push(format!("m{i} at write {passes}{torn}"));
+            }
+            // Each dies at its own write; whoever has not when the others
+            // have (or in time) loses power by SIGKILL.
+            let deadline = Instant::now() + CRASH_WITHIN;
+            let mut ended: Vec<Option<String>> = vec![None; n];
+            while ended.iter().any(Option::is_none) && Instant::now() < deadline {
+                for (i, end) in ended.iter_mut().enumerate() {
+                    if end.is_none() {
+                        *end = cluster.exited(i).map(|how| format!("m{i} crashed ({how})"));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let ended: Vec<String> = ended
+                .into_iter()
+                .enumerate()
+                .map(|(i, end)| {
+                    end.unwrap_or_else(|| {
+                        cluster.kill(i);
+                        format!("m{i} not reached, SIGKILL")
+                    })
+                })
+                .collect();
+            for i in 0..n {
+                cluster.restart(i)?;
+            }
+            format!("{}: {}", armed.join(", "), ended.join(", "))
+        }
+        Kind::ClockJump => {
+            // The leader half the time: it expires leases.
+            let victim = match rng.gen_bool(0.5) {
+                true => leader_or_any(cluster, rng).await,
+                false => rng.gen_range(0..n),
+            };
+            let minutes: i64 = rng.gen_range(1..=180) * if rng.gen_bool(0.5) { 1 } else { -1 };
+            let length = pick(rng, lengths.outage) * 2;
+            let offset_file = cluster.clock_file(victim);
+            if !cluster.members[victim]
+                .env
+                .iter()
+                .any(|(k, _)| k == "LD_PRELOAD")
+            {
+                // Started under libfaketime at +0 (its monotonic clock is
+                // never faked), then the wall clock jumps.
+                std::fs::write(&offset_file, "+0\n")?;
+                let lib = libfaketime().context("libfaketime is missing")?;
+                cluster.members[victim].env = vec![
+                    ("LD_PRELOAD".into(), lib.into()),
+                    (
+                        "FAKETIME_TIMESTAMP_FILE".into(),
+                        offset_file.display().to_string(),
+                    ),
+                    ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+                    ("FAKETIME_CACHE_DURATION".into(), "1".into()),
+                ];
+                cluster.kill(victim);
+                cluster.restart(victim)?;
+                cluster.wait_healthy(Duration::from_secs(30)).await?;
+            }
+            std::fs::write(&offset_file, format!("{minutes:+}m\n"))?;
+            tokio::time::sleep(length).await;
+            std::fs::write(&offset_file, "+0\n")?;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            format!("m{victim}'s wall clock {minutes:+} min for {length:?}")
+        }
     };
     Ok(Injected { kind, what, rejoin })
+}
+
+/// Restarts member `i` with `failpoints` set (its next start is without).
+fn arm(cluster: &mut Cluster, i: usize, failpoints: &str) -> Result<()> {
+    cluster.kill(i);
+    cluster.members[i].failpoints = Some(failpoints.to_string());
+    let started = cluster.restart(i);
+    cluster.members[i].failpoints = None;
+    started
+}
+
+/// Waits for an armed member to die at its point, or kills it: which.
+async fn crash_or_kill(cluster: &mut Cluster, i: usize) -> String {
+    match cluster.wait_exit(i, CRASH_WITHIN).await {
+        Some(how) => format!("crashed ({how})"),
+        None => {
+            cluster.kill(i);
+            format!("not reached in {CRASH_WITHIN:?}, SIGKILL")
+        }
+    }
 }
 
 /// How long from `healed` until every member answers and names one

@@ -129,18 +129,36 @@ pub fn run(args: FaultsArgs) -> Result<()> {
     }
     let skiff = crate::versus::system::skiff_program(args.skiff_bin.as_deref())?;
     println!("skiff: {} ({})", skiff.path.display(), skiff.version);
+    let kinds = available_kinds(&args, &skiff.version)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(run_all(args, &skiff.path))
+    runtime.block_on(run_all(args, kinds, &skiff.path))
 }
 
-fn plans(args: &FaultsArgs, seed: u64) -> impl FnMut(u64) -> Option<Plan> + '_ {
-    let kinds: Vec<Kind> = if args.kinds.is_empty() {
-        Kind::ALL.to_vec()
-    } else {
+/// The kinds asked for (all by default) that this machine and binary can
+/// inject. One asked for by name, or any under CI=true, that cannot be is
+/// an error; otherwise it is skipped, saying why and how to get it.
+fn available_kinds(args: &FaultsArgs, skiff_version: &str) -> Result<Vec<Kind>> {
+    let named = !args.kinds.is_empty();
+    let requested = if named {
         args.kinds.clone()
+    } else {
+        Kind::ALL.to_vec()
     };
+    let ci = std::env::var_os("CI").is_some_and(|v| v == "true");
+    let mut kinds = Vec::new();
+    for kind in requested {
+        match kind.needs().and_then(|need| need.missing(skiff_version)) {
+            None => kinds.push(kind),
+            Some(why) if named || ci => bail!("cannot inject {}: {why}", kind.name()),
+            Some(why) => println!("skiff-bench faults: SKIPPED {}: {why}", kind.name()),
+        }
+    }
+    Ok(kinds)
+}
+
+fn plans(args: &FaultsArgs, kinds: Vec<Kind>, seed: u64) -> impl FnMut(u64) -> Option<Plan> + '_ {
     move |i| {
         let seed = seed + i;
         let mut rng = StdRng::seed_from_u64(seed);
@@ -175,7 +193,7 @@ fn plans(args: &FaultsArgs, seed: u64) -> impl FnMut(u64) -> Option<Plan> + '_ {
     }
 }
 
-async fn run_all(args: FaultsArgs, skiff: &Path) -> Result<()> {
+async fn run_all(args: FaultsArgs, kinds: Vec<Kind>, skiff: &Path) -> Result<()> {
     let seed = args.seed.unwrap_or_else(|| rand::random::<u32>().into());
     let work = match &args.work_dir {
         Some(dir) => dir.clone(),
@@ -198,7 +216,7 @@ async fn run_all(args: FaultsArgs, skiff: &Path) -> Result<()> {
     };
     println!("seed {seed}; work directory {}", work.display());
     let started = Instant::now();
-    let mut next_plan = plans(&args, seed);
+    let mut next_plan = plans(&args, kinds, seed);
     let mut outcomes = Vec::new();
     for i in 0.. {
         let more = match args.duration {
