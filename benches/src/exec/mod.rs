@@ -8,7 +8,7 @@ mod port_forward;
 mod round_trip;
 mod sink;
 mod table;
-mod tls_api;
+pub(crate) mod tls_api;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

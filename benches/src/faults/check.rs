@@ -63,6 +63,28 @@ pub struct LeaseRecord {
     pub revoked_at: Option<Duration>,
 }
 
+/// A write the Kubernetes API acknowledged: the resourceVersion it
+/// answered (for a delete, the revision of the delete, as Kubernetes
+/// answers it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestAck {
+    pub key: Vec<u8>,
+    pub revision: i64,
+    pub deleted: bool,
+    pub member: usize,
+    pub client: u64,
+}
+
+/// A list the Kubernetes API answered, all its pages read: its
+/// resourceVersion (negative when pages disagreed) and every item's key
+/// and resourceVersion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestList {
+    pub revision: i64,
+    pub items: Vec<(Vec<u8>, i64)>,
+    pub member: usize,
+}
+
 /// Something a run did that the store promises never happens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -176,6 +198,92 @@ pub fn acknowledged_writes(acks: &[Ack], reference: &[WatchEvent]) -> Vec<Violat
                     ack.client,
                     ack.revision,
                     by_revision.get(&ack.revision)
+                ),
+            ));
+        }
+    }
+    found
+}
+
+/// Every write the API acknowledged is in the store's history: a create or
+/// update at the resourceVersion it answered, a delete at its revision.
+pub fn rest_writes(acks: &[RestAck], reference: &[WatchEvent]) -> Vec<Violation> {
+    let at: HashMap<(&[u8], i64), bool> = reference
+        .iter()
+        .map(|e| ((e.key.as_slice(), e.revision), e.value.is_none()))
+        .collect();
+    let mut found = Vec::new();
+    for ack in acks {
+        let what = if ack.deleted { "delete" } else { "write" };
+        match at.get(&(ack.key.as_slice(), ack.revision)) {
+            Some(&deleted) if deleted == ack.deleted => {}
+            Some(_) => found.push(violation(
+                "REST write changed",
+                format!(
+                    "client {}'s {what} of {} through member {} answered resourceVersion {}, where the store has the other kind of change",
+                    ack.client,
+                    show(&ack.key),
+                    ack.member,
+                    ack.revision
+                ),
+            )),
+            None => found.push(violation(
+                "REST write lost",
+                format!(
+                    "client {}'s {what} of {} through member {} answered resourceVersion {}, which the store's history lacks",
+                    ack.client,
+                    show(&ack.key),
+                    ack.member,
+                    ack.revision
+                ),
+            )),
+        }
+    }
+    found
+}
+
+/// Every list (all its pages) is the store's state at its
+/// resourceVersion: the keys alive then, each at its last change.
+pub fn rest_lists(lists: &[RestList], reference: &[WatchEvent]) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for list in lists {
+        if list.revision < 0 {
+            found.push(violation(
+                "REST list pages disagree",
+                format!(
+                    "a paged list through member {} had pages at resourceVersions {} and others",
+                    list.member, -list.revision
+                ),
+            ));
+            continue;
+        }
+        let mut alive: BTreeMap<&[u8], i64> = BTreeMap::new();
+        for event in reference.iter().take_while(|e| e.revision <= list.revision) {
+            match event.value {
+                Some(_) => alive.insert(&event.key, event.revision),
+                None => alive.remove(event.key.as_slice()),
+            };
+        }
+        let listed: BTreeMap<&[u8], i64> = list
+            .items
+            .iter()
+            .map(|(k, rv)| (k.as_slice(), *rv))
+            .collect();
+        if listed != alive || listed.len() != list.items.len() {
+            let show_all = |m: &BTreeMap<&[u8], i64>| {
+                m.iter()
+                    .map(|(k, rv)| format!("{}@{rv}", show(k)))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            found.push(violation(
+                "REST list is not the store at its resourceVersion",
+                format!(
+                    "member {} listed [{}] at resourceVersion {}; the store then held [{}]",
+                    list.member,
+                    show_all(&listed),
+                    list.revision,
+                    show_all(&alive)
                 ),
             ));
         }
@@ -531,5 +639,67 @@ mod tests {
         );
         assert_eq!(hashes_agree(8, &[("m0".into(), 1), ("m1".into(), 1)]), None);
         assert!(hashes_agree(8, &[("m0".into(), 1), ("m1".into(), 2)]).is_some());
+    }
+
+    fn rest_ack(revision: i64, key: &str, deleted: bool) -> RestAck {
+        RestAck {
+            key: key.into(),
+            revision,
+            deleted,
+            member: 0,
+            client: 1,
+        }
+    }
+
+    #[test]
+    fn a_rest_write_missing_from_the_history_is_lost() {
+        let history = [put(5, "a", "1"), put(6, "b", "1"), delete(7, "a")];
+        let good = [
+            rest_ack(5, "a", false),
+            rest_ack(6, "b", false),
+            rest_ack(7, "a", true),
+        ];
+        assert!(rest_writes(&good, &history).is_empty());
+        let lost = rest_writes(&[rest_ack(8, "a", false)], &history);
+        assert_eq!(lost.len(), 1);
+        assert_eq!(lost[0].kind, "REST write lost");
+        // A delete answered with the object's last write, not the delete.
+        let wrong = rest_writes(&[rest_ack(5, "a", true)], &history);
+        assert_eq!(wrong[0].kind, "REST write changed");
+    }
+
+    #[test]
+    fn a_rest_list_must_be_the_store_at_its_revision() {
+        let history = [
+            put(5, "a", "1"),
+            put(6, "b", "1"),
+            delete(7, "a"),
+            put(8, "b", "2"),
+        ];
+        let list = |revision: i64, items: &[(&str, i64)]| RestList {
+            revision,
+            items: items
+                .iter()
+                .map(|(k, rv)| (k.as_bytes().to_vec(), *rv))
+                .collect(),
+            member: 1,
+        };
+        let good = [
+            list(4, &[]),
+            list(6, &[("a", 5), ("b", 6)]),
+            list(7, &[("b", 6)]),
+            list(9, &[("b", 8)]),
+        ];
+        assert!(rest_lists(&good, &history).is_empty());
+        // A stale item, a deleted one still listed, one listed twice, pages
+        // at two revisions.
+        for bad in [
+            list(8, &[("b", 6)]),
+            list(7, &[("a", 5), ("b", 6)]),
+            list(6, &[("a", 5), ("b", 6), ("b", 6)]),
+            list(-6, &[("a", 5), ("b", 6)]),
+        ] {
+            assert_eq!(rest_lists(&[bad.clone()], &history).len(), 1, "{bad:?}");
+        }
     }
 }

@@ -18,6 +18,8 @@ use super::net::Hosts;
 
 pub const CLIENT_PORT: u16 = 2379;
 pub const PEER_PORT: u16 = 2380;
+/// A `skiff server` member's Kubernetes API.
+pub const API_PORT: u16 = 6443;
 /// How long a call may go unanswered before the client counts it unknown.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -44,11 +46,19 @@ pub struct Cluster {
     initial_cluster: String,
     pki_dir: PathBuf,
     dir: PathBuf,
+    /// `skiff server` members (the API beside the store) or `skiff store`.
+    server: bool,
 }
 
 impl Cluster {
     /// Starts one member per host and waits for a leader.
-    pub async fn start(skiff: &Path, hosts: &Hosts, dir: &Path, token: &str) -> Result<Cluster> {
+    pub async fn start(
+        skiff: &Path,
+        hosts: &Hosts,
+        dir: &Path,
+        token: &str,
+        server: bool,
+    ) -> Result<Cluster> {
         let initial_cluster = hosts
             .members
             .iter()
@@ -80,6 +90,7 @@ impl Cluster {
             initial_cluster,
             pki_dir: dir.join("pki"),
             dir: dir.to_path_buf(),
+            server,
         };
         // The first member makes the CA the others share.
         cluster.spawn(0)?;
@@ -135,7 +146,11 @@ impl Cluster {
         command
             .args(["netns", "exec", &member.netns])
             .arg(&self.skiff)
-            .args(["store", "--name", &member.name])
+            .args([
+                if self.server { "server" } else { "store" },
+                "--name",
+                &member.name,
+            ])
             .arg("--data-dir")
             .arg(&member.data_dir)
             .arg("--pki-dir")
@@ -144,7 +159,11 @@ impl Cluster {
             .args(["--peer-listen", &format!("{ip}:{PEER_PORT}")])
             .args(["--initial-cluster", &self.initial_cluster])
             .args(["--initial-cluster-token", &self.token])
-            .args(["--tls-san", &ip])
+            .args(["--tls-san", &ip]);
+        if self.server {
+            command.args(["--api-listen", &format!("{ip}:{API_PORT}")]);
+        }
+        command
             .env("RUST_LOG", "info")
             .env_remove("FAILPOINTS")
             .stdin(Stdio::null())
@@ -182,6 +201,22 @@ impl Cluster {
         let status = member.child.as_mut()?.try_wait().ok().flatten()?;
         member.child = None;
         Some(status.to_string())
+    }
+
+    /// Every member's Kubernetes API (`skiff server` members), from the
+    /// administrator's kubeconfig each writes in its data directory.
+    pub async fn apis(&self) -> Result<Vec<super::rest::Api>> {
+        let mut apis = Vec::new();
+        for member in &self.members {
+            let path = member.data_dir.join("kubeconfig");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !path.is_file() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let api = crate::exec::tls_api::TlsApi::from_kubeconfig(&path)?;
+            apis.push(std::sync::Arc::new(api));
+        }
+        Ok(apis)
     }
 
     /// The file of member `i`'s wall clock offset, under libfaketime.

@@ -13,6 +13,7 @@ mod check;
 mod cluster;
 mod inject;
 mod net;
+mod rest;
 mod traffic;
 
 use std::collections::BTreeMap;
@@ -63,6 +64,13 @@ pub struct FaultsArgs {
     /// Faults per run, one after the other.
     #[arg(long, default_value_t = 6)]
     pub faults_per_run: usize,
+    /// What the members run and the clients drive: `store` (skiff store,
+    /// etcd KV, lease and watch traffic), `kubernetes` (skiff server, that
+    /// traffic and the Kubernetes API's: ConfigMap writes with
+    /// resourceVersions, paged lists, watches with bookmarks), or `both`,
+    /// picked per run by its seed.
+    #[arg(long, value_enum, default_value = "both")]
+    pub profile: Profile,
     /// Only these kinds of faults.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub kinds: Vec<Kind>,
@@ -80,6 +88,13 @@ pub struct FaultsArgs {
     /// Where runs keep their data and logs (a failed run's are kept).
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Profile {
+    Store,
+    Kubernetes,
+    Both,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -105,6 +120,8 @@ struct Plan {
     seed: u64,
     members: usize,
     kinds: Vec<Kind>,
+    /// `skiff server` members and the Kubernetes traffic too.
+    kubernetes: bool,
 }
 
 /// What one run found.
@@ -114,6 +131,8 @@ struct Outcome {
     answered: u64,
     unanswered: u64,
     watch_events: usize,
+    /// For a Kubernetes run: what its REST clients did.
+    rest: Option<String>,
     violations: Vec<Violation>,
     inconclusive: Option<String>,
     dir: PathBuf,
@@ -162,20 +181,34 @@ fn plans(args: &FaultsArgs, kinds: Vec<Kind>, seed: u64) -> impl FnMut(u64) -> O
     move |i| {
         let seed = seed + i;
         let mut rng = StdRng::seed_from_u64(seed);
+        let mixed = |rng: &mut StdRng, count: usize| -> Vec<Kind> {
+            (0..count)
+                .map(|_| kinds[rng.gen_range(0..kinds.len())])
+                .collect()
+        };
         if args.quick {
-            // One run per kind, then one mixed run of five members.
-            return match kinds.get(i as usize) {
+            // One run per kind, then a mixed run of five members, then
+            // (unless only the store) a mixed run of skiff server members.
+            let i = i as usize;
+            let kubernetes_run = args.profile != Profile::Store;
+            return match kinds.get(i) {
                 Some(&kind) => Some(Plan {
                     seed,
                     members: args.members.unwrap_or(3),
                     kinds: vec![kind],
+                    kubernetes: args.profile == Profile::Kubernetes,
                 }),
-                None if i as usize == kinds.len() => Some(Plan {
+                None if i == kinds.len() => Some(Plan {
                     seed,
                     members: args.members.unwrap_or(5),
-                    kinds: (0..3)
-                        .map(|_| kinds[rng.gen_range(0..kinds.len())])
-                        .collect(),
+                    kinds: mixed(&mut rng, 3),
+                    kubernetes: args.profile == Profile::Kubernetes,
+                }),
+                None if i == kinds.len() + 1 && kubernetes_run => Some(Plan {
+                    seed,
+                    members: args.members.unwrap_or(3),
+                    kinds: mixed(&mut rng, 3),
+                    kubernetes: true,
                 }),
                 None => None,
             };
@@ -183,12 +216,16 @@ fn plans(args: &FaultsArgs, kinds: Vec<Kind>, seed: u64) -> impl FnMut(u64) -> O
         let members = args
             .members
             .unwrap_or(if rng.gen_bool(0.5) { 3 } else { 5 });
+        let kubernetes = match args.profile {
+            Profile::Store => false,
+            Profile::Kubernetes => true,
+            Profile::Both => rng.gen_bool(0.5),
+        };
         Some(Plan {
             seed,
             members,
-            kinds: (0..args.faults_per_run)
-                .map(|_| kinds[rng.gen_range(0..kinds.len())])
-                .collect(),
+            kinds: mixed(&mut rng, args.faults_per_run),
+            kubernetes,
         })
     }
 }
@@ -266,7 +303,7 @@ async fn one_run(skiff: &Path, plan: Plan, dir: &Path, lengths: Lengths) -> Resu
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let hosts = Hosts::create(plan.members)?;
     let token = format!("faults-{}", plan.seed);
-    let mut cluster = Cluster::start(skiff, &hosts, dir, &token).await?;
+    let mut cluster = Cluster::start(skiff, &hosts, dir, &token, plan.kubernetes).await?;
     let channels = cluster.channels.clone();
     let start = current_revision(&channels).await? + 1;
     let records = Arc::new(Records::default());
@@ -301,6 +338,32 @@ async fn one_run(skiff: &Path, plan: Plan, dir: &Path, lengths: Lengths) -> Resu
             clock,
             stopped.clone(),
         )));
+    }
+    if plan.kubernetes {
+        let apis = cluster.apis().await?;
+        for id in 1..=3u64 {
+            tasks.push(tokio::spawn(rest::writer(
+                id,
+                plan.seed,
+                apis.clone(),
+                records.clone(),
+                stopped.clone(),
+            )));
+        }
+        tasks.push(tokio::spawn(rest::lister(
+            apis.clone(),
+            records.clone(),
+            stopped.clone(),
+        )));
+        for id in 0..2usize {
+            tasks.push(tokio::spawn(rest::watcher(
+                id,
+                apis.clone(),
+                records.clone(),
+                clock,
+                stopped.clone(),
+            )));
+        }
     }
     let mut injected = Vec::new();
     let mut errors = Vec::new();
@@ -338,16 +401,32 @@ async fn one_run(skiff: &Path, plan: Plan, dir: &Path, lengths: Lengths) -> Resu
         .collect();
     let end = current_revision(&channels).await?;
     let mut references = Vec::new();
+    let mut kubernetes_references = Vec::new();
     for (i, channel) in channels.iter().enumerate() {
-        let events = replay(channel, start, end).await.with_context(|| {
+        let events = replay(channel, PREFIX, start, end).await.with_context(|| {
             format!(
                 "replaying m{i}'s events {start}..={end}\n{}",
                 cluster.log_tail(i)
             )
         })?;
         references.push((format!("m{i}"), events));
+        if plan.kubernetes {
+            let events = replay(channel, rest::KEY_PREFIX, start, end)
+                .await
+                .with_context(|| format!("replaying m{i}'s ConfigMaps {start}..={end}"))?;
+            kubernetes_references.push((format!("m{i}"), rest::reference(&events)));
+        }
     }
     violations.extend(check::members_agree(&references));
+    violations.extend(check::members_agree(&kubernetes_references));
+    if let Some((_, reference)) = kubernetes_references.first() {
+        let acks = records.rest_acks.lock().unwrap().clone();
+        violations.extend(check::rest_writes(&acks, reference));
+        let lists = records.rest_lists.lock().unwrap().clone();
+        violations.extend(check::rest_lists(&lists, reference));
+        let watches = records.rest_watches.lock().unwrap().clone();
+        violations.extend(check::watches(&watches, reference));
+    }
     let hashes = cluster.hashes(end).await?;
     let named: Vec<(String, u32)> = hashes
         .iter()
@@ -370,6 +449,21 @@ async fn one_run(skiff: &Path, plan: Plan, dir: &Path, lengths: Lengths) -> Resu
         }
         Err(why) => Some(why),
     };
+    let rest = plan.kubernetes.then(|| {
+        let watches = records.rest_watches.lock().unwrap();
+        let events: usize = watches
+            .iter()
+            .flat_map(|w| &w.segments)
+            .flat_map(|s| &s.responses)
+            .filter(|r| matches!(r, check::WatchResponse::Events { .. }))
+            .count();
+        let streams: usize = watches.iter().map(|w| w.segments.len()).sum();
+        format!(
+            "{} writes acknowledged, {} paged lists, {events} watch events on {streams} streams",
+            records.rest_acks.lock().unwrap().len(),
+            records.rest_lists.lock().unwrap().len(),
+        )
+    });
     cluster.stop();
     drop(hosts);
     use std::sync::atomic::Ordering::Relaxed;
@@ -390,6 +484,7 @@ async fn one_run(skiff: &Path, plan: Plan, dir: &Path, lengths: Lengths) -> Resu
         violations,
         inconclusive,
         dir: dir.to_path_buf(),
+        rest,
     })
 }
 
@@ -415,7 +510,7 @@ async fn current_revision(channels: &[Channel]) -> Result<i64> {
 
 /// Every event of the run's keys from `start` to `end`, as one member
 /// replays them.
-async fn replay(channel: &Channel, start: i64, end: i64) -> Result<Vec<WatchEvent>> {
+async fn replay(channel: &Channel, prefix: &[u8], start: i64, end: i64) -> Result<Vec<WatchEvent>> {
     let mut events = Vec::new();
     if end < start {
         return Ok(events);
@@ -424,8 +519,8 @@ async fn replay(channel: &Channel, start: i64, end: i64) -> Result<Vec<WatchEven
     requests
         .send(WatchRequest {
             request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
-                key: PREFIX.to_vec(),
-                range_end: traffic::prefix_end(PREFIX),
+                key: prefix.to_vec(),
+                range_end: traffic::prefix_end(prefix),
                 start_revision: start,
                 ..Default::default()
             })),
@@ -480,6 +575,9 @@ fn print_run(outcome: &Outcome, rejoin_limit: Duration) {
         outcome.unanswered,
         outcome.watch_events
     );
+    if let Some(rest) = &outcome.rest {
+        println!("  skiff server members; the Kubernetes API: {rest}");
+    }
     for fault in &outcome.injected {
         let rejoin = match fault.rejoin {
             Some(r) if r > rejoin_limit => {

@@ -24,7 +24,9 @@ use skiff_store::testing::linearizability::{Op, Outcome, Recorder};
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
-use super::check::{Ack, LeaseRecord, WatchEvent, WatchRecord, WatchResponse, WatchSegment};
+use super::check::{
+    Ack, LeaseRecord, RestAck, RestList, WatchEvent, WatchRecord, WatchResponse, WatchSegment,
+};
 use super::cluster::CALL_TIMEOUT;
 
 /// Every key of a run is under this prefix.
@@ -52,6 +54,11 @@ pub struct Records {
     pub acks: Mutex<Vec<Ack>>,
     pub leases: Mutex<Vec<LeaseRecord>>,
     pub watches: Mutex<Vec<WatchRecord>>,
+    /// The Kubernetes profile's (`rest`): writes acknowledged, lists read,
+    /// watches.
+    pub rest_acks: Mutex<Vec<RestAck>>,
+    pub rest_lists: Mutex<Vec<RestList>>,
+    pub rest_watches: Mutex<Vec<WatchRecord>>,
     /// Ops answered and not.
     pub answered: std::sync::atomic::AtomicU64,
     pub unanswered: std::sync::atomic::AtomicU64,
