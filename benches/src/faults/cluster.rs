@@ -352,6 +352,17 @@ impl Cluster {
         Ok(hashes)
     }
 
+    /// How long member `i`'s log is: where what comes next starts.
+    pub fn log_len(&self, i: usize) -> u64 {
+        std::fs::metadata(&self.members[i].log).map_or(0, |m| m.len())
+    }
+
+    /// Member `i`'s log from byte `from` on.
+    pub fn log_since(&self, i: usize, from: u64) -> String {
+        let text = std::fs::read(&self.members[i].log).unwrap_or_default();
+        String::from_utf8_lossy(text.get(from as usize..).unwrap_or_default()).into_owned()
+    }
+
     /// The end of member `i`'s log.
     pub fn log_tail(&self, i: usize) -> String {
         let text = std::fs::read_to_string(&self.members[i].log).unwrap_or_default();

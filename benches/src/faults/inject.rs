@@ -150,6 +150,8 @@ pub struct Injected {
     /// For a partition: how long after it healed every cut-off member
     /// followed the leader again.
     pub rejoin: Option<Duration>,
+    /// What the fault should have made a member do and it did not.
+    pub missed: Vec<String>,
 }
 
 fn pick(rng: &mut StdRng, (min, max): (Duration, Duration)) -> Duration {
@@ -181,6 +183,7 @@ pub async fn inject(
             .join(",")
     };
     let mut rejoin = None;
+    let mut missed = Vec::new();
     let what = match kind {
         Kind::KillOne | Kind::KillLeader | Kind::KillMajority | Kind::KillAll => {
             let victims: Vec<usize> = match kind {
@@ -240,6 +243,7 @@ pub async fn inject(
                 }
             };
             let length = pick(rng, lengths.partition);
+            let logs: Vec<u64> = left.iter().map(|&l| cluster.log_len(l)).collect();
             for &l in &left {
                 hosts.cut(l, &right, true)?;
             }
@@ -250,6 +254,22 @@ pub async fn inject(
             hosts.heal_all()?;
             let healed = Instant::now();
             rejoin = Some(rejoin_after(cluster, healed).await);
+            if length >= LOGGED_AFTER {
+                // A peer is reached again at its next redial, up to a
+                // second after the partition healed.
+                let deadline = Instant::now() + Duration::from_secs(3);
+                loop {
+                    missed = left
+                        .iter()
+                        .zip(&logs)
+                        .flat_map(|(&l, &from)| unlogged(&cluster.log_since(l, from), l, &right))
+                        .collect();
+                    if missed.is_empty() || Instant::now() > deadline {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
             match bridge {
                 Some(b) => format!(
                     "{} | {} apart, m{b} seeing both, for {length:?}",
@@ -359,7 +379,35 @@ pub async fn inject(
             format!("m{victim}'s wall clock {minutes:+} min for {length:?}")
         }
     };
-    Ok(Injected { kind, what, rejoin })
+    Ok(Injected {
+        kind,
+        what,
+        rejoin,
+        missed,
+    })
+}
+
+/// A partition at least this long is logged by the members it cut off (a
+/// peer is unreachable after a second of silence).
+const LOGGED_AFTER: Duration = Duration::from_secs(3);
+
+/// What member `member`'s log (since a partition from `peers` began)
+/// lacks: a line saying each peer became unreachable, and one saying it
+/// is reachable again, each naming the peer.
+fn unlogged(log: &str, member: usize, peers: &[usize]) -> Vec<String> {
+    let mut missed = Vec::new();
+    for &peer in peers {
+        let named = format!("peer=m{peer} ");
+        for phrase in ["peer became unreachable", "peer is reachable again"] {
+            if !log
+                .lines()
+                .any(|line| line.contains(phrase) && line.contains(&named))
+            {
+                missed.push(format!("m{member} did not log \"{phrase}\" for m{peer}"));
+            }
+        }
+    }
+    missed
 }
 
 /// Restarts member `i` with `failpoints` set (its next start is without).

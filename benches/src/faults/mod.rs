@@ -399,6 +399,15 @@ async fn one_run(skiff: &Path, plan: Plan, dir: &Path, lengths: Lengths) -> Resu
             detail,
         })
         .collect();
+    violations.extend(
+        injected
+            .iter()
+            .flat_map(|f| &f.missed)
+            .map(|detail| Violation {
+                kind: "peer loss not logged",
+                detail: detail.clone(),
+            }),
+    );
     let end = current_revision(&channels).await?;
     let mut references = Vec::new();
     let mut kubernetes_references = Vec::new();
