@@ -32,6 +32,10 @@ pub enum PatchError {
     Unprocessable(String),
     #[error("The allowed maximum operations in a JSON patch is {max}, got {0}", max = json_patch::MAX_OPERATIONS)]
     TooManyOperations(usize),
+    /// The `copy` operations of a JSON patch would add more than
+    /// Kubernetes allows (413).
+    #[error("the copy operations of the JSON patch would add more than {max} bytes", max = json_patch::MAX_COPY_BYTES)]
+    CopyTooLarge,
 }
 
 impl From<PatchError> for ApiError {
@@ -45,7 +49,9 @@ impl From<PatchError> for ApiError {
                 "Invalid",
                 format!("the server rejected our request due to an error in our request: {why}"),
             ),
-            err @ PatchError::TooManyOperations(_) => ApiError::too_large(err.to_string()),
+            err @ (PatchError::TooManyOperations(_) | PatchError::CopyTooLarge) => {
+                ApiError::too_large(err.to_string())
+            }
         }
     }
 }

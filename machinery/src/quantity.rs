@@ -153,17 +153,23 @@ impl Quantity {
             _ => (false, number),
         };
         let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+        let significant = format!("{whole}{fraction}");
+        let significant = significant.trim_start_matches('0');
+        // Up to the 39 digits of i128::MAX, which a canonical form can have.
         if whole.is_empty() && fraction.is_empty()
             || !whole
                 .bytes()
                 .chain(fraction.bytes())
                 .all(|b| b.is_ascii_digit())
-            || whole.len() + fraction.len() > 30
+            || significant.len() > 39
         {
             return None;
         }
         // The digits as an integer, scaled by 10^-fraction.len().
-        let mantissa: i128 = format!("{whole}{fraction}").parse().ok()?;
+        let mantissa: i128 = match significant {
+            "" => 0,
+            digits => digits.parse().ok()?,
+        };
         let mut exponent10 = -(fraction.len() as i32) + 3; // thousandths
         let mut binary_shift = 0u32;
         let mut binary = false;
@@ -186,7 +192,7 @@ impl Quantity {
         } else {
             let divisor = 10i128.checked_pow((-exponent10) as u32)?;
             // Round up below a thousandth, as Kubernetes' MilliValue does.
-            value = (value + divisor - 1) / divisor;
+            value = div_round_up(value, divisor);
         }
         Some(Quantity {
             milli: if negative { -value } else { value },
@@ -243,13 +249,16 @@ fn saturating_milli(whole: &str, fraction: &str, exponent10: i64, binary_shift: 
     let Ok(mantissa) = digits.parse::<i128>() else {
         return i128::MAX;
     };
-    let Some(mut value) = 1i128
+    let Some(value) = 1i128
         .checked_shl(binary_shift)
         .and_then(|factor| mantissa.checked_mul(factor))
     else {
         return i128::MAX;
     };
-    let exponent = exponent10 + 3 - fraction.len() as i64;
+    // An exponent as written may be any i64 (`1e9223372036854775807`).
+    let exponent = exponent10
+        .saturating_add(3)
+        .saturating_sub(i64::try_from(fraction.len()).unwrap_or(i64::MAX));
     if exponent >= 0 {
         let scaled = u32::try_from(exponent)
             .ok()
@@ -257,17 +266,20 @@ fn saturating_milli(whole: &str, fraction: &str, exponent10: i64, binary_shift: 
             .and_then(|factor| value.checked_mul(factor));
         return scaled.unwrap_or(i128::MAX);
     }
-    match u32::try_from(-exponent)
+    match u32::try_from(exponent.unsigned_abs())
         .ok()
         .and_then(|e| 10i128.checked_pow(e))
     {
-        Some(divisor) => {
-            value = (value + divisor - 1) / divisor;
-            value
-        }
+        Some(divisor) => div_round_up(value, divisor),
         // Far below a thousandth: rounds up to one.
         None => 1,
     }
+}
+
+/// `value / divisor` rounded up, for a value ≥ 0 up to i128::MAX (where
+/// `value + divisor - 1` would overflow).
+fn div_round_up(value: i128, divisor: i128) -> i128 {
+    value / divisor + i128::from(value % divisor != 0)
 }
 
 impl fmt::Display for Quantity {
@@ -390,6 +402,47 @@ mod tests {
         let printed = floor.to_string();
         assert_eq!(Quantity::parse_strict(&printed).unwrap(), floor);
         assert_eq!(q("1").plus(q("500m")).milli, 1500);
+    }
+
+    /// Fuzzing (`quantity`) found large quantities that validation
+    /// accepts printing in a canonical form quota and limits could not
+    /// read back (`20000000000000000000000000001.2k` prints as 32 digits;
+    /// the lenient parser took at most 30), so a quota ignored them.
+    #[test]
+    fn a_large_quantity_prints_in_a_form_the_quota_parser_reads_back() {
+        for text in [
+            "20000000000000000000000000001.2k",
+            "6666666636660183.0596Pi",
+            "200000000000.2000000Ei",
+            "-0000220315326340000000106.08045Ti",
+        ] {
+            let strict = Quantity::parse_strict(text).unwrap();
+            let printed = strict.to_string();
+            let lenient = Quantity::parse(&printed)
+                .unwrap_or_else(|| panic!("{text} prints as {printed}, which does not parse"));
+            assert_eq!(lenient.milli, strict.milli, "{text} printed as {printed}");
+        }
+        assert_eq!(q("0000000000000000000000000000000000000001").milli, 1000);
+        assert_eq!(Quantity::parse(&"1".repeat(40)), None);
+    }
+
+    /// Fuzzing (`quantity`) found two overflows that panicked parsing in
+    /// debug builds: an exponent of `i64::MAX` (`6e9223372036854775807`),
+    /// and rounding up a fraction of a thousandth of a value near
+    /// `i128::MAX`.
+    #[test]
+    fn an_exponent_or_a_fraction_at_the_limits_saturates_not_overflows() {
+        let most = Quantity::parse_strict("6e9223372036854775807").unwrap();
+        assert_eq!(most.milli, i128::MAX);
+        let least = Quantity::parse_strict("6e-9223372036854775808").unwrap();
+        assert_eq!(least.milli, 1);
+        let near_max = "17014118346046923173168730371588410.5727";
+        assert_eq!(
+            Quantity::parse_strict(near_max).unwrap().milli,
+            i128::MAX / 10 + 1
+        );
+        assert_eq!(Quantity::parse(near_max).unwrap().milli, i128::MAX / 10 + 1);
+        assert_eq!(q("1.0001").milli, 1001);
     }
 
     #[test]

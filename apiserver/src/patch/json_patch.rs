@@ -8,6 +8,11 @@ use super::PatchError;
 /// Kubernetes refuses JSON patches with more operations than this (413).
 pub const MAX_OPERATIONS: usize = 10_000;
 
+/// What the `copy` operations of one patch may add in all, in bytes of
+/// JSON (Kubernetes' `JSONPatchMaxCopyBytes`, 413 past it): each copy can
+/// double the object, so a short patch could otherwise ask for 2^10000.
+pub const MAX_COPY_BYTES: usize = 3 * 1024 * 1024;
+
 enum Op {
     Add { path: String, value: Value },
     Remove { path: String },
@@ -21,8 +26,9 @@ enum Op {
 pub fn apply(document: &Value, patch: &Value) -> Result<Value, PatchError> {
     let ops = decode(patch)?;
     let mut doc = document.clone();
+    let mut copied = 0;
     for op in ops {
-        apply_op(&mut doc, op)?;
+        apply_op(&mut doc, op, &mut copied)?;
     }
     Ok(doc)
 }
@@ -98,7 +104,8 @@ fn decode_op(op: &Value) -> Result<Op, String> {
     })
 }
 
-fn apply_op(doc: &mut Value, op: Op) -> Result<(), PatchError> {
+/// Applies one operation; `copied` is what earlier copies added, in bytes.
+fn apply_op(doc: &mut Value, op: Op, copied: &mut usize) -> Result<(), PatchError> {
     match op {
         Op::Add { path, value } => add(doc, &path, value),
         Op::Remove { path } => remove(doc, &path).map(|_| ()),
@@ -125,11 +132,17 @@ fn apply_op(doc: &mut Value, op: Op) -> Result<(), PatchError> {
             add(doc, &path, value)
         }
         Op::Copy { from, path } => {
-            let value = get_mut(doc, &from).map(|v| v.clone()).ok_or_else(|| {
+            let value = get_mut(doc, &from).ok_or_else(|| {
                 unprocessable(format!(
                     "copy operation does not apply: doc is missing from path: {from}"
                 ))
             })?;
+            // Measured before it is cloned: the clone is what would not fit.
+            *copied = copied.saturating_add(json_size(value, MAX_COPY_BYTES - *copied));
+            if *copied > MAX_COPY_BYTES {
+                return Err(PatchError::CopyTooLarge);
+            }
+            let value = value.clone();
             add(doc, &path, value)
         }
         Op::Test { path, value } => match get_mut(doc, &path) {
@@ -139,6 +152,31 @@ fn apply_op(doc: &mut Value, op: Op) -> Result<(), PatchError> {
             ))),
         },
     }
+}
+
+/// The length of `value` written as JSON, counted up to a little past
+/// `limit` (a value larger than that is not written out whole).
+fn json_size(value: &Value, limit: usize) -> usize {
+    struct Counter {
+        written: usize,
+        limit: usize,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.written += buf.len();
+            if self.written > self.limit {
+                return Err(std::io::ErrorKind::FileTooLarge.into());
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter { written: 0, limit };
+    // An error is only ever the counter stopping past the limit.
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.written
 }
 
 fn unprocessable(message: String) -> PatchError {

@@ -534,3 +534,20 @@ fn too_many_json_patch_operations_are_413() {
     let err = json_patch(json!({}), Value::Array(ops)).unwrap_err();
     assert_eq!(err.code, 413);
 }
+
+#[test]
+fn a_json_patch_of_copies_doubling_the_object_is_413_not_out_of_memory() {
+    // Each copy doubles /a: 64 of them would ask for 2^64 copies of it.
+    let ops: Vec<Value> = (0..64)
+        .map(|i| json!({"op": "copy", "from": "/a", "path": format!("/a/b{i}")}))
+        .collect();
+    let current = json!({"a": {"data": "x".repeat(64)}});
+    let err = json_patch(current.clone(), Value::Array(ops)).unwrap_err();
+    assert_eq!((err.code, err.reason), (413, "RequestEntityTooLarge"));
+    assert!(err.message.contains("copy operations"), "{}", err.message);
+
+    // Copies that stay under the limit still apply.
+    let ops = json!([{"op": "copy", "from": "/a", "path": "/a/b0"}]);
+    let patched = json_patch(current, ops).unwrap();
+    assert_eq!(patched["a"]["b0"]["data"], patched["a"]["data"]);
+}
