@@ -244,6 +244,12 @@ pub async fn inject(
             };
             let length = pick(rng, lengths.partition);
             let logs: Vec<u64> = left.iter().map(|&l| cluster.log_len(l)).collect();
+            // Only a peer a member reaches when the partition begins can
+            // become unreachable (one restarting, or lost already, cannot).
+            let reached: Vec<Vec<usize>> = left
+                .iter()
+                .map(|&l| reachable_peers(&cluster.log_since(l, 0), &right))
+                .collect();
             for &l in &left {
                 hosts.cut(l, &right, true)?;
             }
@@ -262,7 +268,10 @@ pub async fn inject(
                     missed = left
                         .iter()
                         .zip(&logs)
-                        .flat_map(|(&l, &from)| unlogged(&cluster.log_since(l, from), l, &right))
+                        .zip(&reached)
+                        .flat_map(|((&l, &from), reached)| {
+                            unlogged(&cluster.log_since(l, from), l, &right, reached)
+                        })
                         .collect();
                     if missed.is_empty() || Instant::now() > deadline {
                         break;
@@ -392,22 +401,55 @@ pub async fn inject(
 const LOGGED_AFTER: Duration = Duration::from_secs(3);
 
 /// What member `member`'s log (since a partition from `peers` began)
-/// lacks: a line saying each peer became unreachable, and one saying it
-/// is reachable again, each naming the peer.
-fn unlogged(log: &str, member: usize, peers: &[usize]) -> Vec<String> {
+/// lacks: a line saying each peer it reached then (`reached`) became
+/// unreachable, and for every peer one saying it is reachable (again),
+/// each naming the peer.
+fn unlogged(log: &str, member: usize, peers: &[usize], reached: &[usize]) -> Vec<String> {
     let mut missed = Vec::new();
     for &peer in peers {
         let named = format!("peer=m{peer} ");
-        for phrase in ["peer became unreachable", "peer is reachable again"] {
-            if !log
-                .lines()
+        let logged = |phrase: &str| {
+            log.lines()
                 .any(|line| line.contains(phrase) && line.contains(&named))
-            {
-                missed.push(format!("m{member} did not log \"{phrase}\" for m{peer}"));
-            }
+        };
+        if reached.contains(&peer) && !logged("peer became unreachable") {
+            missed.push(format!(
+                "m{member} did not log \"peer became unreachable\" for m{peer}"
+            ));
+        }
+        if !logged("peer is reachable") {
+            missed.push(format!(
+                "m{member} did not log \"peer is reachable (again)\" for m{peer}"
+            ));
         }
     }
     missed
+}
+
+/// Which of `peers` a member's whole log shows reachable now: reached
+/// since the member last started and not lost since.
+fn reachable_peers(log: &str, peers: &[usize]) -> Vec<usize> {
+    let mut reachable = vec![false; peers.len()];
+    for line in log.lines() {
+        if line.contains("opened write-ahead log") {
+            reachable.fill(false);
+            continue;
+        }
+        let up = line.contains("peer is reachable");
+        if !up && !line.contains("peer became unreachable") {
+            continue;
+        }
+        for (state, peer) in reachable.iter_mut().zip(peers) {
+            if line.contains(&format!("peer=m{peer} ")) {
+                *state = up;
+            }
+        }
+    }
+    peers
+        .iter()
+        .zip(reachable)
+        .filter_map(|(&peer, up)| up.then_some(peer))
+        .collect()
 }
 
 /// Restarts member `i` with `failpoints` set (its next start is without).
@@ -450,5 +492,45 @@ async fn rejoin_after(cluster: &Cluster, healed: Instant) -> Duration {
             return limit;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "\
+        INFO skiff_store::wal: opened write-ahead log dir=d\n\
+        INFO skiff_store::raft::transport: peer is reachable peer=m1 id=1\n\
+        INFO skiff_store::raft::transport: peer is reachable peer=m2 id=2\n\
+        WARN skiff_store::raft::transport: peer became unreachable peer=m2 id=2 silent_for=1s\n";
+
+    #[test]
+    fn only_peers_reached_and_not_lost_since_the_last_start_are_reachable() {
+        assert_eq!(reachable_peers(LOG, &[1, 2, 3]), [1]);
+        let restarted = format!("{LOG}INFO skiff_store::wal: opened write-ahead log dir=d\n");
+        assert!(reachable_peers(&restarted, &[1, 2]).is_empty());
+        let again = format!("{LOG}INFO x: peer is reachable again peer=m2 id=2 away=3s\n");
+        assert_eq!(reachable_peers(&again, &[1, 2]), [1, 2]);
+    }
+
+    #[test]
+    fn a_partition_must_be_logged_for_the_peers_reached_when_it_began() {
+        let during = "WARN x: peer became unreachable peer=m1 id=1\n\
+                      INFO x: peer is reachable again peer=m1 id=1\n\
+                      INFO x: peer is reachable peer=m2 id=2\n";
+        assert!(unlogged(during, 0, &[1, 2], &[1]).is_empty());
+        // m2 was reached too: its loss is missing.
+        let missed = unlogged(during, 0, &[1, 2], &[1, 2]);
+        assert_eq!(
+            missed,
+            ["m0 did not log \"peer became unreachable\" for m2"]
+        );
+        // Nothing said about m1's return.
+        let silent = "WARN x: peer became unreachable peer=m1 id=1\n";
+        assert_eq!(unlogged(silent, 0, &[1], &[1]).len(), 1);
+        // m10 is not m1.
+        let other = "WARN x: peer became unreachable peer=m10 id=1\n";
+        assert_eq!(unlogged(other, 0, &[1], &[1]).len(), 2);
     }
 }

@@ -702,7 +702,11 @@ impl PeerSender {
                 away = ?now.duration_since(last),
                 "peer is reachable again"
             ),
-            None => tracing::debug!(peer = %self.label(), "peer is reachable"),
+            None => tracing::info!(
+                peer = %self.label(),
+                id = %format_args!("{:x}", self.peer.id),
+                "peer is reachable"
+            ),
         }
         self.health.send_modify(|h| {
             h.reachable = true;
