@@ -84,6 +84,17 @@ impl StoreError {
             detail: err.to_string(),
         }
     }
+
+    /// Whether this is a write that failed because the file system was
+    /// full (ENOSPC) or the user's disk quota was used up (EDQUOT).
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            StoreError::Wal(err) => err.is_no_space(),
+            // sled's errors reach us as their text only.
+            StoreError::Storage { detail, .. } => crate::wal::names_no_space(detail),
+            _ => false,
+        }
+    }
 }
 
 impl From<sled::Error> for StoreError {

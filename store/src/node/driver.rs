@@ -77,6 +77,8 @@ pub struct Leadership {
     pub is_learner: AtomicBool,
     /// Times a new leader became known to this member.
     pub leader_changes: AtomicU64,
+    /// This member is the only voter: nothing commits without it.
+    pub sole_voter: AtomicBool,
     /// This member leads and is the only voter, has committed in its term
     /// and applied all that is committed: its applied state holds every
     /// acknowledged write, so a linearizable read needs no read index.
@@ -107,6 +109,11 @@ pub(crate) struct Driver {
     reads_confirmed: Vec<(u64, Vec<oneshot::Sender<Result<()>>>)>,
     /// Membership changes proposed here, by proposal id.
     membership_waiting: HashMap<u64, oneshot::Sender<Result<Vec<u64>>>>,
+    /// Looked at before each ready is persisted and applied, so that the
+    /// reserve is given back before the log or sled finds the disk full.
+    space: Option<Arc<super::disk_space::SpaceGuard>>,
+    /// See [`super::StoreConfig::exit_on_storage_failure`].
+    exit_on_storage_failure: bool,
 }
 
 impl Driver {
@@ -136,7 +143,21 @@ impl Driver {
             reads_asked: HashMap::new(),
             reads_confirmed: Vec::new(),
             membership_waiting: HashMap::new(),
+            space: None,
+            exit_on_storage_failure: false,
         }
+    }
+
+    /// Looks at `space` before each write, and on a failed write ends the
+    /// process if `exit` (see [`super::durability::stop_member`]).
+    pub fn on_storage_failure(
+        mut self,
+        space: Arc<super::disk_space::SpaceGuard>,
+        exit: bool,
+    ) -> Self {
+        self.space = Some(space);
+        self.exit_on_storage_failure = exit;
+        self
     }
 
     /// Connects the member to its peers: messages out through `transport`,
@@ -167,7 +188,11 @@ impl Driver {
             }
         };
         if let Err(err) = runtime.block_on(self.serve(requests)) {
-            tracing::error!(error = %err, "the store cannot write any more; stopping its raft driver");
+            super::durability::stop_member(
+                self.exit_on_storage_failure,
+                "writing the raft log or applying it",
+                &err,
+            );
         }
         // Stopped: reads wait for a driver that no longer answers.
         self.leadership.reads_local.store(false, Ordering::Release);
@@ -324,6 +349,9 @@ impl Driver {
 
     /// Persists, applies and answers what raft has ready.
     pub fn advance(&mut self) -> Result<()> {
+        if let Some(space) = &self.space {
+            space.check();
+        }
         let transport = self.transport.as_ref();
         let sent = self.core.advance_sending(|messages| {
             if let Some(transport) = transport {
@@ -432,6 +460,9 @@ impl Driver {
     }
 
     fn note_leadership(&mut self) {
+        self.leadership
+            .sole_voter
+            .store(self.core.is_sole_voter(), Ordering::Release);
         self.leadership
             .reads_local
             .store(self.core.reads_are_local(), Ordering::Release);

@@ -48,10 +48,17 @@ impl Store {
     /// Refuses a write that would take the database past its quota, as
     /// etcd's API does, and raises NOSPACE for this member through the log
     /// (every member then refuses such writes until it is disarmed).
+    ///
+    /// A member whose data directory's file system is short of space
+    /// refuses such writes too, with the same error (see `disk_space`).
     pub(super) async fn check_quota(&self, command: &Command) -> Result<()> {
         let cost = alarm::quota_cost(command) as u64;
         if cost == 0 {
             return Ok(());
+        }
+        if self.inner.space.check() {
+            self.raise_nospace_if_alone().await;
+            return Err(StoreError::NoSpace);
         }
         let kv = &self.inner.kv;
         let size = kv.recent_db_size(QUOTA_SIZE_MAX_AGE);

@@ -5,6 +5,7 @@
 mod auto_compaction;
 pub mod cluster;
 mod corruption;
+pub(crate) mod disk_space;
 mod driver;
 pub(crate) mod durability;
 mod lease_expiry;
@@ -47,6 +48,9 @@ const SINGLE_CLUSTER_ID: u64 = 0x5c1f_f000_0000_0001;
 pub(crate) use crate::mvcc::backend::{STATE_DB, STATE_TREE};
 /// etcd's default space quota: 2 GiB.
 pub const DEFAULT_QUOTA_BACKEND_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+/// The reserve file a member keeps in its data directory by default (see
+/// [`StoreConfig::reserved_space_bytes`]).
+pub const DEFAULT_RESERVED_SPACE_BYTES: u64 = 8 << 20;
 /// Raft messages from peers waiting for the driver before more are dropped.
 const PEER_INBOUND_QUEUE: usize = 8192;
 
@@ -94,6 +98,19 @@ pub struct StoreConfig {
     pub peer_urls: Vec<String>,
     /// TLS with peers (`None`: plain TCP).
     pub peer_tls: Option<crate::raft::transport::PeerTls>,
+    /// Bytes the member keeps allocated in a file of its data directory
+    /// (`reserved-space`) and gives back to itself when the file system
+    /// runs short: below half of it available the member refuses what
+    /// adds data with NOSPACE; it takes writes again once twice as much is
+    /// free. 0 turns this off.
+    pub reserved_space_bytes: u64,
+    /// What a member does when its log or state database can no longer be
+    /// written (a full disk, an I/O error): `true` ends the process with
+    /// [`durability::EXIT_STORAGE_FAILED`], as etcd does, so that a
+    /// supervisor restarts it from what is on disk; `false` only stops the
+    /// member (every request then fails with "server stopped"), for
+    /// processes that hold several stores, such as tests.
+    pub exit_on_storage_failure: bool,
 }
 
 impl StoreConfig {
@@ -120,6 +137,8 @@ impl StoreConfig {
             client_urls: Vec::new(),
             peer_urls: Vec::new(),
             peer_tls: None,
+            reserved_space_bytes: DEFAULT_RESERVED_SPACE_BYTES,
+            exit_on_storage_failure: true,
         }
     }
 }
@@ -147,6 +166,8 @@ pub(crate) struct Inner {
     syncer: parking_lot::Mutex<Option<crate::watch::hub::SyncerHandle>>,
     /// A follower's connections to the leader for lease requests.
     leader_link: parking_lot::Mutex<leases::LeaderLink>,
+    /// Room on the data directory's file system.
+    space: Arc<disk_space::SpaceGuard>,
     /// The flush and lease loops; they stop on `shutdown`.
     tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     _lock: File,
@@ -166,6 +187,12 @@ impl Store {
             config.name = cluster.name.clone();
         }
         let lock = durability::lock_data_dir(&config.data_dir)?;
+        // Before anything is written: on a full file system the reserve
+        // gives the log and the state database room to open.
+        let space = Arc::new(disk_space::SpaceGuard::open(
+            &config.data_dir,
+            config.reserved_space_bytes,
+        ));
         let identity = match &config.cluster {
             Some(cluster) => Some(
                 cluster::resolve_identity(&config.data_dir, cluster, config.peer_tls.as_ref())
@@ -242,7 +269,8 @@ impl Store {
             config.max_batch,
             Arc::clone(&stats),
             Arc::clone(&leadership),
-        );
+        )
+        .on_storage_failure(Arc::clone(&space), config.exit_on_storage_failure);
         let mut tasks = Vec::new();
         let mut forwarded = None;
         if let (Some(cluster), Some(identity)) = (&config.cluster, &identity) {
@@ -336,6 +364,7 @@ impl Store {
                 driver: parking_lot::Mutex::new(Some(driver)),
                 syncer: parking_lot::Mutex::new(Some(syncer)),
                 leader_link: Default::default(),
+                space,
                 tasks: parking_lot::Mutex::new(tasks),
                 _lock: lock,
             }),
@@ -349,7 +378,11 @@ impl Store {
         let flush = tokio::spawn(durability::flush_loop(
             Arc::clone(&inner.kv),
             inner.requests.clone(),
-            inner.config.flush_interval,
+            durability::Flushing {
+                every: inner.config.flush_interval,
+                space: Arc::clone(&inner.space),
+                exit_on_failure: inner.config.exit_on_storage_failure,
+            },
             inner.shutdown.subscribe(),
         ));
         let leases = tokio::spawn(lease_expiry::run(
@@ -364,7 +397,14 @@ impl Store {
             inner.requests.clone(),
             inner.shutdown.subscribe(),
         ));
-        inner.tasks.lock().extend([flush, leases, compaction]);
+        let space = tokio::spawn(disk_space::run(
+            Arc::downgrade(&self.inner),
+            inner.shutdown.subscribe(),
+        ));
+        inner
+            .tasks
+            .lock()
+            .extend([flush, leases, compaction, space]);
         if let Some(every) = inner.config.corrupt_check_interval {
             let check = tokio::spawn(corruption::run(
                 Arc::downgrade(&self.inner),
@@ -680,6 +720,8 @@ pub(crate) mod testing {
         config.flush_interval = Duration::from_millis(100);
         config.catch_up_entries = 10;
         config.watch.sync_interval = Duration::from_millis(10);
+        config.reserved_space_bytes = 0;
+        config.exit_on_storage_failure = false;
         config
     }
 

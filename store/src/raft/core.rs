@@ -354,12 +354,15 @@ impl RaftCore {
         if raft.state != StateRole::Leader || !raft.commit_to_current_term() {
             return false;
         }
-        // Both halves of a joint configuration together.
-        let voters = raft.prs().conf().voters().ids();
+        self.is_sole_voter() && self.kv.applied_index() >= raft.raft_log.committed
+    }
+
+    /// Whether this member is the only voter (of both halves of a joint
+    /// configuration): the cluster cannot commit anything without it.
+    pub fn is_sole_voter(&self) -> bool {
+        let voters = self.node.raft.prs().conf().voters().ids();
         let mut voters = voters.iter();
-        voters.next() == Some(self.id)
-            && voters.next().is_none()
-            && self.kv.applied_index() >= raft.raft_log.committed
+        voters.next() == Some(self.id) && voters.next().is_none()
     }
 
     /// Whether this member is a learner (it does not vote).
@@ -778,9 +781,15 @@ fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(std::path::Path::new("."));
     std::fs::create_dir_all(dir)?;
     let partial = path.with_extension("partial");
-    let mut file = std::fs::File::create(&partial)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
+    let written = std::fs::File::create(&partial).and_then(|mut file| {
+        file.write_all(bytes)?;
+        file.sync_all()
+    });
+    if let Err(err) = written {
+        // On a full disk, a partial copy would only hold space a restart needs.
+        let _ = std::fs::remove_file(&partial);
+        return Err(err);
+    }
     std::fs::rename(&partial, path)?;
     std::fs::File::open(dir)?.sync_all()
 }

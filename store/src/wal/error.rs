@@ -68,7 +68,12 @@ pub enum WalError {
          recover from what is on disk",
         dir.display()
     )]
-    Failed { dir: PathBuf, cause: String },
+    Failed {
+        dir: PathBuf,
+        cause: String,
+        /// The earlier failure was a full file system.
+        no_space: bool,
+    },
 
     /// Returned by the caller's replay visitor to abort [`super::Wal::open`].
     #[error("replaying the write-ahead log failed: {0}")]
@@ -83,4 +88,33 @@ impl WalError {
             source,
         }
     }
+
+    /// Whether the log failed because its file system was full (ENOSPC)
+    /// or the disk quota was used up (EDQUOT), now or before.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            WalError::Io { source, .. } => is_no_space(source),
+            WalError::Failed { no_space, .. } => *no_space,
+            _ => false,
+        }
+    }
+}
+
+pub(crate) fn is_no_space(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+        || err.kind() == io::ErrorKind::StorageFull
+        || err.kind() == io::ErrorKind::QuotaExceeded
+}
+
+/// Whether an error's text (sled's errors reach the store as text only)
+/// names a full file system or a used-up disk quota.
+pub fn names_no_space(text: &str) -> bool {
+    [
+        "No space left on device",
+        "Disk quota exceeded",
+        "StorageFull",
+        "QuotaExceeded",
+    ]
+    .iter()
+    .any(|name| text.contains(name))
 }

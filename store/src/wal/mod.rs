@@ -47,7 +47,7 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-pub use error::WalError;
+pub use error::{names_no_space, WalError};
 pub use record::{Corruption, WalRecord};
 use segment::{Scan, Segment};
 
@@ -149,10 +149,14 @@ pub struct Wal {
     /// Lowest and highest Entry index in `pending`.
     pending_indexes: Option<(u64, u64)>,
     state: LogState,
-    /// Set by the first failed write, fsync or roll. What reached the disk is
-    /// then unknown (Linux may drop dirty pages after a failed fsync), so the
-    /// log only accepts more writes after a restart re-reads it.
-    failed: Option<String>,
+    /// Set by the first failed write, fsync or roll (with whether it was
+    /// for want of space). What reached the disk is then unknown (Linux may
+    /// drop dirty pages after a failed fsync and report it only once), so
+    /// the log only accepts more writes after a restart re-reads it. This
+    /// holds for a full disk too: ENOSPC may come from the fdatasync itself
+    /// (delayed allocation, thin provisioning, NFS), and after the
+    /// fdatasync failed, retrying it can succeed without the data.
+    failed: Option<(String, bool)>,
 }
 
 impl Wal {
@@ -319,9 +323,10 @@ impl Wal {
 
     fn check_usable(&self) -> Result<(), WalError> {
         match &self.failed {
-            Some(cause) => Err(WalError::Failed {
+            Some((cause, no_space)) => Err(WalError::Failed {
                 dir: self.dir.clone(),
                 cause: cause.clone(),
+                no_space: *no_space,
             }),
             None => Ok(()),
         }
@@ -333,7 +338,7 @@ impl Wal {
             error = %err,
             "write-ahead log stopped accepting writes"
         );
-        self.failed = Some(err.to_string());
+        self.failed = Some((err.to_string(), err.is_no_space()));
         self.pending = Vec::new();
         self.pending_indexes = None;
     }

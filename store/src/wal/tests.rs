@@ -653,3 +653,80 @@ fn zeros_at_the_end_of_an_older_segment_are_an_error() {
     let err = open_err(dir.path(), 300);
     assert!(matches!(err, WalError::Corrupt { .. }), "{err}");
 }
+
+/// A log on a file system that fills up: the sync that finds no room
+/// fails with ENOSPC and the log refuses every later write (a failed
+/// write or fdatasync cannot be retried); once space is freed a reopen
+/// finds every record whose sync succeeded, nothing torn left, and takes
+/// writes again.
+#[test]
+fn a_full_file_system_fails_the_log_cleanly_and_a_reopen_keeps_every_synced_record() {
+    use crate::node::disk_space::tiny_fs::TinyFs;
+    let Some(fs) = TinyFs::mount(
+        "a_full_file_system_fails_the_log_cleanly_and_a_reopen_keeps_every_synced_record",
+        8,
+    ) else {
+        return;
+    };
+    let dir = fs.path().join("wal");
+    // Small segments: the log also rolls (and creates files) as it fills.
+    let segment_size = 1 << 20;
+    let (mut wal, _) = open(&dir, segment_size);
+    let data = vec![7u8; 16 << 10];
+    let mut synced = 0;
+    let failure = loop {
+        let index = synced + 1;
+        wal.append(&entry(index, &data));
+        match wal.sync() {
+            Ok(()) => synced = index,
+            Err(err) => break err,
+        }
+        assert!(index < 10_000, "an 8 MiB file system never filled");
+    };
+    assert!(failure.is_no_space(), "{failure}");
+    assert!(
+        synced > 100,
+        "only {synced} records before the disk was full"
+    );
+    wal.append(&entry(synced + 1, b"after the failure"));
+    let refused = wal.sync().expect_err("a failed log refuses writes");
+    assert!(
+        matches!(refused, WalError::Failed { no_space: true, .. }),
+        "{refused}"
+    );
+    drop(wal);
+
+    // Opening needs no room: it only cuts the newest segment back.
+    let (mut wal, replayed) = open(&dir, segment_size);
+    let indexes = entry_indexes(&replayed);
+    let expected: Vec<u64> = (1..=synced).collect();
+    assert_eq!(
+        indexes[..synced as usize],
+        expected[..],
+        "every synced record is replayed, in order"
+    );
+    // The batch whose sync failed may or may not have reached the disk;
+    // nothing else may be there.
+    let last = *indexes.last().unwrap();
+    assert!(
+        last <= synced + 1,
+        "replayed up to {last} of {synced} synced"
+    );
+    assert!(replayed.iter().all(|record| match record {
+        WalRecord::Entry { data: got, .. } => got == &data,
+        _ => true,
+    }));
+
+    // Space freed (here by releasing the older half of the log): the same
+    // log takes writes again.
+    assert!(
+        segment_files(&dir).len() > 2,
+        "the log rolled while filling"
+    );
+    wal.release_to(synced / 2).unwrap();
+    wal.append(&entry(last + 1, b"after space was freed"));
+    wal.sync().expect("writes go on once there is room");
+    drop(wal);
+    let (_, after) = open(&dir, segment_size);
+    assert_eq!(entry_indexes(&after).last(), Some(&(last + 1)));
+}
