@@ -376,6 +376,11 @@ async fn resource(
             }
         }
     };
+    // A 405 names what the path takes, as RFC 9110 requires.
+    let allow = route
+        .as_ref()
+        .ok()
+        .and_then(|r| allowed_methods(r.name.is_some(), r.subresource.as_deref()));
     let request = Request {
         method,
         route,
@@ -388,6 +393,11 @@ async fn resource(
         Ok(response) => response,
         Err(err) => err.into_response(),
     };
+    if let Some(allow) = allow.filter(|_| response.status() == StatusCode::METHOD_NOT_ALLOWED) {
+        response
+            .headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static(allow));
+    }
     for warning in warnings {
         if let Ok(value) =
             header::HeaderValue::from_str(&field_validation::warning_header(&warning))
@@ -406,6 +416,21 @@ async fn resource(
             reply::watch_as_protobuf(response)
         }
         output => reply::write_as(output, response).await,
+    }
+}
+
+/// The methods a resource path takes, for the `Allow` header of a 405:
+/// a collection, an object, or one of its subresources.
+fn allowed_methods(item: bool, subresource: Option<&str>) -> Option<&'static str> {
+    match (item, subresource) {
+        (false, None) => Some("GET, POST, DELETE"),
+        (true, None) => Some("GET, PUT, PATCH, DELETE"),
+        (true, Some("status" | "scale")) => Some("GET, PUT, PATCH"),
+        (true, Some("finalize")) => Some("PUT"),
+        (true, Some("binding" | "eviction" | "token")) => Some("POST"),
+        (true, Some("log" | "proxy")) => Some("GET"),
+        (true, Some("exec" | "attach" | "portforward")) => Some("GET, POST"),
+        _ => None,
     }
 }
 
@@ -871,6 +896,45 @@ mod tests {
             )
             .await,
             StatusCode::NOT_FOUND
+        );
+    }
+
+    /// schemathesis' unsupported_method check: a 405 came without the
+    /// `Allow` header RFC 9110 requires.
+    #[tokio::test]
+    async fn method_not_allowed_names_the_allowed_methods() {
+        let (registry, _dir) = crate::registry::test_registry().await;
+        let app = router(registry);
+        let allow = |method: Method, path: &'static str| {
+            let app = app.clone();
+            async move {
+                let request = axum::extract::Request::builder()
+                    .method(method)
+                    .uri(path)
+                    .body(Body::empty())
+                    .unwrap();
+                let response = app.oneshot(request).await.unwrap();
+                assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+                let allow = response.headers().get(header::ALLOW).cloned();
+                allow.map(|v| v.to_str().unwrap().to_string())
+            }
+        };
+        let collection = "/api/v1/namespaces/default/configmaps";
+        assert_eq!(
+            allow(Method::TRACE, collection).await.as_deref(),
+            Some("GET, POST, DELETE")
+        );
+        assert_eq!(
+            allow(Method::POST, "/api/v1/namespaces/default/configmaps/c")
+                .await
+                .as_deref(),
+            Some("GET, PUT, PATCH, DELETE")
+        );
+        assert_eq!(
+            allow(Method::DELETE, "/api/v1/namespaces/default/pods/p/status")
+                .await
+                .as_deref(),
+            Some("GET, PUT, PATCH")
         );
     }
 

@@ -1,7 +1,8 @@
 //! A Python that has the `kubernetes` client: `SKIFF_PYTHON` (what .ci/run
 //! sets up in a virtualenv), else `python3` if it can import the package.
 //! Without one: under CI=true a panic that says how to install it,
-//! otherwise a clear SKIPPED note.
+//! otherwise a clear SKIPPED note. The same for `schemathesis`, which
+//! runs in a virtualenv of its own.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -54,6 +55,51 @@ pub fn python_with_kubernetes_or_skip(test: &str) -> Option<PathBuf> {
     let _ = writeln!(
         std::io::stderr(),
         "SKIPPED {test}: {why} (install it with: {INSTALL_HINT})"
+    );
+    None
+}
+
+const SCHEMATHESIS_HINT: &str = "python3 -m venv ~/.cache/skiff-ci-schemathesis && \
+     ~/.cache/skiff-ci-schemathesis/bin/pip install schemathesis==4.32.5, then set \
+     SKIFF_SCHEMATHESIS=~/.cache/skiff-ci-schemathesis/bin/schemathesis (.ci/run does this)";
+
+fn runs_version(program: &Path) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The `schemathesis` command: `SKIFF_SCHEMATHESIS` (what .ci/run installs
+/// in a virtualenv), else `schemathesis` on PATH; `None` (skipped, a panic
+/// under CI=true) when there is neither.
+pub fn schemathesis_or_skip(test: &str) -> Option<PathBuf> {
+    let from_env = std::env::var_os("SKIFF_SCHEMATHESIS").map(PathBuf::from);
+    let candidates = from_env
+        .iter()
+        .cloned()
+        .chain([PathBuf::from("schemathesis")]);
+    for program in candidates {
+        if runs_version(&program) {
+            return Some(program);
+        }
+    }
+    let why = match from_env {
+        Some(program) => format!(
+            "SKIFF_SCHEMATHESIS={} does not run, nor does schemathesis on PATH",
+            program.display()
+        ),
+        None => "SKIFF_SCHEMATHESIS is not set and schemathesis is not on PATH".to_string(),
+    };
+    if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+        panic!("CI must run {test}, but {why}: {SCHEMATHESIS_HINT}");
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: {why} (install it with: {SCHEMATHESIS_HINT})"
     );
     None
 }

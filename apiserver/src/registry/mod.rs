@@ -634,9 +634,20 @@ impl Registry {
         }
         let mut next = match subresource {
             Some("status") => {
-                // Only the status changes through /status.
+                // Only the status changes through /status. A body with no
+                // status (or a null one) empties it, as Kubernetes decodes
+                // it to the zero status: never a stored `status: null`,
+                // which no schema allows.
                 let mut next = current.clone();
-                next["status"] = object.get("status").cloned().unwrap_or(Value::Null);
+                match object.get("status").filter(|status| !status.is_null()) {
+                    Some(status) => next["status"] = status.clone(),
+                    None if resource.custom.is_some() => {
+                        if let Some(map) = next.as_object_mut() {
+                            map.remove("status");
+                        }
+                    }
+                    None => next["status"] = json!({}),
+                }
                 next
             }
             Some("finalize") if namespace::is_namespace(resource) => {
@@ -1370,6 +1381,30 @@ mod tests {
             .create(&target("configmaps"), map, &write)
             .await
             .unwrap();
+    }
+
+    /// schemathesis' response_schema_conformance: a PUT to a Service's
+    /// /status with a body of `{}` stored and answered `"status": null`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_status_update_without_a_status_stores_an_empty_one_not_null() {
+        let (registry, _dir) = test_registry().await;
+        let service = json!({"apiVersion": "v1", "kind": "Service",
+                             "metadata": {"name": "web", "namespace": "default"},
+                             "spec": {"ports": [{"port": 80}]}});
+        let write = Write::new("test", false);
+        registry
+            .create(&target("services"), service, &write)
+            .await
+            .unwrap();
+        for body in [json!({}), json!({"status": null})] {
+            let updated = registry
+                .update(&target("services"), "web", body, Some("status"), &write)
+                .await
+                .unwrap();
+            assert_eq!(updated["status"], json!({}));
+            let read = registry.get(&target("services"), "web").await.unwrap();
+            assert_eq!(read["status"], json!({}));
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
