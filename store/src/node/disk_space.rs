@@ -22,7 +22,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::Inner;
-use crate::command::Command;
 use crate::mvcc::alarm;
 
 /// The reserve file in the data directory. An operator may delete it by
@@ -260,26 +259,11 @@ impl super::Store {
     /// cluster. That member refuses its own clients' writes with NOSPACE
     /// and, if it can no longer store what the leader sends, stops.
     pub(crate) async fn raise_nospace_if_alone(&self) {
-        if !self.inner.leadership.sole_voter.load(Ordering::Acquire) {
-            return;
-        }
-        let me = self.member_id();
-        let kv = &self.inner.kv;
-        if kv.alarms(alarm::NOSPACE).iter().any(|a| a.member_id == me) {
+        if !self.inner.leadership.sole_voter.load(Ordering::Acquire) || self.nospace_raised() {
             return;
         }
         tracing::warn!("the data directory's file system is full; raising NOSPACE");
-        let raise = Command::Alarm {
-            activate: true,
-            member_id: me,
-            alarm: alarm::NOSPACE,
-        };
-        let raising = super::send_proposal(&self.inner.requests, raise.encode(), None);
-        match tokio::time::timeout(self.inner.config.request_timeout, raising).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => tracing::warn!(error = %err, "could not raise NOSPACE"),
-            Err(_) => tracing::warn!("raising NOSPACE timed out"),
-        }
+        self.propose_nospace().await;
     }
 }
 

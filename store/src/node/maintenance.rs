@@ -66,27 +66,38 @@ impl Store {
         if size.saturating_add(cost) < quota {
             return Ok(());
         }
-        let me = self.member_id();
-        let raised = kv.alarms(alarm::NOSPACE).iter().any(|a| a.member_id == me);
-        if !raised {
+        if !self.nospace_raised() {
             tracing::warn!(
                 db_size = size,
                 quota,
                 "the database is past its space quota; raising NOSPACE"
             );
-            let raise = Command::Alarm {
-                activate: true,
-                member_id: me,
-                alarm: alarm::NOSPACE,
-            };
-            let raising = super::send_proposal(&self.inner.requests, raise.encode(), None);
-            match tokio::time::timeout(self.inner.config.request_timeout, raising).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(err)) => tracing::warn!(error = %err, "could not raise NOSPACE"),
-                Err(_) => tracing::warn!("raising NOSPACE timed out"),
-            }
+            self.propose_nospace().await;
         }
         Err(StoreError::NoSpace)
+    }
+
+    /// Whether NOSPACE is up for this member.
+    pub(super) fn nospace_raised(&self) -> bool {
+        let me = self.member_id();
+        let alarms = self.inner.kv.alarms(alarm::NOSPACE);
+        alarms.iter().any(|a| a.member_id == me)
+    }
+
+    /// Raises NOSPACE for this member through the log, within the request
+    /// timeout; a failure is logged, the write is refused either way.
+    pub(super) async fn propose_nospace(&self) {
+        let raise = Command::Alarm {
+            activate: true,
+            member_id: self.member_id(),
+            alarm: alarm::NOSPACE,
+        };
+        let raising = super::send_proposal(&self.inner.requests, raise.encode(), None);
+        match tokio::time::timeout(self.inner.config.request_timeout, raising).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => tracing::warn!(error = %err, "could not raise NOSPACE"),
+            Err(_) => tracing::warn!("raising NOSPACE timed out"),
+        }
     }
 
     /// etcd's Alarm: `Get` lists the alarms of type `alarm` (NONE: all)
