@@ -222,7 +222,7 @@ fn write_zeros(file: &File, len: u64) -> io::Result<()> {
 
 /// Looks at the file system every [`CHECK_EVERY`]: gives the reserve back
 /// when it runs short, raises NOSPACE for a member that is the only voter
-/// (see [`super::Store::raise_nospace`]), and makes the reserve again once
+/// (see [`super::Store::raise_nospace_if_alone`]), and makes the reserve again once
 /// space is freed.
 pub(crate) async fn run(inner: Weak<Inner>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(CHECK_EVERY);
