@@ -32,7 +32,9 @@ use skiff_machinery::events::{EventType, Recorder};
 const BINDING_CYCLES: usize = 100;
 /// Times a write refused with 429 TooManyRequests is sent again, each after
 /// [`RETRY_AFTER`], as client-go retries (it waits for the response's
-/// Retry-After, which skiff and kube-apiserver set to one second).
+/// Retry-After, which skiff and kube-apiserver set to one second), plus up
+/// to as long again at random: bindings refused together would otherwise
+/// all come back in the same instant and be refused together again.
 const RETRIES_ON_TOO_MANY: u32 = 10;
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -569,11 +571,18 @@ async fn post_undecoded(client: &Client, path: String, body: &Value) -> Result<(
         match client.request_text(request).await {
             Err(err) if is_too_many(&err) && refused < RETRIES_ON_TOO_MANY => {
                 refused += 1;
-                tokio::time::sleep(RETRY_AFTER).await;
+                let wait = retry_wait(&mut rand::thread_rng());
+                tokio::time::sleep(wait).await;
             }
             answer => return answer.map(drop),
         }
     }
+}
+
+/// How long a refused write waits before it is sent again: the
+/// Retry-After, and a random part of as long again.
+fn retry_wait(rng: &mut impl rand::Rng) -> Duration {
+    RETRY_AFTER + RETRY_AFTER.mul_f64(rng.gen::<f64>())
 }
 
 /// A 429 TooManyRequests: the API did not take the request, which may be
@@ -606,5 +615,15 @@ mod tests {
         assert!(is_too_many(&api_error(429)));
         assert!(!is_too_many(&api_error(409)));
         assert!(!is_too_many(&api_error(500)));
+    }
+
+    #[test]
+    fn refused_writes_come_back_spread_over_a_second_past_the_retry_after() {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let waits: Vec<Duration> = (0..64).map(|_| retry_wait(&mut rng)).collect();
+        assert!(waits.iter().all(|w| *w >= RETRY_AFTER && *w < 2 * RETRY_AFTER));
+        assert!(waits.iter().any(|w| *w > RETRY_AFTER.mul_f64(1.5)));
+        assert!(waits.iter().any(|w| *w < RETRY_AFTER.mul_f64(1.5)));
     }
 }
