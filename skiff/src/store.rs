@@ -96,11 +96,19 @@ pub struct StoreMaintenanceFlags {
         value_parser = crate::control_plane::parse_duration
     )]
     pub corrupt_check_interval: Option<Duration>,
+    /// Bytes the member keeps allocated in the file `reserved-space` of its
+    /// data directory and gives back to itself when the file system runs
+    /// short, raising the NOSPACE alarm before its log or database finds
+    /// the disk full; 0 turns the guard off, and a full disk then stops
+    /// the member (exit status 74) until space is freed.
+    #[arg(long, env = "SKIFF_RESERVED_SPACE_BYTES", default_value_t = skiff_store::node::DEFAULT_RESERVED_SPACE_BYTES)]
+    pub reserved_space_bytes: u64,
 }
 
 impl StoreMaintenanceFlags {
     pub fn apply(&self, config: &mut StoreConfig) {
         config.quota_backend_bytes = self.quota_backend_bytes;
+        config.reserved_space_bytes = self.reserved_space_bytes;
         config.corrupt_check_interval = self.corrupt_check_interval.filter(|d| !d.is_zero());
     }
 
@@ -111,6 +119,12 @@ impl StoreMaintenanceFlags {
             args.extend([
                 "--quota-backend-bytes".to_string(),
                 self.quota_backend_bytes.to_string(),
+            ]);
+        }
+        if self.reserved_space_bytes != skiff_store::node::DEFAULT_RESERVED_SPACE_BYTES {
+            args.extend([
+                "--reserved-space-bytes".to_string(),
+                self.reserved_space_bytes.to_string(),
             ]);
         }
         if let Some(every) = self.corrupt_check_interval {
@@ -543,6 +557,10 @@ mod tests {
         defaults.apply(&mut config);
         assert_eq!(config.quota_backend_bytes, 0, "0: the store's default");
         assert_eq!(config.corrupt_check_interval, None);
+        assert_eq!(
+            config.reserved_space_bytes,
+            skiff_store::node::DEFAULT_RESERVED_SPACE_BYTES
+        );
         assert!(defaults.to_args().is_empty());
 
         let given = parse(&[
@@ -550,15 +568,19 @@ mod tests {
             "16777216",
             "--corrupt-check-interval",
             "1m30s",
+            "--reserved-space-bytes",
+            "0",
         ])
         .unwrap();
         given.apply(&mut config);
         assert_eq!(config.quota_backend_bytes, 16 << 20);
+        assert_eq!(config.reserved_space_bytes, 0, "0: the guard is off");
         assert_eq!(config.corrupt_check_interval, Some(Duration::from_secs(90)));
         let args = given.to_args();
         let again = parse(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
         assert_eq!(again.quota_backend_bytes, 16 << 20);
         assert_eq!(again.corrupt_check_interval, Some(Duration::from_secs(90)));
+        assert_eq!(again.reserved_space_bytes, 0);
 
         let etcds = parse(&["--experimental-corrupt-check-time", "2m"]).unwrap();
         assert_eq!(etcds.corrupt_check_interval, Some(Duration::from_secs(120)));

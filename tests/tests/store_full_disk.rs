@@ -398,3 +398,92 @@ async fn three_member_steps(
     }
     Ok(())
 }
+
+/// With the guard off (`--reserved-space-bytes 0`) the log and the state
+/// database are the first to find the disk full: the member ends with exit
+/// status 74, having acknowledged nothing it could not make durable, and
+/// once the file system has room again a restart finds every acknowledged
+/// write. Run many times by hand (`SKIFF_FULL_DISK_ROUNDS`), since where the
+/// disk runs out (the log's append, its fsync, the database's write, its
+/// flush) differs from run to run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_reserve_a_member_stops_on_a_full_disk_and_a_restart_finds_every_acknowledged_write(
+) -> Result<()> {
+    let test = "without_the_reserve_a_member_stops_on_a_full_disk_and_a_restart_finds_every_acknowledged_write";
+    let rounds: usize = std::env::var("SKIFF_FULL_DISK_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    for round in 0..rounds {
+        let Some(fs) = Tmpfs::mount_or_skip(test, 16)? else {
+            return Ok(());
+        };
+        full_without_reserve(&fs)
+            .await
+            .with_context(|| format!("round {round}"))?;
+    }
+    Ok(())
+}
+
+async fn full_without_reserve(fs: &Tmpfs) -> Result<()> {
+    const SIZE: usize = 32 << 10;
+    let data = fs.path().join("data");
+    let client = free_addrs(1)?[0];
+    let mut args = store_args("default", &data, client, None);
+    args.extend(["--reserved-space-bytes".into(), "0".into()]);
+    let mut store = SkiffProcess::spawn("skiff store without a reserve", args.clone())?;
+    store.wait_for_line(" ready: ", READY_TIMEOUT).await?;
+    ensure!(
+        !data.join("reserved-space").exists(),
+        "a reserve file with the guard off"
+    );
+    let mut acked = Vec::new();
+    let failure = loop {
+        let key = format!("k/{:04}", acked.len());
+        match store_client::put(client, &key, &value_for(&key, SIZE)).await {
+            Ok(_) => acked.push((key, SIZE)),
+            Err(err) => break err,
+        }
+        ensure!(acked.len() < 2000, "a 16 MiB file system never filled");
+    };
+    let status = store.wait_exit(Duration::from_secs(30)).await;
+    let status = match status {
+        Ok(status) => status,
+        Err(err) => {
+            eprintln!("--- stderr ---\n{}", store.stderr());
+            return Err(err.context(format!("after the put that failed ({failure:#})")));
+        }
+    };
+    ensure!(
+        status.code() == Some(EXIT_STORAGE_FAILED),
+        "exit {status} after {failure:#}; stderr:\n{}",
+        store.stderr()
+    );
+    ensure!(
+        store.stderr().contains(STOPS_FULL),
+        "no word of the full disk:\n{}",
+        store.stderr()
+    );
+
+    // Room again: the same tmpfs, made bigger.
+    let grown = Command::new("mount")
+        .args(["-o", "remount,size=64m"])
+        .arg(fs.path())
+        .status()?;
+    ensure!(grown.success(), "remounting the tmpfs bigger: {grown}");
+    let mut again = SkiffProcess::spawn("skiff store without a reserve, again", args)?;
+    again.wait_for_line(" ready: ", READY_TIMEOUT).await?;
+    let checked = check_acked(client, &acked).await;
+    if let Err(err) = checked {
+        eprintln!("--- stderr, first run ---\n{}", store.stderr());
+        eprintln!("--- stderr, again ---\n{}", again.stderr());
+        return Err(err.context(format!(
+            "{} acknowledged before the put that failed ({failure:#})",
+            acked.len()
+        )));
+    }
+    store_client::put(client, "k/after", "v").await?;
+    again.signal(libc::SIGTERM)?;
+    ensure!(again.wait_exit(READY_TIMEOUT).await?.success());
+    Ok(())
+}
