@@ -29,6 +29,8 @@ pub struct Member {
     pub client: SocketAddr,
     netns: String,
     data_dir: PathBuf,
+    /// The small tmpfs its data directory is on, for full-disk faults.
+    disk: Option<PathBuf>,
     log: PathBuf,
     child: Option<Child>,
     paused: bool,
@@ -51,13 +53,16 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts one member per host and waits for a leader.
+    /// Starts one member per host and waits for a leader. With
+    /// `disk_mib`, each member's data directory is on a tmpfs of its own
+    /// of that size, which a full-disk fault fills.
     pub async fn start(
         skiff: &Path,
         hosts: &Hosts,
         dir: &Path,
         token: &str,
         server: bool,
+        disk_mib: Option<u64>,
     ) -> Result<Cluster> {
         let initial_cluster = hosts
             .members
@@ -74,7 +79,11 @@ impl Cluster {
                 name: format!("m{i}"),
                 client: SocketAddr::new(h.ip.into(), CLIENT_PORT),
                 netns: h.netns.clone(),
-                data_dir: dir.join(format!("m{i}")),
+                data_dir: match disk_mib {
+                    Some(_) => dir.join(format!("m{i}-disk")).join("data"),
+                    None => dir.join(format!("m{i}")),
+                },
+                disk: disk_mib.map(|_| dir.join(format!("m{i}-disk"))),
                 log: dir.join(format!("m{i}.log")),
                 child: None,
                 paused: false,
@@ -92,6 +101,12 @@ impl Cluster {
             dir: dir.to_path_buf(),
             server,
         };
+        if let Some(mib) = disk_mib {
+            for member in &cluster.members {
+                let disk = member.disk.as_ref().expect("a disk per member");
+                mount_tmpfs(disk, mib)?;
+            }
+        }
         // The first member makes the CA the others share.
         cluster.spawn(0)?;
         let client_files =
@@ -217,6 +232,11 @@ impl Cluster {
             apis.push(std::sync::Arc::new(api));
         }
         Ok(apis)
+    }
+
+    /// The tmpfs member `i`'s data directory is on, if it has one.
+    pub fn disk(&self, i: usize) -> Option<&Path> {
+        self.members[i].disk.as_deref()
     }
 
     /// The file of member `i`'s wall clock offset, under libfaketime.
@@ -390,5 +410,34 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop();
+        for disk in self.members.iter().filter_map(|m| m.disk.as_ref()) {
+            unmount(disk);
+        }
+    }
+}
+
+/// Mounts a tmpfs of `mib` MiB at `path` (made if missing).
+fn mount_tmpfs(path: &Path, mib: u64) -> Result<()> {
+    std::fs::create_dir_all(path).with_context(|| format!("creating {}", path.display()))?;
+    let status = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+        .arg(path)
+        .status()
+        .context("running mount")?;
+    if !status.success() {
+        bail!("mount -t tmpfs at {} failed: {status}", path.display());
+    }
+    Ok(())
+}
+
+/// Unmounts the tmpfs at `path`; detaches it if something still holds it.
+/// Its contents go with it, as a failed run's logs (kept beside it) do not.
+fn unmount(path: &Path) {
+    let unmounted = Command::new("umount")
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !unmounted {
+        let _ = Command::new("umount").arg("-l").arg(path).status();
     }
 }

@@ -34,7 +34,22 @@ pub enum Kind {
     /// One member's wall clock jumps (libfaketime); its monotonic clock
     /// does not, as with an NTP step.
     ClockJump,
+    /// Another process takes every byte left on one member's file system
+    /// (its data directory is on a small tmpfs of its own), half the time
+    /// also the room the member gives itself back from its reserve; then
+    /// the space is freed.
+    FullDisk,
 }
+
+/// What a member logs when its file system is short and it refuses writes
+/// that add data, when it has room again, and when a write found the disk
+/// full and it stops (skiff-store's `disk_space` and `durability`).
+const ALMOST_FULL: &str = "the data directory's file system is almost full";
+const ROOM_AGAIN: &str = "the data directory's file system has room again";
+const STOPS_FULL: &str = "the file system of the data directory is full. This member stops";
+/// How soon after space is freed a member that refused writes must take
+/// them again (it looks every second).
+const RECOVER_WITHIN: Duration = Duration::from_secs(10);
 
 /// The crash points a running cluster passes (docs/failpoints.md); the
 /// others need a state a run does not make (a snapshot install, a
@@ -59,7 +74,7 @@ pub const LIBFAKETIME: [&str; 2] = [
 ];
 
 impl Kind {
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::KillOne,
         Kind::KillLeader,
         Kind::KillMajority,
@@ -73,6 +88,7 @@ impl Kind {
         Kind::Crash,
         Kind::PowerCut,
         Kind::ClockJump,
+        Kind::FullDisk,
     ];
 
     pub fn name(self) -> &'static str {
@@ -90,6 +106,7 @@ impl Kind {
             Kind::Crash => "crash at a failpoint",
             Kind::PowerCut => "power cut of all",
             Kind::ClockJump => "wall clock jump",
+            Kind::FullDisk => "full disk",
         }
     }
 
@@ -387,6 +404,45 @@ pub async fn inject(
             tokio::time::sleep(Duration::from_secs(2)).await;
             format!("m{victim}'s wall clock {minutes:+} min for {length:?}")
         }
+        Kind::FullDisk => {
+            let victim = match rng.gen_bool(0.5) {
+                true => leader_or_any(cluster, rng).await,
+                false => rng.gen_range(0..n),
+            };
+            let disk = cluster
+                .disk(victim)
+                .context("the members' data directories are not on disks of their own")?
+                .to_path_buf();
+            let greedy = rng.gen_bool(0.5);
+            let length = pick(rng, lengths.outage) * 2;
+            let from = cluster.log_len(victim);
+            let fillers = [disk.join("filler"), disk.join("filler-2")];
+            fill(&fillers[0])?;
+            let until = Instant::now() + length;
+            let mut refilled = false;
+            while Instant::now() < until {
+                if greedy && !refilled && cluster.log_since(victim, from).contains(ALMOST_FULL) {
+                    fill(&fillers[1])?;
+                    refilled = true;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            for filler in &fillers {
+                if filler.exists() {
+                    std::fs::remove_file(filler)
+                        .with_context(|| format!("removing {}", filler.display()))?;
+                }
+            }
+            let (how, wrong) = full_disk_outcome(cluster, victim, from).await;
+            missed.extend(wrong);
+            cluster.restart(victim)?;
+            let also = if refilled {
+                " (and then the reserve's room)"
+            } else {
+                ""
+            };
+            format!("m{victim}'s disk full{also} for {length:?}: {how}")
+        }
     };
     Ok(Injected {
         kind,
@@ -394,6 +450,95 @@ pub async fn inject(
         rejoin,
         missed,
     })
+}
+
+/// Takes every byte left on the file system of `path` with one file: all
+/// but a MiB in one fallocate, then page by page until the kernel says
+/// there is no room (the member writes meanwhile).
+fn fill(path: &std::path::Path) -> Result<()> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let dir = path.parent().context("a filler in a directory")?;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    let bulk = available_bytes(dir)?.saturating_sub(1 << 20);
+    if bulk > 0 {
+        // SAFETY: fallocate on a file this function holds open.
+        // A failure (space taken meanwhile) leaves the writes below to fill.
+        let _ = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, bulk as libc::off_t) };
+    }
+    let page = [0u8; 4096];
+    loop {
+        match file.write(&page) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(err) if err.raw_os_error() == Some(libc::ENOSPC) => return Ok(()),
+            Err(err) => {
+                return Err(err).with_context(|| format!("filling {}", path.display()));
+            }
+        }
+    }
+}
+
+/// Bytes available to an unprivileged writer on the file system of `dir`.
+fn available_bytes(dir: &std::path::Path) -> Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    // SAFETY: statvfs writes only into `stat`, which outlives the call.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("statvfs {}", dir.display()));
+    }
+    Ok(stat.f_bavail as u64 * stat.f_frsize as u64)
+}
+
+/// What member `i` did about its full disk (its log since `from`), and
+/// what it should have done and did not: either it refused writes (and,
+/// space freed, takes them again), or a write found the disk full and it
+/// stopped with exit status 74 saying so. Anything else (another exit, or
+/// nothing logged at all) is wrong.
+async fn full_disk_outcome(cluster: &mut Cluster, i: usize, from: u64) -> (String, Vec<String>) {
+    let mut wrong = Vec::new();
+    if let Some(status) = cluster.exited(i) {
+        let log = cluster.log_since(i, from);
+        if !status.contains("74") {
+            wrong.push(format!("m{i} on a full disk ended with {status}, not 74"));
+        }
+        if !log.contains(STOPS_FULL) {
+            wrong.push(format!("m{i} ended ({status}) without saying its disk was full"));
+        }
+        return (format!("it stopped ({status}), started again"), wrong);
+    }
+    if !cluster.log_since(i, from).contains(ALMOST_FULL) {
+        wrong.push(format!(
+            "m{i}'s disk was full and it neither refused writes nor stopped"
+        ));
+        return ("nothing logged".into(), wrong);
+    }
+    let deadline = Instant::now() + RECOVER_WITHIN;
+    loop {
+        if cluster.log_since(i, from).contains(ROOM_AGAIN) {
+            return ("it refused writes, then took them again".into(), wrong);
+        }
+        if let Some(status) = cluster.exited(i) {
+            let log = cluster.log_since(i, from);
+            if !status.contains("74") || !log.contains(STOPS_FULL) {
+                wrong.push(format!("m{i} on a full disk ended with {status}"));
+            }
+            return (format!("it refused writes, then stopped ({status})"), wrong);
+        }
+        if Instant::now() > deadline {
+            wrong.push(format!(
+                "m{i} did not take writes again within {RECOVER_WITHIN:?} of its disk's space being freed"
+            ));
+            return ("it refused writes and went on refusing them".into(), wrong);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// A partition at least this long is logged by the members it cut off (a

@@ -40,6 +40,11 @@ use inject::{Injected, Kind, Lengths};
 use net::Hosts;
 use traffic::{Clock, Records, PREFIX};
 
+/// The size of each member's own tmpfs in a run with a full-disk fault:
+/// room for a run's data (a few MiB) and the 8 MiB reserve many times
+/// over, small enough that filling it costs little memory.
+const SMALL_DISK_MIB: u64 = 256;
+
 #[derive(Debug, Args)]
 pub struct FaultsArgs {
     /// A few minutes: one run per fault kind with three members, and one
@@ -303,7 +308,9 @@ async fn one_run(skiff: &Path, plan: Plan, dir: &Path, lengths: Lengths) -> Resu
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let hosts = Hosts::create(plan.members)?;
     let token = format!("faults-{}", plan.seed);
-    let mut cluster = Cluster::start(skiff, &hosts, dir, &token, plan.kubernetes).await?;
+    // Members on disks of their own when a full-disk fault is planned.
+    let disk_mib = plan.kinds.contains(&Kind::FullDisk).then_some(SMALL_DISK_MIB);
+    let mut cluster = Cluster::start(skiff, &hosts, dir, &token, plan.kubernetes, disk_mib).await?;
     let channels = cluster.channels.clone();
     let start = current_revision(&channels).await? + 1;
     let records = Arc::new(Records::default());
@@ -402,9 +409,12 @@ async fn one_run(skiff: &Path, plan: Plan, dir: &Path, lengths: Lengths) -> Resu
     violations.extend(
         injected
             .iter()
-            .flat_map(|f| &f.missed)
-            .map(|detail| Violation {
-                kind: "peer loss not logged",
+            .flat_map(|f| f.missed.iter().map(move |detail| (f.kind, detail)))
+            .map(|(kind, detail)| Violation {
+                kind: match kind {
+                    Kind::FullDisk => "full disk mishandled",
+                    _ => "peer loss not logged",
+                },
                 detail: detail.clone(),
             }),
     );
