@@ -50,6 +50,38 @@ pub fn is_deleting(object: &Value) -> bool {
     meta_str(object, "deletionTimestamp").is_some()
 }
 
+/// Drops every member whose value is JSON `null` from a built-in object
+/// about to be written, at any depth, as Kubernetes does by decoding the
+/// body into its typed structs (a null field is absent, and absent fields
+/// are omitted): `"spec": null`, `"labels": null`, `"selfLink": null` are
+/// not stored or answered. A custom resource keeps its own fields (its
+/// schema may make them nullable); its metadata is typed, and dropped
+/// likewise. Null elements of arrays stay (a typed decode makes them
+/// zero values, which validation then judges).
+pub fn drop_nulls(resource: &ResourceType, object: &mut Value) {
+    if resource.custom.is_some() {
+        if let Some(meta) = object.get_mut("metadata") {
+            drop_null_members(meta);
+        }
+        if let Some(map) = object.as_object_mut() {
+            map.retain(|key, value| key != "metadata" || !value.is_null());
+        }
+        return;
+    }
+    drop_null_members(object);
+}
+
+fn drop_null_members(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, member| !member.is_null());
+            map.values_mut().for_each(drop_null_members);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_null_members),
+        _ => {}
+    }
+}
+
 /// Parses a request body as one JSON object.
 pub fn parse_body(body: &[u8]) -> ApiResult<Value> {
     if body.is_empty() {
@@ -446,6 +478,24 @@ pub fn name_suffix() -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn nulls_are_dropped_at_any_depth_but_array_elements_stay() {
+        let pods = crate::resources::find("", "v1", "pods").unwrap();
+        let mut pod = json!({"metadata": {"name": "p", "labels": null},
+                             "spec": {"containers": [{"name": "c", "args": null,
+                                                      "env": [{"name": "E", "value": null}]}],
+                                      "nodeSelector": null, "tolerations": [null]},
+                             "status": null});
+        drop_nulls(pods, &mut pod);
+        assert_eq!(
+            pod,
+            json!({"metadata": {"name": "p"},
+                   "spec": {"containers": [{"name": "c", "env": [{"name": "E"}]}],
+                            "tolerations": [null]}})
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -419,6 +419,7 @@ impl Registry {
     ) -> ApiResult<Value> {
         let dry_run = write.dry_run;
         let resource = target.resource;
+        object::drop_nulls(resource, &mut object);
         object::check_type(resource, &mut object)?;
         object::check_namespace(resource, target.namespace, &mut object)?;
         {
@@ -612,6 +613,7 @@ impl Registry {
     ) -> ApiResult<Value> {
         let dry_run = write.dry_run;
         let resource = target.resource;
+        object::drop_nulls(resource, &mut object);
         object::check_type(resource, &mut object)?;
         if subresource.is_some() || resource.has_subresource("status") {
             // Kubernetes decodes the whole body before it keeps the part
@@ -1404,6 +1406,53 @@ mod tests {
             assert_eq!(updated["status"], json!({}));
             let read = registry.get(&target("services"), "web").await.unwrap();
             assert_eq!(read["status"], json!({}));
+        }
+    }
+
+    /// schemathesis' response_schema_conformance: a JSON null sent for a
+    /// field was stored and answered (`"spec": null` in a PUT of a Lease,
+    /// a `selfLink` cleared to null, `"data": null`, `"labels": null`),
+    /// where Kubernetes decodes null as absent and omits the field.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn json_nulls_sent_in_a_write_are_not_stored_or_answered() {
+        let (registry, _dir) = test_registry().await;
+        let write = Write::new("test", false);
+        let map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": "nulls", "namespace": "default",
+                                      "labels": null, "selfLink": null,
+                                      "annotations": {"a": "1", "b": null}},
+                         "data": null, "binaryData": null});
+        let created = registry
+            .create(&target("configmaps"), map, &write)
+            .await
+            .unwrap();
+        let read = registry.get(&target("configmaps"), "nulls").await.unwrap();
+        for object in [&created, &read] {
+            assert!(object.get("data").is_none(), "{object}");
+            assert!(object.get("binaryData").is_none(), "{object}");
+            assert!(object["metadata"].get("labels").is_none(), "{object}");
+            assert!(object["metadata"].get("selfLink").is_none(), "{object}");
+            assert_eq!(object["metadata"]["annotations"], json!({"a": "1"}));
+        }
+
+        let leases = Target {
+            resource: crate::resources::find("coordination.k8s.io", "v1", "leases").unwrap(),
+            namespace: Some("default"),
+        };
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                           "metadata": {"name": "held", "namespace": "default"},
+                           "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}});
+        registry.create(&leases, lease, &write).await.unwrap();
+        let cleared = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                             "metadata": {"name": "held", "namespace": "default"},
+                             "spec": null});
+        let updated = registry
+            .update(&leases, "held", cleared, None, &write)
+            .await
+            .unwrap();
+        let read = registry.get(&leases, "held").await.unwrap();
+        for object in [&updated, &read] {
+            assert!(object.get("spec").is_none(), "{object}");
         }
     }
 
