@@ -66,7 +66,8 @@ pub struct FaultsArgs {
     /// Members per run (3 or 5); by default each run picks one.
     #[arg(long)]
     pub members: Option<usize>,
-    /// Faults per run, one after the other.
+    /// Faults per run, one after the other, dealt from shuffled decks of
+    /// the kinds (as many as the kinds: each once).
     #[arg(long, default_value_t = 6)]
     pub faults_per_run: usize,
     /// What the members run and the clients drive: `store` (skiff store,
@@ -186,11 +187,7 @@ fn plans(args: &FaultsArgs, kinds: Vec<Kind>, seed: u64) -> impl FnMut(u64) -> O
     move |i| {
         let seed = seed + i;
         let mut rng = StdRng::seed_from_u64(seed);
-        let mixed = |rng: &mut StdRng, count: usize| -> Vec<Kind> {
-            (0..count)
-                .map(|_| kinds[rng.gen_range(0..kinds.len())])
-                .collect()
-        };
+        let mixed = |rng: &mut StdRng, count: usize| deal(&kinds, rng, count);
         if args.quick {
             // One run per kind, then a mixed run of five members, then
             // (unless only the store) a mixed run of skiff server members.
@@ -233,6 +230,22 @@ fn plans(args: &FaultsArgs, kinds: Vec<Kind>, seed: u64) -> impl FnMut(u64) -> O
             kubernetes,
         })
     }
+}
+
+/// `count` faults dealt from decks of `kinds`, each deck shuffled: no kind
+/// comes twice before every other has come once, so a run of as many
+/// faults as kinds injects each once, and a long run injects every kind
+/// about as often as the others.
+fn deal(kinds: &[Kind], rng: &mut StdRng, count: usize) -> Vec<Kind> {
+    use rand::seq::SliceRandom;
+    let mut dealt = Vec::with_capacity(count);
+    while dealt.len() < count && !kinds.is_empty() {
+        let mut deck = kinds.to_vec();
+        deck.shuffle(rng);
+        dealt.extend(deck);
+    }
+    dealt.truncate(count);
+    dealt
 }
 
 async fn run_all(args: FaultsArgs, kinds: Vec<Kind>, skiff: &Path) -> Result<()> {
@@ -704,4 +717,35 @@ fn summarize(outcomes: &[Outcome], rejoin_limit: Duration, elapsed: Duration) ->
         .iter()
         .filter(|o| !o.violations.is_empty() || slow_rejoins(o, rejoin_limit) > 0)
         .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_are_dealt_from_shuffled_decks_of_every_kind() {
+        let kinds = Kind::ALL.to_vec();
+        let mut rng = StdRng::seed_from_u64(9);
+        let counts = |dealt: &[Kind]| {
+            let mut counts = BTreeMap::new();
+            for kind in dealt {
+                *counts.entry(*kind).or_insert(0) += 1;
+            }
+            counts
+        };
+        // As many as the kinds: each once.
+        let one_each = deal(&kinds, &mut rng, kinds.len());
+        assert!(counts(&one_each).values().all(|&n| n == 1));
+        assert_eq!(counts(&one_each).len(), kinds.len());
+        // Two decks and a half: each two or three times.
+        let more = deal(&kinds, &mut rng, kinds.len() * 5 / 2);
+        assert!(counts(&more).values().all(|&n| n == 2 || n == 3));
+        // Shuffled: two decks are not in the same order.
+        assert_ne!(more[..kinds.len()], more[kinds.len()..2 * kinds.len()]);
+        // The same seed deals the same faults (a run replays).
+        let again = |seed| deal(&kinds, &mut StdRng::seed_from_u64(seed), 6);
+        assert_eq!(again(4), again(4));
+        assert!(deal(&[], &mut rng, 3).is_empty());
+    }
 }
