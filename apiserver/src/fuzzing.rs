@@ -18,7 +18,7 @@ use crate::status::{ApiError, ApiResult};
 use crate::{apply, field_validation, object, patch, protobuf, validation};
 
 /// The fuzz targets of this crate, by the name of their corpus folder.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[skiff_machinery::fuzzing::Target] = &[
     ("request_body", request_body),
     ("protobuf_body", protobuf_body),
     ("json_patch", json_patch),

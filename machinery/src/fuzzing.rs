@@ -8,8 +8,11 @@ use serde_json::{json, Map, Value};
 use crate::quantity::Quantity;
 use crate::selectors::{FieldSelector, LabelSelector};
 
+/// A fuzz target: the name of its corpus folder, and what it runs on an input.
+pub type Target = (&'static str, fn(&[u8]));
+
 /// The fuzz targets of this crate, by the name of their corpus folder.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[Target] = &[
     ("label_selector", label_selector),
     ("field_selector", field_selector),
     ("quantity", quantity),
@@ -131,7 +134,7 @@ fn check_lenient(text: &str) -> Option<Quantity> {
 /// Every file of `fuzz/corpus/<target>/` for each target, through its
 /// body: the corpora are replayed on every `cargo test`, without nightly.
 #[doc(hidden)]
-pub fn replay_corpora(corpus_root: &std::path::Path, targets: &[(&str, fn(&[u8]))]) {
+pub fn replay_corpora(corpus_root: &std::path::Path, targets: &[Target]) {
     for (name, body) in targets {
         let folder = corpus_root.join(name);
         let mut files: Vec<_> = std::fs::read_dir(&folder)

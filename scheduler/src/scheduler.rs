@@ -622,7 +622,9 @@ mod tests {
         use rand::SeedableRng;
         let mut rng = rand::rngs::StdRng::seed_from_u64(3);
         let waits: Vec<Duration> = (0..64).map(|_| retry_wait(&mut rng)).collect();
-        assert!(waits.iter().all(|w| *w >= RETRY_AFTER && *w < 2 * RETRY_AFTER));
+        assert!(waits
+            .iter()
+            .all(|w| *w >= RETRY_AFTER && *w < 2 * RETRY_AFTER));
         assert!(waits.iter().any(|w| *w > RETRY_AFTER.mul_f64(1.5)));
         assert!(waits.iter().any(|w| *w < RETRY_AFTER.mul_f64(1.5)));
     }

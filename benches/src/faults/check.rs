@@ -699,7 +699,11 @@ mod tests {
             list(6, &[("a", 5), ("b", 6), ("b", 6)]),
             list(-6, &[("a", 5), ("b", 6)]),
         ] {
-            assert_eq!(rest_lists(&[bad.clone()], &history).len(), 1, "{bad:?}");
+            assert_eq!(
+                rest_lists(std::slice::from_ref(&bad), &history).len(),
+                1,
+                "{bad:?}"
+            );
         }
     }
 }

@@ -509,7 +509,9 @@ async fn full_disk_outcome(cluster: &mut Cluster, i: usize, from: u64) -> (Strin
             wrong.push(format!("m{i} on a full disk ended with {status}, not 74"));
         }
         if !log.contains(STOPS_FULL) {
-            wrong.push(format!("m{i} ended ({status}) without saying its disk was full"));
+            wrong.push(format!(
+                "m{i} ended ({status}) without saying its disk was full"
+            ));
         }
         return (format!("it stopped ({status}), started again"), wrong);
     }

@@ -322,7 +322,10 @@ async fn one_run(skiff: &Path, plan: Plan, dir: &Path, lengths: Lengths) -> Resu
     let hosts = Hosts::create(plan.members)?;
     let token = format!("faults-{}", plan.seed);
     // Members on disks of their own when a full-disk fault is planned.
-    let disk_mib = plan.kinds.contains(&Kind::FullDisk).then_some(SMALL_DISK_MIB);
+    let disk_mib = plan
+        .kinds
+        .contains(&Kind::FullDisk)
+        .then_some(SMALL_DISK_MIB);
     let mut cluster = Cluster::start(skiff, &hosts, dir, &token, plan.kubernetes, disk_mib).await?;
     let channels = cluster.channels.clone();
     let start = current_revision(&channels).await? + 1;

@@ -20,7 +20,7 @@ use crate::mvcc::{Applier, KeyRange, KvStore};
 use crate::watch::{WatchConfig, WatchHub, Watcher};
 
 /// The fuzz targets of this crate, by the name of their corpus folder.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[skiff_machinery::fuzzing::Target] = &[
     ("etcd_requests", etcd_requests),
     ("etcd_txn_decode", etcd_txn_decode),
 ];
