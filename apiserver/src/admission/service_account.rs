@@ -105,7 +105,8 @@ fn mount_service_account_token(spec: &mut Value) {
     });
     let mut needs_volume = false;
     for list in ["initContainers", "containers"] {
-        let Some(containers) = spec[list].as_array_mut() else {
+        // `get_mut`, not `spec[list]`: indexing would add a null list.
+        let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) else {
             continue;
         };
         for container in containers.iter_mut().filter(|c| c.is_object()) {

@@ -476,6 +476,8 @@ impl Registry {
         };
         self.admission.mutate(self, &mut attrs).await?;
         let mut object = attrs.object.take().unwrap_or_default();
+        // Again: admission (a webhook's patch among it) may have added some.
+        object::drop_nulls(resource, &mut object);
         crate::validation::prune_unknown_fields(resource, &mut object);
         if record {
             crate::apply::record_update(
@@ -716,7 +718,12 @@ impl Registry {
         };
         self.admission.mutate(self, &mut attrs).await?;
         let mut next = attrs.object.take().unwrap_or_default();
-        let current = attrs.old_object.take().unwrap_or_default();
+        let mut current = attrs.old_object.take().unwrap_or_default();
+        // Again for what admission added; and an object stored with nulls
+        // (by an older skiff) is compared without them, so that dropping
+        // them is no change to an immutable field.
+        object::drop_nulls(resource, &mut next);
+        object::drop_nulls(resource, &mut current);
         if !same_spec(&current, &next) {
             let generation = current["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
             metadata_mut(&mut next).insert("generation".into(), json!(generation));
@@ -1454,6 +1461,50 @@ mod tests {
         for object in [&updated, &read] {
             assert!(object.get("spec").is_none(), "{object}");
         }
+    }
+
+    /// The Job controller's removal of its finalizer from a pod was
+    /// refused as a change of the pod's spec: admission had stored
+    /// `"initContainers": null` (indexing a missing list), which the update
+    /// then dropped. Nothing admission adds is stored as null, and an
+    /// object stored with nulls before is compared without them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pod_updated_after_admission_keeps_its_spec_without_nulls() {
+        let (registry, _dir) = test_registry().await;
+        let write = Write::new("test", false);
+        // The account, so that the ServiceAccount admission mounts its token.
+        let account = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                             "metadata": {"name": "default", "namespace": "default"}});
+        registry
+            .create(&target("serviceaccounts"), account, &write)
+            .await
+            .unwrap();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                         "metadata": {"name": "p", "namespace": "default",
+                                      "finalizers": ["example.com/keep"]},
+                         "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+        let created = registry.create(&target("pods"), pod, &write).await.unwrap();
+        fn has_null(value: &Value) -> bool {
+            match value {
+                Value::Null => true,
+                Value::Object(map) => map.values().any(has_null),
+                Value::Array(items) => items.iter().any(has_null),
+                _ => false,
+            }
+        }
+        assert!(!has_null(&created), "{created}");
+        assert!(created["spec"]["volumes"][0]["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("kube-api-access-")));
+        let mut next = created.clone();
+        next["metadata"]["finalizers"] = json!([]);
+        next["spec"]["initContainers"] = Value::Null;
+        let updated = registry
+            .update(&target("pods"), "p", next, None, &write)
+            .await
+            .unwrap();
+        assert_eq!(updated["metadata"]["finalizers"], json!([]));
+        assert!(!has_null(&updated), "{updated}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
