@@ -487,6 +487,13 @@ mod tests {
     /// `without_the_reserve_…`): only a process that has ended leaves
     /// sled's files as a restart finds them, where this one's sled threads
     /// live on.
+    ///
+    /// Ignored: after ENOSPC sled 0.34 can deadlock (a flush waiting in
+    /// `make_stable` while a batch waits for its lock), and the test's
+    /// runtime then waits forever for the blocked flush at its end. A
+    /// member never gets there: it exits (74) at the first failed write.
+    /// The process test runs the same fill in every CI run.
+    #[ignore = "sled can deadlock after ENOSPC in a process that goes on; see the doc comment"]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_that_finds_the_disk_full_fails_with_nospace_and_stops_the_member() {
         use crate::error::StoreError;
