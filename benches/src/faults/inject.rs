@@ -48,7 +48,7 @@ const ALMOST_FULL: &str = "the data directory's file system is almost full";
 const ROOM_AGAIN: &str = "the data directory's file system has room again";
 const STOPS_FULL: &str = "the file system of the data directory is full. This member stops";
 /// How soon after space is freed a member that refused writes must take
-/// them again (it looks every second).
+/// them again (it looks every 100 ms; the rest is the client's retry).
 const RECOVER_WITHIN: Duration = Duration::from_secs(10);
 
 /// The crash points a running cluster passes (docs/failpoints.md); the
@@ -177,6 +177,15 @@ fn pick(rng: &mut StdRng, (min, max): (Duration, Duration)) -> Duration {
 }
 
 /// The leader, or a random member while there is none.
+/// The leader half the time (any member when there is none), otherwise any
+/// member: faults on the leader test elections, faults elsewhere catch-up.
+async fn leader_half_the_time(cluster: &Cluster, rng: &mut StdRng) -> usize {
+    match rng.gen_bool(0.5) {
+        true => leader_or_any(cluster, rng).await,
+        false => rng.gen_range(0..cluster.members.len()),
+    }
+}
+
 async fn leader_or_any(cluster: &Cluster, rng: &mut StdRng) -> usize {
     match cluster.leader().await {
         Some(leader) => leader,
@@ -317,10 +326,7 @@ pub async fn inject(
             format!("m{from} -> m{to} dropped for {length:?}")
         }
         Kind::Crash => {
-            let victim = match rng.gen_bool(0.5) {
-                true => leader_or_any(cluster, rng).await,
-                false => rng.gen_range(0..n),
-            };
+            let victim = leader_half_the_time(cluster, rng).await;
             let point = CRASH_POINTS[rng.gen_range(0..CRASH_POINTS.len())];
             let passes = rng.gen_range(1..200);
             arm(cluster, victim, &format!("{point}={passes}*off->return"))?;
@@ -369,10 +375,7 @@ pub async fn inject(
         }
         Kind::ClockJump => {
             // The leader half the time: it expires leases.
-            let victim = match rng.gen_bool(0.5) {
-                true => leader_or_any(cluster, rng).await,
-                false => rng.gen_range(0..n),
-            };
+            let victim = leader_half_the_time(cluster, rng).await;
             let minutes: i64 = rng.gen_range(1..=180) * if rng.gen_bool(0.5) { 1 } else { -1 };
             let length = pick(rng, lengths.outage) * 2;
             let offset_file = cluster.clock_file(victim);
@@ -405,10 +408,7 @@ pub async fn inject(
             format!("m{victim}'s wall clock {minutes:+} min for {length:?}")
         }
         Kind::FullDisk => {
-            let victim = match rng.gen_bool(0.5) {
-                true => leader_or_any(cluster, rng).await,
-                false => rng.gen_range(0..n),
-            };
+            let victim = leader_half_the_time(cluster, rng).await;
             let disk = cluster
                 .disk(victim)
                 .context("the members' data directories are not on disks of their own")?
