@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use skiff_store::grpc::pb::etcdserverpb::maintenance_client::MaintenanceClient;
-use skiff_store::grpc::pb::etcdserverpb::{HashKvRequest, StatusRequest};
+use skiff_store::grpc::pb::etcdserverpb::{DefragmentRequest, HashKvRequest, StatusRequest};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use super::net::Hosts;
@@ -218,6 +218,15 @@ impl Cluster {
         Some(status.to_string())
     }
 
+    /// Whether member `i` is not running, without forgetting how it ended
+    /// (`exited` still tells).
+    pub fn gone(&mut self, i: usize) -> bool {
+        self.members[i]
+            .child
+            .as_mut()
+            .is_none_or(|child| !matches!(child.try_wait(), Ok(None)))
+    }
+
     /// Every member's Kubernetes API (`skiff server` members), from the
     /// administrator's kubeconfig each writes in its data directory.
     pub async fn apis(&self) -> Result<Vec<super::rest::Api>> {
@@ -355,6 +364,13 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Asks member `i` to defragment its state database.
+    pub async fn defragment(&self, i: usize) -> Result<(), tonic::Status> {
+        let mut client = MaintenanceClient::new(self.channels[i].clone());
+        client.defragment(DefragmentRequest {}).await?;
+        Ok(())
     }
 
     /// Every member's HashKV at `revision`: (hash, compact revision).

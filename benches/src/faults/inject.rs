@@ -51,9 +51,10 @@ const STOPS_FULL: &str = "the file system of the data directory is full. This me
 /// them again (it looks every 100 ms; the rest is the client's retry).
 const RECOVER_WITHIN: Duration = Duration::from_secs(10);
 
-/// The crash points a running cluster passes (docs/failpoints.md); the
-/// others need a state a run does not make (a snapshot install, a
-/// compaction, a defrag) and have process tests of their own.
+/// The crash points a running cluster passes (docs/failpoints.md). Of the
+/// others, the defrag points are reached by asking the armed member to
+/// defragment (DEFRAG_POINTS); a snapshot install and a compaction need
+/// a state a run does not make, and have process tests of their own.
 const CRASH_POINTS: [&str; 6] = [
     "wal::before_fsync",
     "wal::after_fsync",
@@ -62,6 +63,10 @@ const CRASH_POINTS: [&str; 6] = [
     "apply::before_answer",
     "peer::send",
 ];
+
+/// Crash points in a defragmentation: a `crash` fault picks one of them a
+/// quarter of the time, and then asks the member to defragment.
+const DEFRAG_POINTS: [&str; 2] = ["defrag::mid", "defrag::switched"];
 
 /// How long an armed member may take to reach its crash point before it
 /// is killed instead.
@@ -327,12 +332,21 @@ pub async fn inject(
         }
         Kind::Crash => {
             let victim = leader_half_the_time(cluster, rng).await;
-            let point = CRASH_POINTS[rng.gen_range(0..CRASH_POINTS.len())];
-            let passes = rng.gen_range(1..200);
-            arm(cluster, victim, &format!("{point}={passes}*off->return"))?;
-            let ended = crash_or_kill(cluster, victim).await;
-            cluster.restart(victim)?;
-            format!("m{victim} armed at {point} after {passes} passes: {ended}")
+            if rng.gen_bool(0.25) {
+                let point = DEFRAG_POINTS[rng.gen_range(0..DEFRAG_POINTS.len())];
+                arm(cluster, victim, &format!("{point}=return"))?;
+                let asked = defragment(cluster, victim).await;
+                let ended = crash_or_kill(cluster, victim).await;
+                cluster.restart(victim)?;
+                format!("m{victim} armed at {point}, asked to defragment ({asked}): {ended}")
+            } else {
+                let point = CRASH_POINTS[rng.gen_range(0..CRASH_POINTS.len())];
+                let passes = rng.gen_range(1..200);
+                arm(cluster, victim, &format!("{point}={passes}*off->return"))?;
+                let ended = crash_or_kill(cluster, victim).await;
+                cluster.restart(victim)?;
+                format!("m{victim} armed at {point} after {passes} passes: {ended}")
+            }
         }
         Kind::PowerCut => {
             let mut armed = Vec::new();
@@ -606,6 +620,29 @@ fn arm(cluster: &mut Cluster, i: usize, failpoints: &str) -> Result<()> {
     let started = cluster.restart(i);
     cluster.members[i].failpoints = None;
     started
+}
+
+/// Asks a member just restarted to defragment, again while it does not
+/// answer yet (for up to CRASH_WITHIN): what came of the last request. An
+/// armed member dies in the middle, so the request fails.
+async fn defragment(cluster: &mut Cluster, i: usize) -> String {
+    let deadline = Instant::now() + CRASH_WITHIN;
+    loop {
+        let outcome =
+            tokio::time::timeout(Duration::from_secs(5), cluster.defragment(i)).await;
+        let not_up = match &outcome {
+            Ok(Ok(())) => return "it answered".into(),
+            Ok(Err(status)) => status.code() == tonic::Code::Unavailable,
+            Err(_) => true,
+        };
+        if !not_up || cluster.gone(i) || Instant::now() > deadline {
+            return match outcome {
+                Ok(Err(status)) => format!("{:?}: {}", status.code(), status.message()),
+                _ => "no answer".into(),
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Waits for an armed member to die at its point, or kills it: which.
