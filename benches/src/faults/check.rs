@@ -111,10 +111,9 @@ fn show(bytes: &[u8]) -> String {
 pub fn linearizable(history: &History) -> Result<Option<Violation>, String> {
     match check(history, Budget::default()) {
         Verdict::Linearizable => Ok(None),
-        Verdict::NotLinearizable { .. } => Ok(Some(violation(
-            "not linearizable",
-            check(history, Budget::default()).to_string(),
-        ))),
+        wrong @ Verdict::NotLinearizable { .. } => {
+            Ok(Some(violation("not linearizable", wrong.to_string())))
+        }
         inconclusive @ Verdict::Inconclusive { .. } => Err(inconclusive.to_string()),
     }
 }

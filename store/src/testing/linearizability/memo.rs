@@ -8,10 +8,25 @@ use std::hash::{BuildHasherDefault, Hasher};
 use super::model::{Val, ABSENT};
 
 /// A search state: the register's value, whether the next op must observe
-/// it, and which ops have been placed. The first three share one buffer so
-/// the memo can be probed without copying.
+/// it, and which ops have been placed.
+///
+/// The memo's key for it is compact: answered ops are placed roughly in
+/// the order they were called, so the placed set is "every op before the
+/// first unplaced one" plus a few words of bits after it. A key holds that
+/// index and those words, not the whole set, so that a history of a
+/// hundred thousand ops costs the memo tens of bytes per state, not
+/// kilobytes.
 pub(super) struct State {
-    /// `[value << 1 | needs observer, answered bits...]`.
+    /// `value << 1 | needs observer`.
+    head: u64,
+    /// One bit per answered op, set when it is placed.
+    answered: Vec<u64>,
+    /// Every answered op below this bit is placed; this one is not.
+    first_unplaced: usize,
+    /// No word of `answered` at or after this index has a bit set.
+    end_word: usize,
+    /// The memo's key, made by `make_key`: `[head, first_unplaced, the
+    /// words of answered from first_unplaced's to the last that is not 0]`.
     key: Vec<u64>,
     unanswered: Vec<u64>,
 }
@@ -19,28 +34,63 @@ pub(super) struct State {
 impl State {
     pub fn new(answered: usize, unanswered: usize) -> State {
         State {
-            key: vec![ABSENT << 1; 1 + answered.div_ceil(64)],
+            head: ABSENT << 1,
+            answered: vec![0; answered.div_ceil(64)],
+            first_unplaced: 0,
+            end_word: 0,
+            key: Vec::new(),
             unanswered: vec![0; unanswered.div_ceil(64)],
         }
     }
 
     pub fn val(&self) -> Val {
-        self.key[0] >> 1
+        self.head >> 1
     }
 
     pub fn needs_observer(&self) -> bool {
-        self.key[0] & 1 == 1
+        self.head & 1 == 1
     }
 
     /// Toggles whether the op with `bit` in the answered or unanswered set
     /// is placed, and sets the value and whether it must be observed.
     pub fn flip(&mut self, answered: bool, bit: usize, val: Val, needs_observer: bool) {
-        let bits = match answered {
-            true => &mut self.key[1..],
-            false => &mut self.unanswered[..],
-        };
-        bits[bit / 64] ^= 1 << (bit % 64);
-        self.key[0] = val << 1 | u64::from(needs_observer);
+        self.head = val << 1 | u64::from(needs_observer);
+        if !answered {
+            self.unanswered[bit / 64] ^= 1 << (bit % 64);
+            return;
+        }
+        let word = &mut self.answered[bit / 64];
+        *word ^= 1 << (bit % 64);
+        if *word & (1 << (bit % 64)) == 0 {
+            self.first_unplaced = self.first_unplaced.min(bit);
+            return;
+        }
+        self.end_word = self.end_word.max(bit / 64 + 1);
+        if self.first_unplaced == bit {
+            // Walk past the run of placed ops this one joined.
+            let mut next = bit + 1;
+            while next < self.answered.len() * 64 && self.is_placed(next) {
+                next += 1;
+            }
+            self.first_unplaced = next;
+        }
+    }
+
+    fn is_placed(&self, bit: usize) -> bool {
+        self.answered[bit / 64] & (1 << (bit % 64)) != 0
+    }
+
+    /// Makes `key` describe the state as it is now.
+    fn make_key(&mut self) {
+        let start = self.first_unplaced / 64;
+        while self.end_word > start && self.answered[self.end_word - 1] == 0 {
+            self.end_word -= 1;
+        }
+        self.key.clear();
+        self.key.push(self.head);
+        self.key.push(self.first_unplaced as u64);
+        let end = self.end_word.max(start);
+        self.key.extend_from_slice(&self.answered[start..end]);
     }
 }
 
@@ -51,8 +101,8 @@ impl State {
 /// ops are optional and the same answered ops wait in both.
 #[derive(Default)]
 pub(super) struct Memo {
-    /// `[value << 1 | needs observer, answered bits...]` -> the unanswered
-    /// sets expanded with it, none a superset of another.
+    /// A state's key (see `State`) -> the unanswered sets expanded with
+    /// it, none a superset of another.
     seen: HashMap<Words, Vec<Words>, BuildHasherDefault<WordHasher>>,
     /// About how much memory `seen` holds.
     pub bytes: u64,
@@ -72,6 +122,7 @@ impl Memo {
     /// Records `state` unless an expanded state covers it. Returns whether
     /// it is new, and the comparisons spent, which count against the budget.
     pub fn admit(&mut self, state: &mut State) -> (bool, u64) {
+        state.make_key();
         let mut work = 0;
         if state.needs_observer() {
             // The same state without the need covers this one.

@@ -185,6 +185,25 @@ fn large_generated_history_is_accepted_within_default_budget() {
     assert_eq!(verdict, Verdict::Linearizable, "{verdict}");
 }
 
+/// One key, sixty thousand ops: what a fault run's busiest key records in a
+/// few minutes of a release build. The memo once kept every placed set
+/// whole, a bit per op, and gave up here after a few thousand states.
+/// (Proving such a history wrong is another matter: with hundreds of
+/// unanswered ops the search may run out of budget before it has tried
+/// every order, and answers `Inconclusive`, never a wrong verdict.)
+#[test]
+fn a_long_history_of_one_key_gets_a_verdict_within_default_budget() {
+    let shape = Shape {
+        ops: 60_000,
+        keys: 1,
+        clients: 6,
+        window: 30,
+        unanswered: 0.01,
+    };
+    let verdict = check(&history(generate(11, shape)), Budget::default());
+    assert_eq!(verdict, Verdict::Linearizable, "{verdict}");
+}
+
 /// Times the checker on generated histories, as they are and with their
 /// last read made impossible, which makes the search explore every state
 /// before it and then explain the violation.
