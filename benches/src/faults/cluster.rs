@@ -412,6 +412,24 @@ impl Cluster {
         tail
     }
 
+    /// Copies what is on each member's tmpfs (if it has one) beside it, to
+    /// `m<i>-disk-kept`, as a failed run's data is kept.
+    pub fn keep_disks(&self) {
+        for disk in self.members.iter().filter_map(|m| m.disk.as_ref()) {
+            let mut kept = disk.as_os_str().to_owned();
+            kept.push("-kept");
+            let copied = Command::new("cp")
+                .arg("-a")
+                .arg(disk)
+                .arg(&kept)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !copied {
+                eprintln!("could not keep a copy of {}", disk.display());
+            }
+        }
+    }
+
     /// Stops every member (SIGCONT first for a paused one).
     pub fn stop(&mut self) {
         for i in 0..self.members.len() {

@@ -500,6 +500,10 @@ async fn one_run(skiff: &Path, plan: Plan, dir: &Path, lengths: Lengths) -> Resu
         )
     });
     cluster.stop();
+    if !violations.is_empty() {
+        // The tmpfs disks go when the cluster does: keep what is on them.
+        cluster.keep_disks();
+    }
     drop(hosts);
     use std::sync::atomic::Ordering::Relaxed;
     Ok(Outcome {

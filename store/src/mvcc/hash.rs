@@ -97,9 +97,13 @@ impl KvStore {
             // `replace_state` takes them: a revision at or below the
             // current one reads the same from either, whatever is
             // applied meanwhile.
+            // A snapshot install empties the tree before it fills it: not
+            // between the index read and the scan.
+            let no_install = self.removals.read();
             let keep = self.kept_at(at);
             let hash =
                 self.with_consistent_tree(|tree| hash_records(tree, at, compacted, &keep))?;
+            drop(no_install);
             // A compaction that started meanwhile may have removed records
             // under the scan: hash again against the new compaction.
             if self.compact_revision() == compacted {

@@ -168,6 +168,62 @@ mod tests {
         );
     }
 
+    /// The fault suite's "members disagree": a watch from revision 1 on a
+    /// member that was installing a snapshot began at the revision the
+    /// member had reached before it. The watch syncer read the history
+    /// while the tree was empty, between the install's clear and its fill.
+    #[test]
+    fn a_history_read_during_a_snapshot_install_waits_for_the_new_state() {
+        let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (leader, follower) = (engine(dirs.0.path()), engine(dirs.1.path()));
+        let lessor = Lessor::new(LessorConfig::default());
+        let puts: Vec<Command> = (0..20)
+            .map(|i| Command::Put(PutRequest::new(format!("k{i:02}"), format!("v{i}"))))
+            .collect();
+        apply(&leader, &lessor, 1, &puts);
+        apply(&follower, &lessor, 1, &puts[..5]);
+        let entries = super::decode(&leader.dump().unwrap()).unwrap();
+        let to = leader.current_revision();
+        let (expected, _) = leader.history(1, to, usize::MAX).unwrap();
+        let expected: Vec<i64> = expected.iter().map(|r| r.revision.main).collect();
+
+        let follower = std::sync::Arc::new(follower);
+        let (cleared_tx, cleared_rx) = std::sync::mpsc::channel::<()>();
+        let (read_tx, read_rx) = std::sync::mpsc::channel();
+        let reader = {
+            let follower = std::sync::Arc::clone(&follower);
+            std::thread::spawn(move || {
+                cleared_rx.recv().unwrap();
+                let read = follower.history(1, to, usize::MAX).unwrap();
+                read_tx.send(read).unwrap();
+            })
+        };
+        // The install asks for its first entry once the old state is gone:
+        // the reader reads then, and the install waits a while for it.
+        let mut entries = entries.into_iter();
+        let mut first = true;
+        let hooked = std::iter::from_fn(|| {
+            if std::mem::take(&mut first) {
+                cleared_tx.send(()).unwrap();
+                let early = read_rx.recv_timeout(std::time::Duration::from_millis(300));
+                if let Ok((records, read_to)) = early {
+                    panic!(
+                        "history read during the install: {} records through {read_to}",
+                        records.len()
+                    );
+                }
+            }
+            entries.next()
+        });
+        follower.replace_state(hooked).unwrap();
+        reader.join().unwrap();
+        let (records, read_to) = read_rx.recv().unwrap();
+        assert_eq!(read_to, to);
+        let revisions: Vec<i64> = records.iter().map(|r| r.revision.main).collect();
+        assert_eq!(revisions, expected);
+        assert_eq!(revisions.len(), 20);
+    }
+
     #[test]
     fn a_damaged_snapshot_is_refused_and_changes_nothing() {
         let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
