@@ -642,6 +642,8 @@ impl KvStore {
 
     /// The key as it was at revision `at` (prev_kv for watch events).
     pub fn get_at(&self, key: &[u8], at: i64) -> Result<Option<KeyValue>> {
+        // Not between a snapshot install's clear and fill (see `history`).
+        let _no_install = self.removals.read();
         self.check_not_compacted(at)?;
         let Some(found) = self.index.read().get(key, at) else {
             return Ok(None);
