@@ -126,14 +126,17 @@ async fn kubectl_top_follows_a_pod_that_burns_cpu() -> Result<()> {
     // Each container's rate needs two samples, and the pods started apart, so
     // wait until every container has one.
     let mut seen = HashMap::new();
-    wait_until("kubectl top to show burn/spin busy and every container", || {
-        seen = containers(kubectl).unwrap_or_default();
-        Ok(seen
-            .get(&("burn".into(), "spin".into()))
-            .is_some_and(|(cpu, _)| *cpu >= 300)
-            && seen.contains_key(&("idle".into(), "app".into()))
-            && seen.contains_key(&("burn".into(), "side".into())))
-    })
+    wait_until(
+        "kubectl top to show burn/spin busy and every container",
+        || {
+            seen = containers(kubectl).unwrap_or_default();
+            Ok(seen
+                .get(&("burn".into(), "spin".into()))
+                .is_some_and(|(cpu, _)| *cpu >= 300)
+                && seen.contains_key(&("idle".into(), "app".into()))
+                && seen.contains_key(&("burn".into(), "side".into())))
+        },
+    )
     .await
     .with_context(|| format!("last seen: {seen:?}"))?;
     for quiet in [("burn", "side"), ("idle", "app")] {

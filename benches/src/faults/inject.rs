@@ -628,8 +628,7 @@ fn arm(cluster: &mut Cluster, i: usize, failpoints: &str) -> Result<()> {
 async fn defragment(cluster: &mut Cluster, i: usize) -> String {
     let deadline = Instant::now() + CRASH_WITHIN;
     loop {
-        let outcome =
-            tokio::time::timeout(Duration::from_secs(5), cluster.defragment(i)).await;
+        let outcome = tokio::time::timeout(Duration::from_secs(5), cluster.defragment(i)).await;
         let not_up = match &outcome {
             Ok(Ok(())) => return "it answered".into(),
             Ok(Err(status)) => status.code() == tonic::Code::Unavailable,
