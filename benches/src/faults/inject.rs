@@ -181,7 +181,6 @@ fn pick(rng: &mut StdRng, (min, max): (Duration, Duration)) -> Duration {
     Duration::from_millis(rng.gen_range(min..=max.max(min)))
 }
 
-/// The leader, or a random member while there is none.
 /// The leader half the time (any member when there is none), otherwise any
 /// member: faults on the leader test elections, faults elsewhere catch-up.
 async fn leader_half_the_time(cluster: &Cluster, rng: &mut StdRng) -> usize {
@@ -191,6 +190,7 @@ async fn leader_half_the_time(cluster: &Cluster, rng: &mut StdRng) -> usize {
     }
 }
 
+/// The leader, or a random member while there is none.
 async fn leader_or_any(cluster: &Cluster, rng: &mut StdRng) -> usize {
     match cluster.leader().await {
         Some(leader) => leader,
@@ -332,21 +332,20 @@ pub async fn inject(
         }
         Kind::Crash => {
             let victim = leader_half_the_time(cluster, rng).await;
-            if rng.gen_bool(0.25) {
+            let armed = if rng.gen_bool(0.25) {
                 let point = DEFRAG_POINTS[rng.gen_range(0..DEFRAG_POINTS.len())];
                 arm(cluster, victim, &format!("{point}=return"))?;
                 let asked = defragment(cluster, victim).await;
-                let ended = crash_or_kill(cluster, victim).await;
-                cluster.restart(victim)?;
-                format!("m{victim} armed at {point}, asked to defragment ({asked}): {ended}")
+                format!("{point}, asked to defragment ({asked})")
             } else {
                 let point = CRASH_POINTS[rng.gen_range(0..CRASH_POINTS.len())];
                 let passes = rng.gen_range(1..200);
                 arm(cluster, victim, &format!("{point}={passes}*off->return"))?;
-                let ended = crash_or_kill(cluster, victim).await;
-                cluster.restart(victim)?;
-                format!("m{victim} armed at {point} after {passes} passes: {ended}")
-            }
+                format!("{point} after {passes} passes")
+            };
+            let ended = crash_or_kill(cluster, victim).await;
+            cluster.restart(victim)?;
+            format!("m{victim} armed at {armed}: {ended}")
         }
         Kind::PowerCut => {
             let mut armed = Vec::new();

@@ -96,9 +96,8 @@ impl KvStore {
             // The index is read before the tree is held, in the order
             // `replace_state` takes them: a revision at or below the
             // current one reads the same from either, whatever is
-            // applied meanwhile.
-            // A snapshot install empties the tree before it fills it: not
-            // between the index read and the scan.
+            // applied meanwhile. A snapshot install, which empties the
+            // tree before it fills it, waits until both are read.
             let no_install = self.removals.read();
             let keep = self.kept_at(at);
             let hash =
